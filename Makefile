@@ -1,0 +1,41 @@
+# qhexrt build. `make` builds build/qhx; `make test` runs every test; `make test-asan` runs them
+# again under AddressSanitizer + UndefinedBehaviorSanitizer (in build-asan/).
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2
+SAN     ?=
+CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -Iinclude -Isrc $(SAN) -MMD -MP
+LDLIBS  += -lcjson -lpcre2-8 -lutf8proc -lm -lpthread
+LDFLAGS += $(SAN)
+
+LIB_SRC  := $(wildcard src/*.c src/*/*.c)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
+
+all: $(BUILD)/qhx $(TEST_BIN)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libqhexrt.a: $(LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/qhx: $(BUILD)/tools/qhx.o $(BUILD)/libqhexrt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testlib.o $(BUILD)/libqhexrt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+test: all
+	tests/run.sh $(BUILD)
+
+test-asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
+
+clean:
+	rm -rf build build-asan
+
+.PHONY: all test test-asan clean
+-include $(LIB_OBJ:.o=.d) $(BUILD)/tools/qhx.d $(TEST_BIN:%=$(BUILD)/tests/%.d)

@@ -1,0 +1,106 @@
+/*
+ * qhexrt — a C runtime for the Qwen3.5 hybrid (Gated DeltaNet + gated attention) language models.
+ *
+ * This header is the whole public contract. Every function returns a qhx_status (QHX_OK on success);
+ * on failure qhx_last_error() holds a one-line, human-readable reason naming the file, tensor or
+ * argument at fault. The library never prints and never exits.
+ *
+ * Typical use:
+ *     qhx_model *m;  qhx_session *s;
+ *     if (qhx_model_open("models/q35-kjv", &m) != QHX_OK) { fprintf(stderr, "%s\n", qhx_last_error()); ... }
+ *     qhx_session_new(m, &s);
+ *     qhx_generate(s, prompt_ids, n_prompt, &opts, on_token, user);
+ *     qhx_session_free(s);  qhx_model_close(m);
+ */
+#ifndef QHEXRT_H
+#define QHEXRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QHX_VERSION "0.1.0"
+
+typedef enum {
+    QHX_OK = 0,
+    QHX_ERR_ARG,          /* a bad argument from the caller */
+    QHX_ERR_IO,           /* a file could not be opened, read, mapped or written */
+    QHX_ERR_FORMAT,       /* a file is malformed: bad header, wrong shape or dtype, truncated */
+    QHX_ERR_UNSUPPORTED,  /* well-formed but not something qhexrt runs (model type, activation, ...) */
+    QHX_ERR_RANGE,        /* a token id, length or position outside what the model allows */
+    QHX_ERR_NOMEM,        /* an allocation failed or a size would overflow */
+    QHX_ERR_CANCELLED     /* the caller's callback asked to stop */
+} qhx_status;
+
+/* A short constant name for a status ("format error", ...). */
+const char *qhx_status_str(qhx_status st);
+
+/* The message of the most recent failure on this thread; "" if none. Valid until the next call. */
+const char *qhx_last_error(void);
+
+/* ---- model ---------------------------------------------------------------------------------- */
+
+typedef struct qhx_model qhx_model;
+
+/* Opens a Hugging Face checkpoint directory (config.json + model.safetensors or sharded safetensors
+ * with model.safetensors.index.json). Weights are memory-mapped; every tensor the decoder needs is
+ * checked for presence, dtype and shape before this returns. */
+qhx_status qhx_model_open(const char *path, qhx_model **out);
+void qhx_model_close(qhx_model *m);
+
+typedef struct {
+    int vocab_size;        /* rows of the lm-head: valid token ids are [0, vocab_size) */
+    int hidden_size;
+    int n_layers;
+    int n_linear_layers;   /* Gated DeltaNet layers */
+    int n_full_layers;     /* gated softmax attention layers */
+    int max_context;       /* max_position_embeddings */
+    int n_eos;             /* end-of-generation ids from the config (0..4) */
+    int32_t eos[4];
+} qhx_model_info;
+
+void qhx_model_get_info(const qhx_model *m, qhx_model_info *info);
+
+/* ---- session: all per-sequence state (conv FIFOs, SSM states, KV caches) ---------------------- */
+
+typedef struct qhx_session qhx_session;
+
+qhx_status qhx_session_new(qhx_model *m, qhx_session **out);
+void qhx_session_free(qhx_session *s);
+/* Forgets every token: the session is as new. */
+void qhx_session_reset(qhx_session *s);
+/* Tokens consumed so far (the position of the next token). */
+int qhx_session_pos(const qhx_session *s);
+
+typedef enum {
+    QHX_EVAL_SEQUENCE = 0,  /* the tokens as one sequence (chunked delta rule), as a prefill would */
+    QHX_EVAL_STEPWISE = 1   /* one token at a time (recurrent delta rule), as decode does */
+} qhx_eval_mode;
+
+/* Feeds n tokens. If logits is not NULL it receives fp32 logits for every one of the n positions,
+ * row-major [n][vocab_size]; if last_logits is not NULL it receives the last position's row. */
+qhx_status qhx_session_eval(qhx_session *s, const int32_t *tokens, int n, qhx_eval_mode mode,
+                            float *logits, float *last_logits);
+
+/* ---- generation ----------------------------------------------------------------------------- */
+
+/* Called once per generated token; return non-zero to stop (qhx_generate then returns
+ * QHX_ERR_CANCELLED after the token is counted). */
+typedef int (*qhx_token_cb)(int32_t token, void *user);
+
+typedef struct {
+    int max_tokens;        /* tokens to generate at most */
+    int stop_at_eos;       /* stop (without reporting it) when the model emits one of its eos ids */
+} qhx_generate_opts;
+
+/* Greedy generation: evaluates the prompt, then emits up to max_tokens tokens through cb. */
+qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt,
+                        const qhx_generate_opts *opts, qhx_token_cb cb, void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

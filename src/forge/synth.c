@@ -1,0 +1,270 @@
+/*
+ * `qhx synth`: a checkpoint of a real (or small) Qwen3.5 shape with seeded random weights, written in
+ * exact Hugging Face format. Benchmarks need the 4B's shapes, not its values. Scales keep activations
+ * sane and logits peaked: matrices N(0, 1/fan_in), embeddings N(0, 0.35^2), zero-centred norms
+ * N(0, 0.3^2), gated norm 1 + N(0, 0.3^2), conv N(0, 0.5^2), A_log U(-1.5, 1), dt_bias N(0, 0.5^2).
+ */
+#include "forge/synth.h"
+#include "format/hfconfig.h"
+#include "format/safetensors_write.h"
+#include "model/qwen35.h"
+#include "util/error.h"
+#include "util/half.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    const char *name, *about;
+    int vocab, hidden, layers, ffn, heads, kv_heads, head_dim, lk_heads, lv_heads, lk_dim, lv_dim, conv, tied;
+    double theta;
+    int interval;
+} preset;
+
+static const preset presets[] = {
+    {"tiny", "4 layers, hidden 128, GQA 4/2, GDN 2/4 heads (vocab 4160)", 4160, 128, 4, 320, 4, 2, 32, 2, 4, 32, 32, 4, 1, 1e7, 4},
+    {"tiny-odd", "5 layers, GDN key dim 24 != value dim 40, heads 6/3, untied", 1000, 96, 5, 200, 6, 3, 40, 3, 6, 24, 40, 4, 0, 1e6, 3},
+    {"0.8b", "Qwen3.5-0.8B shape (24 layers, hidden 1024)", 248320, 1024, 24, 3584, 8, 2, 256, 16, 16, 128, 128, 4, 1, 1e7, 4},
+    {"2b", "Qwen3.5-2B shape (24 layers, hidden 2048)", 248320, 2048, 24, 6144, 8, 2, 256, 16, 16, 128, 128, 4, 1, 1e7, 4},
+    {"4b", "Qwen3.5-4B shape (32 layers, hidden 2560, ~9 GB BF16)", 248320, 2560, 32, 9216, 16, 4, 256, 16, 32, 128, 128, 4, 1, 1e7, 4},
+    {"9b", "Qwen3.5-9B shape (32 layers, hidden 4096, untied)", 248320, 4096, 32, 12288, 16, 4, 256, 16, 32, 128, 128, 4, 0, 1e7, 4},
+};
+#define N_PRESETS (sizeof presets / sizeof presets[0])
+
+const qhx_synth_preset qhx_synth_presets[] = {
+    {"tiny", "4 layers, hidden 128, GQA 4/2, GDN 2/4 heads (vocab 4160)"},
+    {"tiny-odd", "5 layers, GDN key dim 24 != value dim 40, heads 6/3, untied"},
+    {"0.8b", "Qwen3.5-0.8B shape (24 layers, hidden 1024)"},
+    {"2b", "Qwen3.5-2B shape (24 layers, hidden 2048)"},
+    {"4b", "Qwen3.5-4B shape (32 layers, hidden 2560, ~9 GB BF16)"},
+    {"9b", "Qwen3.5-9B shape (32 layers, hidden 4096, untied)"},
+    {NULL, NULL},
+};
+
+#define SHARD_BYTES (4ull << 30) /* like HF's max_shard_size: 4 GiB per safetensors file */
+
+static cJSON *config_json(const preset *p) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("Qwen3_5ForConditionalGeneration"));
+    cJSON_AddStringToObject(root, "model_type", "qwen3_5");
+    cJSON_AddBoolToObject(root, "tie_word_embeddings", p->tied);
+    cJSON *tc = cJSON_AddObjectToObject(root, "text_config");
+    cJSON_AddStringToObject(tc, "model_type", "qwen3_5_text");
+    cJSON_AddStringToObject(tc, "hidden_act", "silu");
+    cJSON_AddBoolToObject(tc, "attention_bias", 0);
+    cJSON_AddBoolToObject(tc, "attn_output_gate", 1);
+    cJSON_AddStringToObject(tc, "dtype", "bfloat16");
+    cJSON_AddNumberToObject(tc, "vocab_size", p->vocab);
+    cJSON_AddNumberToObject(tc, "hidden_size", p->hidden);
+    cJSON_AddNumberToObject(tc, "num_hidden_layers", p->layers);
+    cJSON_AddNumberToObject(tc, "intermediate_size", p->ffn);
+    cJSON_AddNumberToObject(tc, "num_attention_heads", p->heads);
+    cJSON_AddNumberToObject(tc, "num_key_value_heads", p->kv_heads);
+    cJSON_AddNumberToObject(tc, "head_dim", p->head_dim);
+    cJSON_AddNumberToObject(tc, "linear_num_key_heads", p->lk_heads);
+    cJSON_AddNumberToObject(tc, "linear_num_value_heads", p->lv_heads);
+    cJSON_AddNumberToObject(tc, "linear_key_head_dim", p->lk_dim);
+    cJSON_AddNumberToObject(tc, "linear_value_head_dim", p->lv_dim);
+    cJSON_AddNumberToObject(tc, "linear_conv_kernel_dim", p->conv);
+    cJSON_AddNumberToObject(tc, "full_attention_interval", p->interval);
+    cJSON_AddNumberToObject(tc, "max_position_embeddings", 262144);
+    cJSON_AddNumberToObject(tc, "rms_norm_eps", 1e-6);
+    cJSON_AddBoolToObject(tc, "tie_word_embeddings", p->tied);
+    cJSON_AddNumberToObject(tc, "mtp_num_hidden_layers", 0);
+    cJSON *types = cJSON_AddArrayToObject(tc, "layer_types");
+    for (int i = 0; i < p->layers; i++)
+        cJSON_AddItemToArray(types, cJSON_CreateString((i + 1) % p->interval ? "linear_attention" : "full_attention"));
+    cJSON *rp = cJSON_AddObjectToObject(tc, "rope_parameters");
+    cJSON_AddStringToObject(rp, "rope_type", "default");
+    cJSON_AddNumberToObject(rp, "rope_theta", p->theta);
+    cJSON_AddNumberToObject(rp, "partial_rotary_factor", 0.25);
+    cJSON_AddBoolToObject(rp, "mrope_interleaved", 1);
+    const int half = p->head_dim / 8; /* rotary dims / 2, split over the three M-RoPE streams */
+    const int sec[3] = {half - 2 * (half / 3), half / 3, half / 3};
+    cJSON_AddItemToObject(rp, "mrope_section", cJSON_CreateIntArray(sec, 3));
+    cJSON_AddNumberToObject(root, "eos_token_id", p->vocab > 248046 ? 248046 : p->vocab - 1);
+    return root;
+}
+
+/* ---- seeded values: each tensor has its own stream, so streaming order never matters ---------- */
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float uniform01(uint64_t *s) { return ((splitmix(s) >> 40) + 0.5f) * (1.0f / 16777216.0f); }
+
+typedef struct {
+    const qhx_tensor_spec *specs;
+    const size_t *index; /* shard-local entry -> spec */
+    uint64_t seed;
+    uint64_t rng;        /* state of the tensor being written */
+    size_t total_bytes, base_bytes;
+    int progress;
+} filler;
+
+static float sample(const qhx_tensor_spec *s, uint64_t *rng) {
+    float u1 = uniform01(rng), u2 = uniform01(rng);
+    float n = sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+    switch (s->init) {
+    case QHX_INIT_MATRIX: return n / sqrtf((float)s->shape[s->ndim - 1]);
+    case QHX_INIT_EMBED: return 0.35f * n;
+    case QHX_INIT_NORM: return 0.3f * n;
+    case QHX_INIT_GNORM: return 1.0f + 0.3f * n;
+    case QHX_INIT_CONV: return 0.5f * n;
+    case QHX_INIT_ALOG: return -1.5f + 2.5f * u1;
+    case QHX_INIT_DTBIAS: return 0.5f * n;
+    }
+    return 0.0f;
+}
+
+static int fill(size_t i, void *buf, size_t count, size_t offset, void *user) {
+    filler *f = user;
+    const qhx_tensor_spec *s = &f->specs[f->index[i]];
+    if (offset == 0) f->rng = f->seed * 0x100000001b3ull ^ (f->index[i] + 1) * 0x9e3779b97f4a7c15ull;
+    for (size_t k = 0; k < count; k++) {
+        float v = sample(s, &f->rng);
+        if (s->dtype == QHX_F32) ((float *)buf)[k] = v;
+        else ((uint16_t *)buf)[k] = qhx_f32_to_bf16(v);
+    }
+    return 0;
+}
+
+static void progress(size_t bytes, void *user) {
+    filler *f = user;
+    if (!f->progress) return;
+    fprintf(stderr, "\rsynth: %5.1f%% of %.2f GB", 100.0 * (f->base_bytes + bytes) / f->total_bytes, f->total_bytes / 1e9);
+}
+
+/* ---- directory handling ------------------------------------------------------------------- */
+
+static qhx_status write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return qhx_fail(QHX_ERR_IO, "%s: %s", path, strerror(errno));
+    int ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    ok = fclose(f) == 0 && ok;
+    return ok ? QHX_OK : qhx_fail(QHX_ERR_IO, "%s: write failed", path);
+}
+
+static void remove_tree(const char *dir) {
+    char cmd[8192];
+    /* Only ever called on directories this process created (temporary or replaced ones). */
+    snprintf(cmd, sizeof cmd, "rm -rf -- '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+}
+
+qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force, int show_progress) {
+    const preset *p = NULL;
+    for (size_t i = 0; i < N_PRESETS; i++)
+        if (!strcmp(presets[i].name, name)) p = &presets[i];
+    if (!p) return qhx_fail(QHX_ERR_ARG, "--preset: unknown preset '%s' (see qhx synth --help)", name);
+    if (strchr(dir, '\'')) return qhx_fail(QHX_ERR_ARG, "--out: directory name must not contain a quote");
+    struct stat st;
+    if (stat(dir, &st) == 0 && !force) return qhx_fail(QHX_ERR_IO, "%s: already exists (use --force to replace it)", dir);
+
+    cJSON *cj = config_json(p);
+    char *text = cJSON_Print(cj);
+    cJSON_Delete(cj);
+    qhx_config *cfg = malloc(sizeof *cfg);
+    qhx_status rc = cfg && text ? qhx_config_parse(cfg, "synth config", text, strlen(text)) : qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    int n = rc ? 0 : qhx_qwen35_specs(cfg, "model.language_model.", NULL, NULL);
+    qhx_tensor_spec *specs = calloc((size_t)n + 1, sizeof *specs);
+    qhx_st_entry *entries = calloc((size_t)n + 1, sizeof *entries);
+    size_t *index = calloc((size_t)n + 1, sizeof *index);
+    int *shard_of = calloc((size_t)n + 1, sizeof *shard_of);
+    char tmp[4096], path[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%d", dir, (int)getpid());
+    if (!rc && (!specs || !entries || !index || !shard_of)) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    if (!rc && mkdir(tmp, 0755) != 0) rc = qhx_fail(QHX_ERR_IO, "%s: %s", tmp, strerror(errno));
+    if (rc) goto out;
+    qhx_qwen35_specs(cfg, "model.language_model.", NULL, specs);
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    if ((rc = write_text(path, text))) goto fail;
+
+    filler f = {specs, index, seed, 0, 0, 0, show_progress};
+    for (int i = 0; i < n; i++) {
+        size_t ne = 1;
+        for (int d = 0; d < specs[i].ndim; d++) ne *= (size_t)specs[i].shape[d];
+        f.total_bytes += ne * qhx_dtype_size(specs[i].dtype);
+    }
+    /* Greedy split into shards of at most SHARD_BYTES, in table order, like HF's save_pretrained. */
+    int n_shards = 0, first = 0;
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        size_t ne = 1;
+        for (int d = 0; d < specs[i].ndim; d++) ne *= (size_t)specs[i].shape[d];
+        size_t b = ne * qhx_dtype_size(specs[i].dtype);
+        if (i > first && bytes + b > SHARD_BYTES) { n_shards++; first = i; bytes = 0; }
+        shard_of[i] = n_shards;
+        bytes += b;
+    }
+    n_shards++;
+    cJSON *wmap = cJSON_CreateObject();
+    for (int s = 0; s < n_shards && !rc; s++) {
+        size_t cnt = 0, shard_bytes = 0;
+        for (int i = 0; i < n; i++)
+            if (shard_of[i] == s) {
+                entries[cnt] = (qhx_st_entry){specs[i].name, specs[i].dtype, specs[i].ndim, specs[i].shape};
+                index[cnt++] = (size_t)i;
+            }
+        char fname[64];
+        if (n_shards == 1) snprintf(fname, sizeof fname, "model.safetensors");
+        else snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
+        for (size_t k = 0; k < cnt; k++) cJSON_AddStringToObject(wmap, entries[k].name, fname);
+        snprintf(path, sizeof path, "%s/%s", tmp, fname);
+        rc = qhx_st_write(path, entries, cnt, fill, &f, progress);
+        for (size_t k = 0; k < cnt; k++) {
+            size_t ne = 1;
+            for (int d = 0; d < entries[k].ndim; d++) ne *= (size_t)entries[k].shape[d];
+            shard_bytes += ne * qhx_dtype_size(entries[k].dtype);
+        }
+        f.base_bytes += shard_bytes;
+    }
+    if (show_progress) fputc('\n', stderr);
+    if (!rc && n_shards > 1) {
+        cJSON *idx = cJSON_CreateObject();
+        cJSON *meta = cJSON_AddObjectToObject(idx, "metadata");
+        cJSON_AddNumberToObject(meta, "total_size", (double)f.total_bytes);
+        cJSON_AddItemToObject(idx, "weight_map", wmap);
+        wmap = NULL;
+        char *itext = cJSON_Print(idx);
+        cJSON_Delete(idx);
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", tmp);
+        rc = itext ? write_text(path, itext) : qhx_fail(QHX_ERR_NOMEM, "out of memory");
+        free(itext);
+    }
+    cJSON_Delete(wmap);
+    if (rc) goto fail;
+
+    /* Publish: the new directory appears complete or not at all. */
+    char old[4200];
+    snprintf(old, sizeof old, "%s.old-%d", dir, (int)getpid());
+    int replaced = stat(dir, &st) == 0 && rename(dir, old) == 0;
+    if (rename(tmp, dir) != 0) {
+        rc = qhx_fail(QHX_ERR_IO, "%s: %s", dir, strerror(errno));
+        if (replaced) rename(old, dir);
+        goto fail;
+    }
+    if (replaced) remove_tree(old);
+    goto out;
+fail:
+    remove_tree(tmp);
+out:
+    free(text);
+    free(cfg);
+    free(specs);
+    free(entries);
+    free(index);
+    free(shard_of);
+    return rc;
+}

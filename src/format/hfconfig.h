@@ -1,0 +1,32 @@
+/* The Qwen3.5 text-decoder hyper-parameters, read from a Hugging Face config.json in either the
+ * multimodal form (top level model_type "qwen3_5" with a "text_config") or the flat text-only form. */
+#ifndef QHX_HFCONFIG_H
+#define QHX_HFCONFIG_H
+#include <stdint.h>
+#include "qhexrt.h"
+
+#define QHX_MAX_LAYERS 1024
+
+typedef struct {
+    int vocab_size, hidden, n_layers, ffn;
+    int n_heads, n_kv_heads, head_dim, rot_dim;  /* gated softmax attention */
+    float rope_theta;
+    int lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim, conv_kernel;  /* Gated DeltaNet */
+    float eps;
+    int tie_embeddings;
+    int max_pos;
+    int n_eos;
+    int32_t eos[4];
+    uint8_t full_attn[QHX_MAX_LAYERS];  /* 1 where layer i is gated softmax attention */
+} qhx_config;
+
+/* Parses config text; `path` only names the file in messages. */
+qhx_status qhx_config_parse(qhx_config *c, const char *path, const char *json, size_t len);
+/* Reads dir/config.json and, if present, the eos ids of dir/generation_config.json. */
+qhx_status qhx_config_load(qhx_config *c, const char *dir);
+
+static inline int qhx_config_conv_dim(const qhx_config *c) {
+    return 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
+}
+
+#endif

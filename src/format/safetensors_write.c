@@ -1,0 +1,65 @@
+#include "format/safetensors_write.h"
+#include "util/error.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *dtype_name(qhx_dtype dt) { return dt == QHX_F32 ? "F32" : dt == QHX_F16 ? "F16" : "BF16"; }
+
+static size_t numel(const qhx_st_entry *e) {
+    size_t n = 1;
+    for (int d = 0; d < e->ndim; d++) n *= (size_t)e->shape[d];
+    return n;
+}
+
+qhx_status qhx_st_write(const char *path, const qhx_st_entry *t, size_t n, qhx_st_fill fill, void *user,
+                        void (*progress)(size_t bytes, void *user)) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+    cJSON_AddStringToObject(meta, "format", "pt");
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
+        cJSON_AddStringToObject(e, "dtype", dtype_name(t[i].dtype));
+        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < t[i].ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t[i].shape[d]));
+        size_t bytes = numel(&t[i]) * qhx_dtype_size(t[i].dtype);
+        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + bytes)));
+        off += bytes;
+    }
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!json) return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path);
+    size_t hlen = strlen(json), padded = (hlen + 7) & ~(size_t)7; /* data stays 8-byte aligned */
+    FILE *f = fopen(path, "wb");
+    if (!f) { free(json); return qhx_fail(QHX_ERR_IO, "%s: %s", path, strerror(errno)); }
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(json, 1, hlen, f) == hlen;
+    for (size_t i = hlen; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+    free(json);
+
+    enum { BUF_ELEMS = 1 << 20 };
+    void *buf = malloc(BUF_ELEMS * 4);
+    ok = ok && buf;
+    size_t written = 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        const size_t total = numel(&t[i]), es = qhx_dtype_size(t[i].dtype);
+        for (size_t done = 0; ok && done < total; done += BUF_ELEMS) {
+            size_t cnt = total - done < BUF_ELEMS ? total - done : BUF_ELEMS;
+            ok = fill(i, buf, cnt, done, user) == 0 && fwrite(buf, es, cnt, f) == cnt;
+            written += cnt * es;
+            if (progress) progress(written, user);
+        }
+    }
+    free(buf);
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) return qhx_fail(QHX_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    return QHX_OK;
+}

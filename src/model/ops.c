@@ -1,0 +1,34 @@
+#include "model/ops.h"
+#include "util/half.h"
+
+#include <math.h>
+#include <string.h>
+
+float qhx_tensor_get(const qhx_tensor *t, size_t i) {
+    const unsigned char *p = t->data;
+    uint16_t h;
+    float f;
+    switch (t->dtype) {
+    case QHX_F32: memcpy(&f, p + 4 * i, 4); return f;
+    case QHX_BF16: memcpy(&h, p + 2 * i, 2); return qhx_bf16_to_f32(h);
+    case QHX_F16: memcpy(&h, p + 2 * i, 2); return qhx_f16_to_f32(h);
+    default: return 0.0f;
+    }
+}
+
+void qhx_matvec_ref(const qhx_tensor *W, const float *x, float *y) {
+    const size_t cols = (size_t)W->cols;
+    for (int r = 0; r < W->rows; r++) {
+        double acc = 0.0;
+        size_t base = (size_t)r * cols;
+        for (size_t c = 0; c < cols; c++) acc += (double)qhx_tensor_get(W, base + c) * x[c];
+        y[r] = (float)acc;
+    }
+}
+
+void qhx_rmsnorm1p(float *out, const float *x, const qhx_tensor *w, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float inv = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * inv * (1.0f + qhx_tensor_get(w, (size_t)i));
+}

@@ -1,0 +1,407 @@
+/*
+ * The fp32 reference forward of the Qwen3.5 text decoder, written to read like the spec
+ * (shared spec §3; Hugging Face modeling_qwen3_5.py). Every faster path is tested against it, so it
+ * stays plain: one function per block, scalar loops, double accumulation in dot products.
+ *
+ *   x = embed[token]
+ *   per layer:  x += GatedDeltaNet(norm(x))   or   x += GatedAttention(norm(x))   (every 4th)
+ *               x += MLP(norm(x))
+ *   logits = lm_head · norm(x)
+ */
+#include "model/ops.h"
+#include "model/qwen35.h"
+#include "util/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK 64 /* chunk length of the chunked delta rule, as in HF */
+
+/* ---- scratch: one block per call, carved into named arrays ---------------------------------- */
+
+typedef struct {
+    float *next;
+} carver;
+
+static float *carve(carver *cv, size_t n) {
+    float *p = cv->next;
+    cv->next += (n + 15) & ~(size_t)15;
+    return p;
+}
+
+static size_t scratch_need(const qhx_config *c, int n) {
+    size_t T = (size_t)n, D = c->hidden, conv = qhx_config_conv_dim(c);
+    size_t hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, attn = (size_t)c->n_heads * c->head_dim;
+    size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + CHUNK * CHUNK + CHUNK * (dv * 2 + dk + 1) + dv;
+    size_t att = T * attn * 3 + (size_t)c->n_kv_heads * c->head_dim * 2;
+    size_t mlp = T * (size_t)c->ffn * 2;
+    size_t blk = gdn > att ? gdn : att;
+    if (mlp > blk) blk = mlp;
+    return T * D * 3 + blk + 16 * 64;
+}
+
+/* ---- Gated DeltaNet (spec §3.5) ------------------------------------------------------------- */
+
+/* Causal depthwise conv over time (kernel K, no bias) then SiLU; the state keeps the last K-1 inputs. */
+static void causal_conv(const qhx_config *c, const qhx_layer_weights *lw, float *fifo, const float *in, float *out, int T) {
+    const int K = c->conv_kernel, C = qhx_config_conv_dim(c);
+    for (int t = 0; t < T; t++) {
+        const float *x = in + (size_t)t * C;
+        for (int ch = 0; ch < C; ch++) {
+            float y = qhx_tensor_get(&lw->conv, (size_t)ch * K + (K - 1)) * x[ch];
+            for (int j = 0; j < K - 1; j++) y += qhx_tensor_get(&lw->conv, (size_t)ch * K + j) * fifo[(size_t)j * C + ch];
+            out[(size_t)t * C + ch] = qhx_silu(y);
+        }
+        if (K > 1) {
+            memmove(fifo, fifo + C, sizeof(float) * (size_t)(K - 2) * C);
+            memcpy(fifo + (size_t)(K - 2) * C, x, sizeof(float) * C);
+        }
+    }
+}
+
+static void l2norm(float *x, int n) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float inv = 1.0f / sqrtf((float)ss + 1e-6f);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* One token of the recurrent rule (§3.5.1) for one value head: decay, read, delta, write, output. */
+static void delta_step(float *S, const float *q, const float *k, const float *v, float beta, float g,
+                       int dk, int dv, float *o, float *kv) {
+    const float decay = expf(g);
+    for (int i = 0; i < dk * dv; i++) S[i] *= decay;
+    for (int j = 0; j < dv; j++) kv[j] = 0.0f;
+    for (int i = 0; i < dk; i++)
+        for (int j = 0; j < dv; j++) kv[j] += S[i * dv + j] * k[i];
+    for (int j = 0; j < dv; j++) kv[j] = (v[j] - kv[j]) * beta;
+    for (int i = 0; i < dk; i++)
+        for (int j = 0; j < dv; j++) S[i * dv + j] += k[i] * kv[j];
+    for (int j = 0; j < dv; j++) {
+        float acc = 0.0f;
+        for (int i = 0; i < dk; i++) acc += S[i * dv + j] * q[i];
+        o[j] = acc;
+    }
+}
+
+/* The chunked rule (§3.5.2) over n <= CHUNK tokens for one value head; the same maths as n delta
+ * steps. q/k/v rows are `stride` floats apart; o rows are `ostride` apart. */
+static void delta_chunk(float *S, const float *q, const float *k, const float *v, size_t stride,
+                        const float *beta, const float *g, size_t gstride, int n, int dk, int dv,
+                        float *o, size_t ostride, float *work) {
+    float *L = work;                      /* [CHUNK][CHUNK] (kb_i · k_j) e^{G_i - G_j}, j < i */
+    float *U = L + CHUNK * CHUNK;         /* [CHUNK][dv]   (I + L)^-1 (v β) */
+    float *Wk = U + CHUNK * dv;           /* [CHUNK][dk]   (I + L)^-1 (k β e^G) */
+    float *G = Wk + CHUNK * dk;           /* [CHUNK]       cumulative log-decay */
+    float *Vn = G + CHUNK;                /* [CHUNK][dv]   U - W S */
+    float acc = 0.0f;
+    for (int i = 0; i < n; i++) G[i] = acc += g[i * gstride];
+
+    for (int i = 0; i < n; i++) {
+        const float *ki = k + i * stride;
+        for (int j = 0; j < i; j++) {
+            double d = 0.0;
+            for (int e = 0; e < dk; e++) d += (double)ki[e] * k[j * stride + e];
+            L[i * CHUNK + j] = (float)d * beta[i * gstride] * expf(G[i] - G[j]);
+        }
+        /* forward substitution: rows of (I + L)^-1 applied to v β and k β e^G */
+        for (int e = 0; e < dv; e++) U[i * dv + e] = v[i * stride + e] * beta[i * gstride];
+        for (int e = 0; e < dk; e++) Wk[i * dk + e] = ki[e] * beta[i * gstride] * expf(G[i]);
+        for (int j = 0; j < i; j++) {
+            const float l = L[i * CHUNK + j];
+            for (int e = 0; e < dv; e++) U[i * dv + e] -= l * U[j * dv + e];
+            for (int e = 0; e < dk; e++) Wk[i * dk + e] -= l * Wk[j * dk + e];
+        }
+    }
+    for (int i = 0; i < n; i++)
+        for (int e = 0; e < dv; e++) {
+            double s = 0.0;
+            for (int d = 0; d < dk; d++) s += (double)Wk[i * dk + d] * S[d * dv + e];
+            Vn[i * dv + e] = U[i * dv + e] - (float)s;
+        }
+    for (int i = 0; i < n; i++) {
+        const float *qi = q + i * stride;
+        float *oi = o + i * ostride;
+        for (int e = 0; e < dv; e++) {
+            double s = 0.0;
+            for (int d = 0; d < dk; d++) s += (double)qi[d] * S[d * dv + e];
+            oi[e] = (float)s * expf(G[i]);
+        }
+        for (int j = 0; j <= i; j++) {
+            double d = 0.0;
+            for (int e = 0; e < dk; e++) d += (double)qi[e] * k[j * stride + e];
+            const float p = (float)d * expf(G[i] - G[j]);
+            for (int e = 0; e < dv; e++) oi[e] += p * Vn[j * dv + e];
+        }
+    }
+    const float total = expf(G[n - 1]);
+    for (int d = 0; d < dk * dv; d++) S[d] *= total;
+    for (int j = 0; j < n; j++) {
+        const float w = expf(G[n - 1] - G[j]);
+        for (int d = 0; d < dk; d++) {
+            const float kd = k[j * stride + d] * w;
+            for (int e = 0; e < dv; e++) S[d * dv + e] += kd * Vn[j * dv + e];
+        }
+    }
+}
+
+static void gated_deltanet(const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls,
+                           const float *h, float *out, int T, int stepwise, carver cv) {
+    const int D = c->hidden, C = qhx_config_conv_dim(c);
+    const int hk = c->lin_k_heads, hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim;
+    const int group = hv / hk; /* value head h reads key head h / group (HF repeat_interleave) */
+    float *mixed = carve(&cv, (size_t)T * C), *xc = carve(&cv, (size_t)T * C);
+    float *z = carve(&cv, (size_t)T * hv * dv), *o = carve(&cv, (size_t)T * hv * dv);
+    float *b = carve(&cv, (size_t)T * hv), *a = carve(&cv, (size_t)T * hv);
+    float *beta = carve(&cv, (size_t)T * hv), *g = carve(&cv, (size_t)T * hv);
+    float *work = carve(&cv, CHUNK * CHUNK + CHUNK * (size_t)(2 * dv + dk + 1) + dv);
+
+    for (int t = 0; t < T; t++) {
+        const float *ht = h + (size_t)t * D;
+        qhx_matvec_ref(&lw->qkv, ht, mixed + (size_t)t * C);
+        qhx_matvec_ref(&lw->z, ht, z + (size_t)t * hv * dv);
+        qhx_matvec_ref(&lw->b, ht, b + (size_t)t * hv);
+        qhx_matvec_ref(&lw->a, ht, a + (size_t)t * hv);
+    }
+    causal_conv(c, lw, ls->conv, mixed, xc, T);
+
+    for (int t = 0; t < T; t++) {
+        for (int j = 0; j < hv; j++) {
+            const size_t i = (size_t)t * hv + j;
+            beta[i] = qhx_sigmoid(b[i]);
+            g[i] = -expf(qhx_tensor_get(&lw->a_log, j)) * qhx_softplus(a[i] + qhx_tensor_get(&lw->dt_bias, j));
+        }
+        float *row = xc + (size_t)t * C; /* q heads | k heads | v heads */
+        const float qscale = 1.0f / sqrtf((float)dk);
+        for (int j = 0; j < hk; j++) {
+            float *qj = row + (size_t)j * dk, *kj = row + (size_t)(hk + j) * dk;
+            l2norm(qj, dk);
+            l2norm(kj, dk);
+            for (int e = 0; e < dk; e++) qj[e] *= qscale;
+        }
+    }
+
+    for (int j = 0; j < hv; j++) {
+        float *S = ls->ssm + (size_t)j * dk * dv;
+        const float *q = xc + (size_t)(j / group) * dk;
+        const float *k = xc + (size_t)(hk + j / group) * dk;
+        const float *v = xc + (size_t)2 * hk * dk + (size_t)j * dv;
+        if (stepwise) {
+            for (int t = 0; t < T; t++)
+                delta_step(S, q + (size_t)t * C, k + (size_t)t * C, v + (size_t)t * C, beta[(size_t)t * hv + j],
+                           g[(size_t)t * hv + j], dk, dv, o + ((size_t)t * hv + j) * dv, work);
+        } else {
+            for (int t0 = 0; t0 < T; t0 += CHUNK) {
+                int n = T - t0 < CHUNK ? T - t0 : CHUNK;
+                size_t off = (size_t)t0 * C;
+                delta_chunk(S, q + off, k + off, v + off, (size_t)C, beta + (size_t)t0 * hv + j, g + (size_t)t0 * hv + j,
+                            (size_t)hv, n, dk, dv, o + ((size_t)t0 * hv + j) * dv, (size_t)hv * dv, work);
+            }
+        }
+    }
+
+    /* gated RMSNorm per (token, value head): plain weight, then * silu(z) */
+    for (size_t r = 0; r < (size_t)T * hv; r++) {
+        float *or = o + r * dv;
+        const float *zr = z + r * dv;
+        double ss = 0.0;
+        for (int e = 0; e < dv; e++) ss += (double)or[e] * or[e];
+        const float inv = 1.0f / sqrtf((float)(ss / dv) + c->eps);
+        for (int e = 0; e < dv; e++) or[e] = or[e] * inv * qhx_tensor_get(&lw->gnorm, e) * qhx_silu(zr[e]);
+    }
+    for (int t = 0; t < T; t++) qhx_matvec_ref(&lw->out, o + (size_t)t * hv * dv, out + (size_t)t * D);
+}
+
+/* ---- gated softmax attention (spec §3.6) ---------------------------------------------------- */
+
+/* NeoX-style rotation of the first rot dims: pairs (i, i + rot/2). */
+static void rope(float *x, int rot, int pos, float theta) {
+    const int half = rot / 2;
+    for (int i = 0; i < half; i++) {
+        const float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)rot);
+        const float ang = (float)pos * inv_freq, cs = cosf(ang), sn = sinf(ang);
+        const float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * cs - x1 * sn;
+        x[i + half] = x1 * cs + x0 * sn;
+    }
+}
+
+static void gated_attention(const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls, int pos0,
+                            const float *h, float *out, int T, carver cv) {
+    const int D = c->hidden, hq = c->n_heads, hkv = c->n_kv_heads, hd = c->head_dim;
+    const int group = hq / hkv, kvdim = hkv * hd;
+    float *qg = carve(&cv, (size_t)T * hq * hd * 2), *att = carve(&cv, (size_t)T * hq * hd);
+    float *scores = carve(&cv, (size_t)(pos0 + T));
+    const float scale = 1.0f / sqrtf((float)hd);
+
+    for (int t = 0; t < T; t++) {
+        const float *ht = h + (size_t)t * D;
+        float *k = ls->k_cache + (size_t)(pos0 + t) * kvdim, *v = ls->v_cache + (size_t)(pos0 + t) * kvdim;
+        float *qgt = qg + (size_t)t * hq * hd * 2; /* per head: [query hd | gate hd] */
+        qhx_matvec_ref(&lw->q, ht, qgt);
+        qhx_matvec_ref(&lw->k, ht, k);
+        qhx_matvec_ref(&lw->v, ht, v);
+        for (int j = 0; j < hq; j++) {
+            float *qj = qgt + (size_t)j * hd * 2;
+            qhx_rmsnorm1p(qj, qj, &lw->q_norm, hd, c->eps);
+            rope(qj, c->rot_dim, pos0 + t, c->rope_theta);
+        }
+        for (int j = 0; j < hkv; j++) {
+            qhx_rmsnorm1p(k + (size_t)j * hd, k + (size_t)j * hd, &lw->k_norm, hd, c->eps);
+            rope(k + (size_t)j * hd, c->rot_dim, pos0 + t, c->rope_theta);
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        const int n = pos0 + t + 1; /* causal: this token sees the cache up to itself */
+        for (int j = 0; j < hq; j++) {
+            const float *qj = qg + ((size_t)t * hq + j) * hd * 2, *gate = qj + hd;
+            const int kvh = j / group;
+            float mx = -INFINITY;
+            for (int p = 0; p < n; p++) {
+                const float *kp = ls->k_cache + (size_t)p * kvdim + (size_t)kvh * hd;
+                double d = 0.0;
+                for (int e = 0; e < hd; e++) d += (double)qj[e] * kp[e];
+                scores[p] = (float)d * scale;
+                if (scores[p] > mx) mx = scores[p];
+            }
+            double sum = 0.0;
+            for (int p = 0; p < n; p++) sum += scores[p] = expf(scores[p] - mx);
+            float *o = att + ((size_t)t * hq + j) * hd;
+            for (int e = 0; e < hd; e++) o[e] = 0.0f;
+            for (int p = 0; p < n; p++) {
+                const float w = (float)(scores[p] / sum);
+                const float *vp = ls->v_cache + (size_t)p * kvdim + (size_t)kvh * hd;
+                for (int e = 0; e < hd; e++) o[e] += w * vp[e];
+            }
+            for (int e = 0; e < hd; e++) o[e] *= qhx_sigmoid(gate[e]);
+        }
+        qhx_matvec_ref(&lw->o, att + (size_t)t * hq * hd, out + (size_t)t * D);
+    }
+}
+
+/* ---- SwiGLU MLP (spec §3.4) ----------------------------------------------------------------- */
+
+static void mlp(const qhx_config *c, const qhx_layer_weights *lw, const float *h, float *out, int T, carver cv) {
+    const int D = c->hidden, F = c->ffn;
+    float *gt = carve(&cv, (size_t)F), *up = carve(&cv, (size_t)F);
+    for (int t = 0; t < T; t++) {
+        qhx_matvec_ref(&lw->gate, h + (size_t)t * D, gt);
+        qhx_matvec_ref(&lw->up, h + (size_t)t * D, up);
+        for (int i = 0; i < F; i++) gt[i] = qhx_silu(gt[i]) * up[i];
+        qhx_matvec_ref(&lw->down, gt, out + (size_t)t * D);
+    }
+}
+
+/* ---- the model ------------------------------------------------------------------------------ */
+
+static qhx_status grow_kv(qhx_state *s, int need) {
+    if (need <= s->kv_capacity) return QHX_OK;
+    int cap = s->kv_capacity ? s->kv_capacity : 256;
+    while (cap < need) cap = cap > (1 << 29) ? need : cap * 2;
+    const size_t kvdim = (size_t)s->cfg->n_kv_heads * s->cfg->head_dim;
+    for (int l = 0; l < s->cfg->n_layers; l++) {
+        if (!s->cfg->full_attn[l]) continue;
+        qhx_layer_state *ls = &s->layers[l];
+        float *k = realloc(ls->k_cache, sizeof(float) * kvdim * cap);
+        if (k) ls->k_cache = k;
+        float *v = realloc(ls->v_cache, sizeof(float) * kvdim * cap);
+        if (v) ls->v_cache = v;
+        if (!k || !v) return qhx_fail(QHX_ERR_NOMEM, "KV cache: out of memory for %d tokens", cap);
+    }
+    s->kv_capacity = cap;
+    return QHX_OK;
+}
+
+qhx_status qhx_qwen35_forward(const qhx_config *c, const qhx_weights *w, qhx_state *s,
+                              const int32_t *tokens, int n, int stepwise, float *logits_all, float *logits_last) {
+    if (n <= 0) return qhx_fail(QHX_ERR_ARG, "no tokens to evaluate");
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
+            return qhx_fail(QHX_ERR_RANGE, "token id %d at position %d is outside the vocabulary [0, %d)", tokens[t],
+                            t, c->vocab_size);
+    if (n > c->max_pos - s->pos)
+        return qhx_fail(QHX_ERR_RANGE, "%d tokens after %d exceed the model's %d positions", n, s->pos, c->max_pos);
+    qhx_status rc = grow_kv(s, s->pos + n);
+    if (rc) return rc;
+    const size_t need = scratch_need(c, n) + (size_t)(s->pos + n);
+    if (need > s->scratch_floats) {
+        float *p = realloc(s->scratch, need * sizeof(float));
+        if (!p) return qhx_fail(QHX_ERR_NOMEM, "forward: out of memory for %d tokens", n);
+        s->scratch = p;
+        s->scratch_floats = need;
+    }
+    const int D = c->hidden;
+    carver cv = {s->scratch};
+    float *x = carve(&cv, (size_t)n * D), *h = carve(&cv, (size_t)n * D), *delta = carve(&cv, (size_t)n * D);
+
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < D; i++) x[(size_t)t * D + i] = qhx_tensor_get(&w->embed, (size_t)tokens[t] * D + i);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const qhx_layer_weights *lw = &w->layers[l];
+        for (int t = 0; t < n; t++) qhx_rmsnorm1p(h + (size_t)t * D, x + (size_t)t * D, &lw->in_norm, D, c->eps);
+        if (c->full_attn[l]) gated_attention(c, lw, &s->layers[l], s->pos, h, delta, n, cv);
+        else gated_deltanet(c, lw, &s->layers[l], h, delta, n, stepwise, cv);
+        for (size_t i = 0; i < (size_t)n * D; i++) x[i] += delta[i];
+
+        for (int t = 0; t < n; t++) qhx_rmsnorm1p(h + (size_t)t * D, x + (size_t)t * D, &lw->post_norm, D, c->eps);
+        mlp(c, lw, h, delta, n, cv);
+        for (size_t i = 0; i < (size_t)n * D; i++) x[i] += delta[i];
+    }
+    s->pos += n;
+
+    const qhx_tensor *head = c->tie_embeddings ? &w->embed : &w->lm_head;
+    for (int t = logits_all ? 0 : n - 1; t < n; t++) {
+        qhx_rmsnorm1p(h, x + (size_t)t * D, &w->final_norm, D, c->eps);
+        if (logits_all) qhx_matvec_ref(head, h, logits_all + (size_t)t * c->vocab_size);
+        if (logits_last && t == n - 1) {
+            if (logits_all) memcpy(logits_last, logits_all + (size_t)t * c->vocab_size, sizeof(float) * c->vocab_size);
+            else qhx_matvec_ref(head, h, logits_last);
+        }
+    }
+    return QHX_OK;
+}
+
+/* ---- state ---------------------------------------------------------------------------------- */
+
+qhx_status qhx_state_init(qhx_state *s, const qhx_config *c) {
+    memset(s, 0, sizeof *s);
+    s->cfg = c;
+    const size_t conv = (size_t)qhx_config_conv_dim(c) * (c->conv_kernel > 1 ? c->conv_kernel - 1 : 1);
+    const size_t ssm = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->full_attn[l]) continue;
+        s->layers[l].conv = calloc(conv, sizeof(float));
+        s->layers[l].ssm = calloc(ssm, sizeof(float));
+        if (!s->layers[l].conv || !s->layers[l].ssm) {
+            qhx_state_free(s);
+            return qhx_fail(QHX_ERR_NOMEM, "session state: out of memory");
+        }
+    }
+    return QHX_OK;
+}
+
+void qhx_state_reset(qhx_state *s) {
+    const qhx_config *c = s->cfg;
+    const size_t conv = (size_t)qhx_config_conv_dim(c) * (c->conv_kernel > 1 ? c->conv_kernel - 1 : 1);
+    const size_t ssm = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->full_attn[l]) continue;
+        memset(s->layers[l].conv, 0, conv * sizeof(float));
+        memset(s->layers[l].ssm, 0, ssm * sizeof(float));
+    }
+    s->pos = 0;
+}
+
+void qhx_state_free(qhx_state *s) {
+    if (!s->cfg) return;
+    for (int l = 0; l < s->cfg->n_layers; l++) {
+        free(s->layers[l].conv);
+        free(s->layers[l].ssm);
+        free(s->layers[l].k_cache);
+        free(s->layers[l].v_cache);
+    }
+    free(s->scratch);
+    memset(s, 0, sizeof *s);
+}
