@@ -39,3 +39,17 @@ clean:
 
 .PHONY: all test test-asan clean
 -include $(LIB_OBJ:.o=.d) $(BUILD)/tools/qhx.d $(TEST_BIN:%=$(BUILD)/tests/%.d)
+
+# The README's two commands: install what is missing, build, then run.
+deps:
+	scripts/deps.sh
+
+demo: deps
+	$(MAKE) $(BUILD)/qhx
+	$(BUILD)/qhx generate models/q35-kjv "In the beginning" -n 64
+
+check: deps
+	$(MAKE) test
+	$(MAKE) test-asan
+
+.PHONY: deps demo check

@@ -197,7 +197,11 @@ static int cmd_generate(int argc, char **argv) {
     gen_out g = {o.ids, 0};
     qhx_generate_opts go = {.max_tokens = (int)o.n, .stop_at_eos = 0};
     double t0 = now_s();
-    if (qhx_generate(s, ids, n, &go, on_token, &g)) { printf("\n"); api_error(); goto done; }
+    if (qhx_generate(s, ids, n, &go, on_token, &g)) {
+        if (g.count) printf("\n");
+        api_error();
+        goto done;
+    }
     double dt = now_s() - t0;
     printf("\n");
     if (!o.ids) fprintf(stderr, "%d prompt + %d generated tokens in %.2f s (%.1f tok/s)\n", n, g.count, dt, (n + g.count) / dt);
@@ -268,7 +272,6 @@ int main(int argc, char **argv) {
             cmd_name = name;
             return commands[i].run(argc - 1, argv + 1);
         }
-    die("unknown command '%s'", argv[1]);
-    usage(stderr);
+    die("unknown command '%s' (see qhx --help)", argv[1]);
     return 2;
 }

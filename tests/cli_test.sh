@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The qhx command line as scripts use it: exact output forms, exit codes, one-line errors.
+set -u
+build=${1:-build}
+qhx="$build/qhx"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# expect_err CODE NEEDLE CMD... : non-zero exit CODE, one stderr line naming NEEDLE, empty stdout
+expect_err() {
+    local code=$1 needle=$2; shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+    if [[ $rc -ne $code ]]; then bad "$* -> exit $rc, want $code ($(head -c 300 "$tmp/err"))"; return; fi
+    if [[ $(wc -l <"$tmp/err") -ne 1 ]]; then bad "$* -> stderr is not one line: $(cat "$tmp/err")"; return; fi
+    if ! grep -qF -- "$needle" "$tmp/err"; then bad "$* -> '$(cat "$tmp/err")' does not name '$needle'"; return; fi
+    if [[ -s $tmp/out ]]; then bad "$* -> wrote to stdout"; return; fi
+    ok
+}
+
+golden_ids() { # golden_ids MODEL CASE KEY -> the ids of that case, comma separated
+    awk -v c="\"$2\"" -v k="\"$3\"" '
+        $0 ~ "\"name\": " c {in_case = 1}
+        in_case && $0 ~ k ": \\[" {grab = 1; next}
+        grab && /\]/ {exit}
+        grab {gsub(/[ ,]/, ""); printf "%s%s", sep, $0; sep = ","}' "models/$1/golden/golden.json"
+}
+
+# help and usage
+for c in "" logits generate synth; do
+    if "$qhx" $c --help >"$tmp/out" 2>&1 && grep -q usage "$tmp/out"; then ok; else bad "qhx $c --help"; fi
+done
+expect_err 2 "unknown command 'frobnicate'" "$qhx" frobnicate
+expect_err 2 "unknown option '--bogus'" "$qhx" generate models/q35-kjv --tokens 1 --bogus
+
+# generate --ids: exactly the golden greedy ids, one line, nothing else on stdout
+for m in q35-kjv q35-rand-tiny; do
+    prompt=$(golden_ids $m prompt1 ids); want=$(golden_ids $m prompt1 greedy_ids | tr , ' ')
+    got=$("$qhx" generate models/$m --tokens "$prompt" -n 64 --greedy --ids 2>"$tmp/err")
+    if [[ $got == "$want" && $(printf '%s\n' "$got" | wc -l) -eq 1 ]]; then ok; else bad "$m greedy ids: got '$got' want '$want'"; fi
+done
+
+# logits: [T, vocab] fp32, deterministic, written atomically (no temporary left behind)
+prompt=$(golden_ids q35-kjv prompt0 ids)
+"$qhx" logits models/q35-kjv --tokens "$prompt" --out "$tmp/a.f32" && "$qhx" logits models/q35-kjv --tokens "$prompt" --out "$tmp/b.f32"
+if [[ $(stat -c %s "$tmp/a.f32" 2>/dev/null) -eq $((4 * 4160 * 4)) ]] && cmp -s "$tmp/a.f32" "$tmp/b.f32"; then ok; else bad "logits size/determinism"; fi
+if ls "$tmp" | grep -q tmp; then bad "temporary file left behind"; else ok; fi
+
+# bad input
+expect_err 1 "token id 4160" "$qhx" logits models/q35-kjv --tokens 1,4160 --out "$tmp/x.f32"
+[[ -e $tmp/x.f32 ]] && bad "output written on failure" || ok
+expect_err 2 "--tokens" "$qhx" generate models/q35-kjv --tokens 1,,2
+expect_err 2 "--tokens" "$qhx" generate models/q35-kjv --tokens -5
+expect_err 2 "--tokens" "$qhx" generate models/q35-kjv --tokens 99999999999
+expect_err 2 "-n" "$qhx" generate models/q35-kjv --tokens 1 -n abc
+expect_err 2 "-n" "$qhx" generate models/q35-kjv --tokens 1 -n -3
+expect_err 2 "-n: needs a value" "$qhx" generate models/q35-kjv --tokens 1 -n
+expect_err 1 "/nope/config.json" "$qhx" generate /nope --tokens 1
+expect_err 1 "exceed the context" "$qhx" generate models/q35-kjv --tokens 1 -n 1000000000
+expect_err 1 "unknown preset 'nope'" "$qhx" synth --preset nope --seed 1 --out "$tmp/s"
+expect_err 2 "--seed" "$qhx" synth --preset tiny --seed x --out "$tmp/s"
+
+# synth: a loadable checkpoint; same seed -> same bytes; refuses to overwrite
+"$qhx" synth --preset tiny --seed 3 --out "$tmp/s1" && "$qhx" synth --preset tiny --seed 3 --out "$tmp/s2"
+if cmp -s "$tmp/s1/model.safetensors" "$tmp/s2/model.safetensors"; then ok; else bad "synth not deterministic"; fi
+"$qhx" synth --preset tiny --seed 4 --out "$tmp/s3"
+if cmp -s "$tmp/s1/model.safetensors" "$tmp/s3/model.safetensors"; then bad "seed ignored"; else ok; fi
+if "$qhx" generate "$tmp/s1" --tokens 1,2,3 -n 4 --ids >/dev/null 2>&1; then ok; else bad "synth checkpoint does not load"; fi
+expect_err 1 "already exists" "$qhx" synth --preset tiny --seed 3 --out "$tmp/s1"
+if ls "$tmp" | grep -qE 'tmp-|old-'; then bad "synth left temporaries"; else ok; fi
+
+echo "cli: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]

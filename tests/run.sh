@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs every test binary and the CLI tests from the repository root; adds up their
+# "N passed, N failed" lines and ends with the total in the same form.
+set -u
+build=${1:-build}
+cd "$(dirname "$0")/.."
+passed=0 failed=0 status=0
+run() {
+    local out rc
+    out=$("$@" 2>&1); rc=$?
+    printf '%s\n' "$out"
+    local line
+    line=$(printf '%s\n' "$out" | grep -E '^[a-z_-]+: [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+    if [[ -z $line ]]; then echo "!! $* printed no summary (exit $rc)"; failed=$((failed + 1)); status=1; return; fi
+    local p f
+    p=$(sed -E 's/.*: ([0-9]+) passed.*/\1/' <<<"$line"); f=$(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$line")
+    passed=$((passed + p)); failed=$((failed + f))
+    if [[ $rc -ne 0 || $f -ne 0 ]]; then status=1; fi
+}
+for t in "$build"/test_*; do
+    [[ -x $t ]] && run "$t"
+done
+run tests/cli_test.sh "$build"
+echo "$passed passed, $failed failed"
+exit $status
