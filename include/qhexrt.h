@@ -100,6 +100,47 @@ typedef struct {
 qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt,
                         const qhx_generate_opts *opts, qhx_token_cb cb, void *user);
 
+
+/* ---- tokenizer: byte-level BPE from a Hugging Face tokenizer.json --------------------------- */
+
+typedef struct qhx_tokenizer qhx_tokenizer;
+
+/* Loads a tokenizer.json (or the tokenizer.json inside a directory). Vocabulary, merges (either
+ * "a b" or ["a", "b"] form), added tokens, normalizer, Split/ByteLevel pre-tokenizer and decoder
+ * are all read from the file; nothing about a particular vocabulary is built in. */
+qhx_status qhx_tokenizer_load(const char *path, qhx_tokenizer **out);
+void qhx_tokenizer_free(qhx_tokenizer *t);
+/* One past the largest id the tokenizer knows. */
+int qhx_tokenizer_n_ids(const qhx_tokenizer *t);
+/* The id of an added token's exact content ("<|im_end|>"), or -1. */
+int32_t qhx_tokenizer_find_added(const qhx_tokenizer *t, const char *content);
+
+enum {
+    QHX_ENCODE_SPECIAL = 1,        /* match special added tokens in the text (otherwise plain text) */
+    QHX_ENCODE_REPLACE_INVALID = 2 /* replace invalid UTF-8 with U+FFFD instead of failing */
+};
+
+/* Encodes len bytes of UTF-8 text. *ids is malloc'd (free() it); *n_ids its length. Invalid
+ * UTF-8 fails with the byte offset unless QHX_ENCODE_REPLACE_INVALID. */
+qhx_status qhx_tokenizer_encode(qhx_tokenizer *t, const char *text, size_t len, int flags,
+                                int32_t **ids, size_t *n_ids);
+/* Decodes ids to text (malloc'd, NUL-terminated; *len excludes the NUL). Unknown ids fail. */
+qhx_status qhx_tokenizer_decode(const qhx_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len);
+
+/* Streaming decode: feed ids one at a time; only complete UTF-8 characters come out, so a
+ * character split across tokens is never split across callbacks. */
+typedef struct {
+    unsigned char pending[8];
+    int n_pending;
+} qhx_detok_stream;
+
+/* Appends the text that id completes to out (cap bytes; 64 + the longest token suffice) and
+ * returns its length, or -1 for an unknown id. Bytes that can never form a character come out
+ * as U+FFFD. */
+int qhx_detok_push(const qhx_tokenizer *t, qhx_detok_stream *st, int32_t id, char *out, size_t cap);
+/* Whatever is still pending at the end, as U+FFFD. */
+int qhx_detok_flush(qhx_detok_stream *st, char *out, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,12 @@ set -u
 build=${1:-build}
 cd "$(dirname "$0")/.."
 passed=0 failed=0 status=0
+# large test data ships compressed; unpack it next to the build
+export QHX_DATA="$build/data"
+for gz in tests/data/tokenizers/*/tokenizer.json.gz; do
+    out="$QHX_DATA/${gz#tests/data/}"; out=${out%.gz}
+    if [[ ! -s $out || $gz -nt $out ]]; then mkdir -p "$(dirname "$out")" && gzip -dc "$gz" >"$out.tmp" && mv "$out.tmp" "$out"; fi
+done
 run() {
     local out rc
     out=$("$@" 2>&1); rc=$?

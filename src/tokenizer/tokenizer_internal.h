@@ -1,0 +1,45 @@
+/* The tokenizer's tables, shared by the loader (tokenizer_load.c) and the encoder/decoder. */
+#ifndef QHX_TOKENIZER_INTERNAL_H
+#define QHX_TOKENIZER_INTERNAL_H
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <pthread.h>
+#include "qhexrt.h"
+#include "util/hashmap.h"
+
+typedef struct {
+    char *content;
+    size_t len;
+    int32_t id;
+    int special, lstrip, rstrip;
+} qhx_added_token;
+
+enum { QHX_NORM_NONE = 0 }; /* otherwise a set of utf8proc options */
+
+struct qhx_tokenizer {
+    qhx_strmap vocab;         /* raw bytes -> id, regular BPE tokens */
+    char **piece;             /* id -> raw bytes, every id (added tokens too); NULL for gaps */
+    uint32_t *piece_len;
+    int n_ids;               /* one past the largest id seen */
+    int id_cap;
+    qhx_u64map merges;        /* (left << 32 | right) -> (rank << 32 | merged id) */
+    int32_t byte_id[256];     /* the token of each single byte */
+    qhx_added_token *added;
+    int n_added;
+    uint8_t added_first[256]; /* 1 if some added token starts with this byte */
+    int norm;                 /* utf8proc options, or QHX_NORM_NONE */
+    pcre2_code *split;        /* the pre-tokenizer regex (NULL: no split) */
+    int add_prefix_space, ignore_merges;
+    /* word cache: piece bytes -> offset into cache_ids ([count, ids...]) */
+    pthread_mutex_t lock;
+    qhx_strmap cache;
+    int32_t *cache_ids;
+    size_t cache_len, cache_cap;
+};
+
+/* GPT-2's byte <-> printable-unicode map used by byte-level BPE files. */
+void qhx_bytelevel_tables(uint32_t byte_to_cp[256]);
+
+qhx_status qhx_tokenizer_parse(const char *json, size_t len, const char *name, qhx_tokenizer **out);
+
+#endif

@@ -1,0 +1,316 @@
+/* Reads a Hugging Face tokenizer.json into the tables of tokenizer_internal.h. Every part that
+ * affects ids is read from the file; unsupported components are refused by name. */
+#include "tokenizer/tokenizer_internal.h"
+#include "util/error.h"
+#include "util/mapfile.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <utf8proc.h>
+
+#define MAX_IDS (1 << 24)
+
+void qhx_bytelevel_tables(uint32_t byte_to_cp[256]) {
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+        byte_to_cp[b] = printable ? (uint32_t)b : (uint32_t)(256 + n++);
+    }
+}
+
+/* Byte-level token text -> raw bytes, in place (the result is never longer). Characters outside
+ * the byte alphabet keep their UTF-8 bytes. */
+static size_t unbytelevel(char *s, size_t len, const int16_t cp_to_byte[512]) {
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &cp);
+        if (k <= 0) { s[o++] = s[i++]; continue; }
+        if (cp < 512 && cp_to_byte[cp] >= 0) {
+            s[o++] = (char)cp_to_byte[cp];
+        } else {
+            memmove(s + o, s + i, (size_t)k);
+            o += (size_t)k;
+        }
+        i += (size_t)k;
+    }
+    return o;
+}
+
+static qhx_status set_piece(qhx_tokenizer *t, int32_t id, const char *bytes, size_t len, const char *name) {
+    if (id < 0 || id >= t->id_cap) return qhx_fail(QHX_ERR_FORMAT, "%s: token id %d out of range", name, id);
+    free(t->piece[id]);
+    t->piece[id] = malloc(len + 1);
+    if (!t->piece[id]) return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", name);
+    memcpy(t->piece[id], bytes, len);
+    t->piece[id][len] = 0;
+    t->piece_len[id] = (uint32_t)len;
+    if (id >= t->n_ids) t->n_ids = id + 1;
+    return QHX_OK;
+}
+
+static qhx_status read_normalizer(qhx_tokenizer *t, const cJSON *n, const char *name) {
+    if (!n || cJSON_IsNull(n)) return QHX_OK;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(n, "type");
+    const char *ty = cJSON_IsString(type) ? type->valuestring : "?";
+    if (!strcmp(ty, "Sequence")) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(n, "normalizers")) {
+            qhx_status rc = read_normalizer(t, e, name);
+            if (rc) return rc;
+        }
+        return QHX_OK;
+    }
+    int opt = !strcmp(ty, "NFC")    ? UTF8PROC_STABLE | UTF8PROC_COMPOSE
+              : !strcmp(ty, "NFD")  ? UTF8PROC_STABLE | UTF8PROC_DECOMPOSE
+              : !strcmp(ty, "NFKC") ? UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT
+              : !strcmp(ty, "NFKD") ? UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT
+                                    : 0;
+    if (!opt) return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: normalizer '%.40s' is not supported (NFC, NFD, NFKC, NFKD or none)", name, ty);
+    if (t->norm) return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: more than one Unicode normalization form in the normalizer", name);
+    t->norm = opt;
+    return QHX_OK;
+}
+
+/* GPT-2's split, used by ByteLevel when use_regex is true. */
+static const char gpt2_regex[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+static qhx_status compile_split(qhx_tokenizer *t, const char *pattern, const char *name) {
+    if (t->split) return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: more than one regex split in the pre-tokenizer", name);
+    int err;
+    PCRE2_SIZE off;
+    t->split = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &off, NULL);
+    if (!t->split) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        return qhx_fail(QHX_ERR_FORMAT, "%s: pre-tokenizer regex does not compile at offset %zu: %s", name, (size_t)off, (char *)msg);
+    }
+    pcre2_jit_compile(t->split, PCRE2_JIT_COMPLETE); /* falls back to the interpreter if JIT is unavailable */
+    return QHX_OK;
+}
+
+static qhx_status read_pretokenizer(qhx_tokenizer *t, const cJSON *p, const char *name) {
+    if (!p || cJSON_IsNull(p)) return QHX_OK;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type");
+    const char *ty = cJSON_IsString(type) ? type->valuestring : "?";
+    if (!strcmp(ty, "Sequence")) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(p, "pretokenizers")) {
+            qhx_status rc = read_pretokenizer(t, e, name);
+            if (rc) return rc;
+        }
+        return QHX_OK;
+    }
+    if (!strcmp(ty, "Split")) {
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
+        const cJSON *re = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
+        const cJSON *beh = cJSON_GetObjectItemCaseSensitive(p, "behavior");
+        const cJSON *inv = cJSON_GetObjectItemCaseSensitive(p, "invert");
+        if (!cJSON_IsString(re)) return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: Split pre-tokenizer without a Regex pattern", name);
+        if (!cJSON_IsString(beh) || strcmp(beh->valuestring, "Isolated") || cJSON_IsTrue(inv))
+            return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: Split behavior must be Isolated, not inverted", name);
+        return compile_split(t, re->valuestring, name);
+    }
+    if (!strcmp(ty, "ByteLevel")) {
+        t->add_prefix_space = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "add_prefix_space"));
+        const cJSON *ur = cJSON_GetObjectItemCaseSensitive(p, "use_regex");
+        if (!ur || cJSON_IsTrue(ur)) return compile_split(t, gpt2_regex, name);
+        return QHX_OK;
+    }
+    return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: pre-tokenizer '%.40s' is not supported (Split, ByteLevel, Sequence)", name, ty);
+}
+
+static qhx_status read_model(qhx_tokenizer *t, const cJSON *model, const char *name, const int16_t cp_to_byte[512]) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE"))
+        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: model type '%.40s' is not supported (BPE)", name,
+                        cJSON_IsString(type) ? type->valuestring : "?");
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")))
+        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: byte_fallback BPE is not supported (byte-level BPE only)", name);
+    const cJSON *cs = cJSON_GetObjectItemCaseSensitive(model, "continuing_subword_prefix");
+    const cJSON *ew = cJSON_GetObjectItemCaseSensitive(model, "end_of_word_suffix");
+    if ((cJSON_IsString(cs) && *cs->valuestring) || (cJSON_IsString(ew) && *ew->valuestring))
+        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: continuing_subword_prefix / end_of_word_suffix are not supported", name);
+    t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges))
+        return qhx_fail(QHX_ERR_FORMAT, "%s: model needs a 'vocab' object and a 'merges' array", name);
+    int nv = cJSON_GetArraySize(vocab), nm = cJSON_GetArraySize(merges);
+    if (nv > MAX_IDS || nm > MAX_IDS) return qhx_fail(QHX_ERR_RANGE, "%s: vocabulary or merges over %d entries", name, MAX_IDS);
+    if (qhx_strmap_init(&t->vocab, (uint32_t)nv + 1) || qhx_u64map_init(&t->merges, (uint32_t)nm + 1))
+        return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", name);
+    char *buf = NULL;
+    size_t cap = 0;
+    qhx_status rc = QHX_OK;
+    for (const cJSON *e = vocab->child; e && !rc; e = e->next) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= MAX_IDS || e->valuedouble != (int32_t)e->valuedouble) {
+            rc = qhx_fail(QHX_ERR_FORMAT, "%s: vocab entry '%.40s' has no valid id", name, e->string);
+            break;
+        }
+        size_t len = strlen(e->string);
+        if (len + 1 > cap) { cap = 2 * len + 64; free(buf); buf = malloc(cap); if (!buf) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); break; } }
+        memcpy(buf, e->string, len);
+        len = unbytelevel(buf, len, cp_to_byte);
+        if (qhx_strmap_put(&t->vocab, buf, len, (int32_t)e->valuedouble) < 0) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
+        else rc = set_piece(t, (int32_t)e->valuedouble, buf, len, name);
+    }
+    int rank = 0;
+    for (const cJSON *e = merges->child; e && !rc; e = e->next, rank++) {
+        const char *a, *b;
+        char *sp = NULL;
+        if (cJSON_IsString(e)) { /* "a b" */
+            size_t len = strlen(e->valuestring);
+            if (len + 1 > cap) { cap = 2 * len + 64; free(buf); buf = malloc(cap); if (!buf) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); break; } }
+            memcpy(buf, e->valuestring, len + 1);
+            sp = strchr(buf, ' ');
+            if (!sp || strchr(sp + 1, ' ')) { rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d '%.40s' is not two tokens", name, rank, e->valuestring); break; }
+            *sp = 0;
+            a = buf;
+            b = sp + 1;
+        } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(e->child) && cJSON_IsString(e->child->next)) {
+            a = e->child->valuestring;
+            b = e->child->next->valuestring;
+        } else {
+            rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d is neither \"a b\" nor [\"a\", \"b\"]", name, rank);
+            break;
+        }
+        char *ra = strdup(a), *rb = strdup(b);
+        size_t la = ra ? unbytelevel(ra, strlen(ra), cp_to_byte) : 0, lb = rb ? unbytelevel(rb, strlen(rb), cp_to_byte) : 0;
+        char *ab = ra && rb ? malloc(la + lb + 1) : NULL;
+        if (!ab) { free(ra); free(rb); rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); break; }
+        memcpy(ab, ra, la);
+        memcpy(ab + la, rb, lb);
+        int32_t ia = qhx_strmap_find(&t->vocab, ra, la), ib = qhx_strmap_find(&t->vocab, rb, lb);
+        int32_t im = qhx_strmap_find(&t->vocab, ab, la + lb);
+        if (ia < 0 || ib < 0 || im < 0) {
+            rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d ('%.30s' + '%.30s') uses or makes a token not in the vocab", name, rank, a, b);
+        } else {
+            uint64_t key = (uint64_t)(uint32_t)t->vocab.value[ia] << 32 | (uint32_t)t->vocab.value[ib];
+            uint64_t old;
+            /* the first (lowest-rank) occurrence of a pair wins, as in HF */
+            if (!qhx_u64map_get(&t->merges, key, &old))
+                qhx_u64map_put(&t->merges, key, (uint64_t)rank << 32 | (uint32_t)t->vocab.value[im]);
+        }
+        free(ra);
+        free(rb);
+        free(ab);
+    }
+    free(buf);
+    if (rc) return rc;
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b;
+        int32_t e = qhx_strmap_find(&t->vocab, &c, 1);
+        if (e < 0) return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: the vocab has no token for byte 0x%02x (not byte-level BPE)", name, b);
+        t->byte_id[b] = t->vocab.value[e];
+    }
+    return QHX_OK;
+}
+
+static qhx_status read_added(qhx_tokenizer *t, const cJSON *added, const char *name) {
+    if (!added || cJSON_IsNull(added)) return QHX_OK;
+    if (!cJSON_IsArray(added)) return qhx_fail(QHX_ERR_FORMAT, "%s: added_tokens is not an array", name);
+    int n = cJSON_GetArraySize(added);
+    if (n > 1 << 20) return qhx_fail(QHX_ERR_RANGE, "%s: %d added tokens", name, n);
+    t->added = calloc((size_t)n + 1, sizeof *t->added);
+    if (!t->added) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, added) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id"), *content = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= MAX_IDS || !cJSON_IsString(content) || !*content->valuestring)
+            return qhx_fail(QHX_ERR_FORMAT, "%s: added token %d needs an id and non-empty content", name, t->n_added);
+        qhx_added_token *a = &t->added[t->n_added++];
+        a->id = (int32_t)id->valuedouble;
+        a->len = strlen(content->valuestring);
+        a->content = strdup(content->valuestring);
+        if (!a->content) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+        a->special = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special"));
+        a->lstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "lstrip"));
+        a->rstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "rstrip"));
+        t->added_first[(unsigned char)a->content[0]] = 1;
+        qhx_status rc = set_piece(t, a->id, a->content, a->len, name);
+        if (rc) return rc;
+    }
+    return QHX_OK;
+}
+
+qhx_status qhx_tokenizer_parse(const char *json, size_t len, const char *name, qhx_tokenizer **out) {
+    *out = NULL;
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return qhx_fail(QHX_ERR_FORMAT, "%s: not a JSON object", name);
+    }
+    qhx_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) { cJSON_Delete(root); return qhx_fail(QHX_ERR_NOMEM, "out of memory"); }
+    pthread_mutex_init(&t->lock, NULL);
+    /* size the id tables from the largest id in the vocab and the added tokens */
+    double max_id = -1;
+    const cJSON *e;
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "model"), "vocab");
+    for (e = vocab ? vocab->child : NULL; e; e = e->next)
+        if (cJSON_IsNumber(e) && e->valuedouble > max_id) max_id = e->valuedouble;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(root, "added_tokens")) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+        if (cJSON_IsNumber(id) && id->valuedouble > max_id) max_id = id->valuedouble;
+    }
+    t->id_cap = max_id >= MAX_IDS ? MAX_IDS : (int)max_id + 1;
+    t->piece = calloc((size_t)t->id_cap + 1, sizeof *t->piece);
+    t->piece_len = calloc((size_t)t->id_cap + 1, sizeof *t->piece_len);
+    qhx_status rc = t->piece && t->piece_len && !qhx_strmap_init(&t->cache, 1 << 14) ? QHX_OK : qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    uint32_t b2c[256];
+    int16_t c2b[512];
+    qhx_bytelevel_tables(b2c);
+    memset(c2b, 0xff, sizeof c2b);
+    for (int b = 0; b < 256; b++) c2b[b2c[b]] = (int16_t)b;
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (!rc && !cJSON_IsObject(model)) rc = qhx_fail(QHX_ERR_FORMAT, "%s: no 'model' object", name);
+    if (!rc) rc = read_model(t, model, name, c2b);
+    if (!rc) rc = read_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), name);
+    if (!rc) rc = read_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), name);
+    if (!rc) rc = read_pretokenizer(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), name);
+    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
+    const cJSON *dty = dec ? cJSON_GetObjectItemCaseSensitive(dec, "type") : NULL;
+    if (!rc && dec && !cJSON_IsNull(dec) && !(cJSON_IsString(dty) && !strcmp(dty->valuestring, "ByteLevel")))
+        rc = qhx_fail(QHX_ERR_UNSUPPORTED, "%s: decoder '%.40s' is not supported (ByteLevel)", name, cJSON_IsString(dty) ? dty->valuestring : "?");
+    cJSON_Delete(root);
+    if (rc) { qhx_tokenizer_free(t); return rc; }
+    *out = t;
+    return QHX_OK;
+}
+
+qhx_status qhx_tokenizer_load(const char *path, qhx_tokenizer **out) {
+    *out = NULL;
+    if (!path) return qhx_fail(QHX_ERR_ARG, "tokenizer path is NULL");
+    char full[4096];
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(full, sizeof full, "%s/tokenizer.json", path);
+    else snprintf(full, sizeof full, "%s", path);
+    char *buf;
+    size_t len;
+    qhx_status rc = qhx_read_file(full, 512u << 20, &buf, &len);
+    if (rc) return rc;
+    rc = qhx_tokenizer_parse(buf, len, full, out);
+    free(buf);
+    return rc;
+}
+
+void qhx_tokenizer_free(qhx_tokenizer *t) {
+    if (!t) return;
+    if (t->piece)
+        for (int i = 0; i < t->n_ids; i++) free(t->piece[i]);
+    free(t->piece);
+    free(t->piece_len);
+    for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
+    free(t->added);
+    qhx_strmap_free(&t->vocab);
+    qhx_u64map_free(&t->merges);
+    qhx_strmap_free(&t->cache);
+    free(t->cache_ids);
+    if (t->split) pcre2_code_free(t->split);
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+}
