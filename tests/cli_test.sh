@@ -29,7 +29,7 @@ golden_ids() { # golden_ids MODEL CASE KEY -> the ids of that case, comma separa
 }
 
 # help and usage
-for c in "" logits generate synth; do
+for c in "" logits generate synth tokenize detokenize; do
     if "$qhx" $c --help >"$tmp/out" 2>&1 && grep -q usage "$tmp/out"; then ok; else bad "qhx $c --help"; fi
 done
 expect_err 2 "unknown command 'frobnicate'" "$qhx" frobnicate
@@ -70,6 +70,31 @@ if cmp -s "$tmp/s1/model.safetensors" "$tmp/s3/model.safetensors"; then bad "see
 if "$qhx" generate "$tmp/s1" --tokens 1,2,3 -n 4 --ids >/dev/null 2>&1; then ok; else bad "synth checkpoint does not load"; fi
 expect_err 1 "already exists" "$qhx" synth --preset tiny --seed 3 --out "$tmp/s1"
 if ls "$tmp" | grep -qE 'tmp-|old-'; then bad "synth left temporaries"; else ok; fi
+
+# tokenize / detokenize: the scripting forms
+tokdir=${QHX_DATA:-build/data}/tokenizers/qwen3
+got=$(printf '%s\n' '{"text": "Hello, world!"}' '{"text": "<|im_start|>a\u0000b"}' | "$qhx" tokenize "$tokdir" --jsonl --special)
+want=$'{"ids": [9707, 11, 1879, 0]}\n{"ids": [151644, 64, 188, 65]}'
+[[ $got == "$want" ]] && ok || bad "tokenize --jsonl: $got"
+got=$(printf 'Hello, world!' | "$qhx" tokenize "$tokdir")
+[[ $got == "9707 11 1879 0" ]] && ok || bad "tokenize plain: $got"
+got=$(echo "9707 11 1879 0" | "$qhx" detokenize "$tokdir")
+[[ $got == "Hello, world!" ]] && ok || bad "detokenize plain: $got"
+got=$(echo '{"ids": [9707, 11]}' | "$qhx" detokenize "$tokdir" --jsonl)
+[[ $got == '{"text":"Hello,"}' ]] && ok || bad "detokenize --jsonl: $got"
+got=$(printf '<|im_start|>' | "$qhx" tokenize "$tokdir")
+[[ $got != *151644* ]] && ok || bad "special token matched without --special"
+expect_err 1 "offset 1" sh -c "printf 'a\377b' | '$qhx' tokenize '$tokdir'"
+got=$(printf 'a\377b' | "$qhx" tokenize "$tokdir" --replace-invalid) && [[ -n $got ]] && ok || bad "--replace-invalid"
+expect_err 1 "line 2" sh -c "printf '{\"text\": \"a\"}\n{\"txt\": 1}\n' | '$qhx' tokenize '$tokdir' --jsonl >/dev/null; exit \$?"
+expect_err 1 "999999999" sh -c "echo 999999999 | '$qhx' detokenize '$tokdir'"
+expect_err 1 "not a token id" sh -c "echo 12 abc | '$qhx' detokenize '$tokdir'"
+expect_err 1 "/nope.json" "$qhx" tokenize /nope.json
+
+# generate from text: the bundled model continues the golden prompt with the golden text
+"$qhx" generate models/q35-kjv "In the beginning" -n 12 >"$tmp/gen" 2>"$tmp/stats"
+grep -q "^In the beginning of my$" "$tmp/gen" && ok || bad "generate text: $(cat "$tmp/gen")"
+grep -qE "prompt 4 tokens, generated 12; time to first token [0-9.]+ ms; prefill [0-9.]+ tok/s; decode [0-9.]+ tok/s" "$tmp/stats" && ok || bad "stats: $(cat "$tmp/stats")"
 
 echo "cli: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

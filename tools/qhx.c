@@ -5,6 +5,8 @@
 #include "qhexrt.h"
 #include "forge/synth.h"
 
+#include <jansson.h>
+
 #include <errno.h>
 #include <stdarg.h>
 #include <limits.h>
@@ -97,7 +99,7 @@ static int write_atomic(const char *path, const void *data, size_t len) {
 typedef struct {
     const char *model, *tokens, *out, *prompt;
     long long n;
-    int greedy, ids, stepwise, help;
+    int greedy, ids, stepwise, special, help;
 } opts;
 
 static int want_value(int argc, char **argv, int *i) {
@@ -118,6 +120,7 @@ static int parse_common(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--greedy")) o->greedy = 1;
         else if (!strcmp(a, "--ids")) o->ids = 1;
         else if (!strcmp(a, "--stepwise")) o->stepwise = 1;
+        else if (!strcmp(a, "--special")) o->special = 1;
         else if (a[0] == '-' && a[1]) return die("unknown option '%s' (see %s --help)", a, cmd_name), -1;
         else if (!o->model) o->model = a;
         else if (!o->prompt) o->prompt = a;
@@ -165,19 +168,32 @@ done:
 /* ---- qhx generate ---------------------------------------------------------------------------- */
 
 static const char generate_help[] =
-    "usage: qhx generate MODEL --tokens 1,2,3 [-n N] [--greedy] [--ids]\n"
-    "Greedy generation from a prompt given as token ids.\n"
-    "  -n N      tokens to generate (default 64)\n"
-    "  --greedy  greedy decoding (the only mode for now)\n"
-    "  --ids     print the generated ids space-separated on one line of stdout, nothing else\n";
+    "usage: qhx generate MODEL (PROMPT | --tokens 1,2,3) [-n N] [--greedy] [--ids] [--special]\n"
+    "Greedy generation. With a text PROMPT the output streams as text and ends with token counts,\n"
+    "time to first token and prefill/decode speed on stderr; generation stops at an end-of-turn id.\n"
+    "  -n N       tokens to generate at most (default 64)\n"
+    "  --tokens   the prompt as comma-separated token ids instead of text\n"
+    "  --greedy   greedy decoding (the only mode for now)\n"
+    "  --ids      print the generated ids space-separated on one line of stdout, nothing else\n"
+    "  --special  match special tokens such as <|im_start|> in the prompt text\n";
 
 typedef struct {
     int ids, count;
+    qhx_tokenizer *tok;
+    qhx_detok_stream stream;
+    double t_first;
 } gen_out;
 
 static int on_token(int32_t tok, void *user) {
     gen_out *g = user;
-    printf(g->count++ ? " %d" : "%d", tok);
+    if (!g->count++) g->t_first = now_s();
+    if (g->tok && !g->ids) {
+        char buf[4096];
+        int k = qhx_detok_push(g->tok, &g->stream, tok, buf, sizeof buf);
+        if (k > 0) fwrite(buf, 1, (size_t)k, stdout);
+    } else {
+        printf(g->count > 1 ? " %d" : "%d", tok);
+    }
     fflush(stdout);
     return 0;
 }
@@ -186,30 +202,215 @@ static int cmd_generate(int argc, char **argv) {
     opts o = {.n = 64};
     if (parse_common(argc, argv, &o)) return 2;
     if (o.help) return fputs(generate_help, stdout), 0;
-    if (!o.model || !o.tokens) return die("needs MODEL and --tokens (see qhx generate --help)"), 2;
-    int32_t *ids;
-    int n;
-    if (parse_tokens(o.tokens, &ids, &n)) return 2;
+    if (!o.model || (!o.tokens == !o.prompt)) return die("needs MODEL and either PROMPT or --tokens (see qhx generate --help)"), 2;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int ni;
+    if (o.tokens) {
+        if (parse_tokens(o.tokens, &ids, &ni)) return 2;
+        n = (size_t)ni;
+    }
     qhx_model *m = NULL;
     qhx_session *s = NULL;
+    gen_out g = {.ids = o.ids};
     int rc = 1;
     if (qhx_model_open(o.model, &m) || qhx_session_new(m, &s)) { api_error(); goto done; }
-    gen_out g = {o.ids, 0};
-    qhx_generate_opts go = {.max_tokens = (int)o.n, .stop_at_eos = 0};
-    double t0 = now_s();
-    if (qhx_generate(s, ids, n, &go, on_token, &g)) {
-        if (g.count) printf("\n");
-        api_error();
-        goto done;
+    if (o.prompt) {
+        if (qhx_tokenizer_load(o.model, &g.tok) ||
+            qhx_tokenizer_encode(g.tok, o.prompt, strlen(o.prompt), o.special ? QHX_ENCODE_SPECIAL : 0, &ids, &n)) {
+            api_error();
+            goto done;
+        }
+        if (!n) { die("the prompt encodes to no tokens"); goto done; }
+        if (!o.ids) fputs(o.prompt, stdout);
     }
-    double dt = now_s() - t0;
-    printf("\n");
-    if (!o.ids) fprintf(stderr, "%d prompt + %d generated tokens in %.2f s (%.1f tok/s)\n", n, g.count, dt, (n + g.count) / dt);
+    qhx_generate_opts go = {.max_tokens = (int)o.n, .stop_at_eos = o.prompt != NULL};
+    double t0 = now_s();
+    qhx_status st = qhx_generate(s, ids, (int)n, &go, on_token, &g);
+    double t1 = now_s();
+    if (g.tok && !o.ids) {
+        char tail[16];
+        int k = qhx_detok_flush(&g.stream, tail, sizeof tail);
+        if (k > 0) fwrite(tail, 1, (size_t)k, stdout);
+    }
+    if (g.count || (o.prompt && !o.ids)) printf("\n");
+    if (st) { api_error(); goto done; }
+    if (!o.ids) {
+        double ttft = g.count ? g.t_first - t0 : t1 - t0;
+        fprintf(stderr, "prompt %zu tokens, generated %d; time to first token %.1f ms; prefill %.1f tok/s; decode %.1f tok/s\n",
+                n, g.count, ttft * 1e3, n / ttft, g.count > 1 ? (g.count - 1) / (t1 - g.t_first) : 0.0);
+    }
     rc = 0;
 done:
     free(ids);
+    qhx_tokenizer_free(g.tok);
     qhx_session_free(s);
     qhx_model_close(m);
+    return rc;
+}
+
+/* ---- qhx tokenize / detokenize --------------------------------------------------------------- */
+
+static const char tokenize_help[] =
+    "usage: qhx tokenize TOKENIZER [--jsonl] [--special] [--replace-invalid]\n"
+    "Reads text on stdin and prints its token ids, space-separated, on one line.\n"
+    "  TOKENIZER          a tokenizer.json, or a directory holding one\n"
+    "  --jsonl            read lines {\"text\": ...}; write one line {\"ids\": [...]} per input line\n"
+    "  --special          match special tokens (<|im_start|> ...) in the text\n"
+    "  --replace-invalid  replace invalid UTF-8 with U+FFFD instead of failing\n";
+
+static const char detokenize_help[] =
+    "usage: qhx detokenize TOKENIZER [--jsonl]\n"
+    "Reads token ids (separated by spaces, commas or newlines) on stdin and prints the text.\n"
+    "  --jsonl  read lines {\"ids\": [...]}; write one line {\"text\": ...} per input line\n";
+
+static char *read_stdin(size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t k;
+    while (buf && (k = fread(buf + n, 1, cap - n, stdin)) > 0) {
+        n += k;
+        if (n == cap) {
+            char *p = cap > ((size_t)1 << 31) ? NULL : realloc(buf, cap *= 2);
+            if (!p) { free(buf); return NULL; }
+            buf = p;
+        }
+    }
+    if (buf) buf[n] = 0; /* the loop keeps n < cap */
+    *len = n;
+    return buf;
+}
+
+static int print_ids_line(const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+    return printf("\n") < 0;
+}
+
+static int tok_flags(int argc, char **argv, const char **path, int *jsonl, int *flags, const char *help) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return fputs(help, stdout), 1;
+        if (!strcmp(a, "--jsonl")) *jsonl = 1;
+        else if (!strcmp(a, "--special") && flags) *flags |= QHX_ENCODE_SPECIAL;
+        else if (!strcmp(a, "--replace-invalid") && flags) *flags |= QHX_ENCODE_REPLACE_INVALID;
+        else if (a[0] == '-' && a[1]) return die("unknown option '%s' (see %s --help)", a, cmd_name), 2;
+        else if (!*path) *path = a;
+        else return die("unexpected argument '%s'", a), 2;
+    }
+    if (!*path) return die("needs TOKENIZER (see %s --help)", cmd_name), 2;
+    return 0;
+}
+
+static int cmd_tokenize(int argc, char **argv) {
+    const char *path = NULL;
+    int jsonl = 0, flags = 0, r = tok_flags(argc, argv, &path, &jsonl, &flags, tokenize_help);
+    if (r) return r == 1 ? 0 : r;
+    qhx_tokenizer *t;
+    if (qhx_tokenizer_load(path, &t)) return api_error();
+    int rc = 0;
+    if (!jsonl) {
+        size_t len;
+        char *text = read_stdin(&len);
+        int32_t *ids;
+        size_t n;
+        if (!text) rc = die("stdin: out of memory");
+        else if (qhx_tokenizer_encode(t, text, len, flags, &ids, &n)) rc = api_error();
+        else { print_ids_line(ids, n); free(ids); }
+        free(text);
+    } else {
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t len;
+        for (long lineno = 1; !rc && (len = getline(&line, &cap, stdin)) > 0; lineno++) {
+            json_error_t err;
+            json_t *j = json_loadb(line, (size_t)len, JSON_ALLOW_NUL, &err);
+            json_t *text = json_object_get(j, "text");
+            int32_t *ids;
+            size_t n;
+            if (!json_is_string(text)) rc = die("stdin line %ld: expected {\"text\": \"...\"}", lineno);
+            else if (qhx_tokenizer_encode(t, json_string_value(text), json_string_length(text), flags, &ids, &n))
+                rc = die("stdin line %ld: %s", lineno, qhx_last_error());
+            else {
+                fputs("{\"ids\": [", stdout);
+                for (size_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
+                fputs("]}\n", stdout);
+                free(ids);
+            }
+            json_decref(j);
+        }
+        free(line);
+    }
+    qhx_tokenizer_free(t);
+    return rc;
+}
+
+static int decode_print(qhx_tokenizer *t, const int32_t *ids, size_t n, int jsonl) {
+    char *text;
+    size_t len;
+    if (qhx_tokenizer_decode(t, ids, n, &text, &len)) return api_error();
+    if (jsonl) {
+        json_t *o = json_pack("{s:s%}", "text", text, len);
+        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+        if (s) printf("%s\n", s);
+        free(s);
+        json_decref(o);
+        if (!s) { free(text); return die("decoded text is not valid UTF-8; it cannot be written as JSON"); }
+    } else {
+        fwrite(text, 1, len, stdout);
+    }
+    free(text);
+    return 0;
+}
+
+static int cmd_detokenize(int argc, char **argv) {
+    const char *path = NULL;
+    int jsonl = 0, r = tok_flags(argc, argv, &path, &jsonl, NULL, detokenize_help);
+    if (r) return r == 1 ? 0 : r;
+    qhx_tokenizer *t;
+    if (qhx_tokenizer_load(path, &t)) return api_error();
+    int rc = 0;
+    if (!jsonl) {
+        size_t len;
+        char *text = read_stdin(&len);
+        int32_t *ids = text ? malloc(sizeof *ids * (len / 2 + 1)) : NULL;
+        size_t n = 0;
+        char *p = text, *end = text + len;
+        if (!ids) rc = die("stdin: out of memory");
+        while (!rc && p < end) {
+            if (*p == ' ' || *p == ',' || *p == '\n' || *p == '\t' || *p == '\r') { p++; continue; }
+            char *e;
+            errno = 0;
+            long v = strtol(p, &e, 10);
+            if (e == p || errno || v < 0 || v > INT32_MAX || (e < end && !strchr(" ,\n\t\r", *e)))
+                rc = die("stdin: '%.*s' is not a token id", (int)strcspn(p, " ,\n\t\r") > 20 ? 20 : (int)strcspn(p, " ,\n\t\r"), p);
+            else ids[n++] = (int32_t)v;
+            p = e;
+        }
+        if (!rc) rc = decode_print(t, ids, n, 0);
+        free(ids);
+        free(text);
+    } else {
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t len;
+        for (long lineno = 1; !rc && (len = getline(&line, &cap, stdin)) > 0; lineno++) {
+            json_t *j = json_loadb(line, (size_t)len, 0, NULL), *arr = json_object_get(j, "ids");
+            size_t n = json_array_size(arr);
+            int32_t *ids = malloc(sizeof *ids * (n + 1));
+            if (!json_is_array(arr) || !ids) rc = die("stdin line %ld: expected {\"ids\": [...]}", lineno);
+            for (size_t i = 0; !rc && i < n; i++) {
+                json_t *v = json_array_get(arr, i);
+                if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+                    rc = die("stdin line %ld: ids[%zu] is not a token id", lineno, i);
+                else ids[i] = (int32_t)json_integer_value(v);
+            }
+            if (!rc) rc = decode_print(t, ids, n, 1);
+            free(ids);
+            json_decref(j);
+        }
+        free(line);
+    }
+    qhx_tokenizer_free(t);
     return rc;
 }
 
@@ -253,6 +454,8 @@ static const struct {
 } commands[] = {
     {"generate", cmd_generate, "generate tokens from a prompt"},
     {"logits", cmd_logits, "write the logits of every prompt position"},
+    {"tokenize", cmd_tokenize, "text to token ids"},
+    {"detokenize", cmd_detokenize, "token ids to text"},
     {"synth", cmd_synth, "write a random-weight checkpoint of a preset shape"},
 };
 
