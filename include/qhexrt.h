@@ -141,6 +141,14 @@ int qhx_detok_push(const qhx_tokenizer *t, qhx_detok_stream *st, int32_t id, cha
 /* Whatever is still pending at the end, as U+FFFD. */
 int qhx_detok_flush(qhx_detok_stream *st, char *out, size_t cap);
 
+/* ---- chat format ------------------------------------------------------------------------------ */
+
+/* Renders a conversation exactly as the Qwen3.5 chat template does. `request` is a JSON object:
+ * {"messages": [{"role", "content", "reasoning_content"?, "tool_calls"?}...], "tools"?: [...],
+ *  "add_generation_prompt"?: bool (default true), "enable_thinking"?: bool (default: thinking on)}.
+ * *out is malloc'd and NUL-terminated; *out_len (may be NULL) is its length. */
+qhx_status qhx_chat_render(const char *request, size_t len, char **out, size_t *out_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -414,6 +414,41 @@ static int cmd_detokenize(int argc, char **argv) {
     return rc;
 }
 
+/* ---- qhx template ---------------------------------------------------------------------------- */
+
+static const char template_help[] =
+    "usage: qhx template --jsonl\n"
+    "Reads lines {\"messages\": [...], \"add_generation_prompt\": bool, \"enable_thinking\": bool,\n"
+    "\"tools\": [...]} on stdin and writes {\"rendered\": \"...\"} per line: the Qwen3.5 chat format.\n";
+
+static int cmd_template(int argc, char **argv) {
+    int jsonl = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return fputs(template_help, stdout), 0;
+        if (!strcmp(argv[i], "--jsonl")) jsonl = 1;
+        else return die("unknown argument '%s' (see qhx template --help)", argv[i]), 2;
+    }
+    if (!jsonl) return die("needs --jsonl (see qhx template --help)"), 2;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int rc = 0;
+    for (long lineno = 1; !rc && (len = getline(&line, &cap, stdin)) > 0; lineno++) {
+        char *text;
+        size_t n;
+        if (qhx_chat_render(line, (size_t)len, &text, &n)) { rc = die("stdin line %ld: %s", lineno, qhx_last_error()); break; }
+        json_t *o = json_pack("{s:s%}", "rendered", text, n);
+        char *js = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (js) printf("%s\n", js);
+        else rc = die("stdin line %ld: out of memory", lineno);
+        free(js);
+        json_decref(o);
+        free(text);
+    }
+    free(line);
+    return rc;
+}
+
 /* ---- qhx synth ------------------------------------------------------------------------------- */
 
 static const char synth_help_head[] =
@@ -456,6 +491,7 @@ static const struct {
     {"logits", cmd_logits, "write the logits of every prompt position"},
     {"tokenize", cmd_tokenize, "text to token ids"},
     {"detokenize", cmd_detokenize, "token ids to text"},
+    {"template", cmd_template, "render conversations in the Qwen3.5 chat format"},
     {"synth", cmd_synth, "write a random-weight checkpoint of a preset shape"},
 };
 

@@ -1,0 +1,66 @@
+/* The chat format against the golden renderings of the reference Jinja engine
+ * (tests/data/chat), plus the template's own error cases. */
+#include "qhexrt.h"
+#include "testlib.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* want ending in "..." is a prefix */
+static void expect_render(const char *req, const char *want) {
+    char *out;
+    qhx_status st = qhx_chat_render(req, strlen(req), &out, NULL);
+    CHECK(st == QHX_OK, "%s: %s", req, qhx_last_error());
+    if (st) return;
+    size_t wl = strlen(want);
+    int prefix = wl > 3 && !strcmp(want + wl - 3, "...");
+    CHECK(prefix ? !strncmp(out, want, wl - 3) : !strcmp(out, want), "%s\n got: %s\nwant: %s", req, out, want);
+    free(out);
+}
+
+static void expect_error(const char *req, const char *needle) {
+    char *out = NULL;
+    qhx_status st = qhx_chat_render(req, strlen(req), &out, NULL);
+    CHECK(st != QHX_OK && !out && strstr(qhx_last_error(), needle), "%s: status %d, '%s'", req, st, qhx_last_error());
+    free(out);
+}
+
+int main(void) {
+    char *text = tl_read("tests/data/chat/qwen3.5-chat.jsonl", NULL);
+    CHECK(text != NULL, "no golden chat data");
+    int lines = 0, same = 0;
+    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        json_t *j = json_loads(line, 0, NULL);
+        char *out;
+        lines++;
+        if (qhx_chat_render(line, strlen(line), &out, NULL) == QHX_OK) {
+            if (!strcmp(out, json_string_value(json_object_get(j, "rendered")))) same++;
+            else fprintf(stderr, "line %d:\n got: %s\nwant: %s\n", lines, out, json_string_value(json_object_get(j, "rendered")));
+            free(out);
+        }
+        json_decref(j);
+    }
+    free(text);
+    printf("  golden renderings: %d/%d\n", same, lines);
+    CHECK(lines > 0 && same == lines, "%d of %d renderings differ", lines - same, lines);
+
+    /* tools, tool calls and tool responses, written out from the template by hand */
+    expect_render("{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
+                  "[{\"function\":{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\",\"days\":2}}}]},{\"role\":\"tool\",\"content\":\"sunny\"}],"
+                  "\"add_generation_prompt\":false}",
+                  "<|im_start|>user\nw?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n<function=get>\n"
+                  "<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call><|im_end|>\n"
+                  "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n");
+    expect_render("{\"messages\":[{\"role\":\"system\",\"content\":\" Be brief. \"},{\"role\":\"user\",\"content\":\"hi\"}],"
+                  "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}],\"enable_thinking\":false}",
+                  "<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>\n"
+                  "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}\n</tools>\n\nIf you choose...");
+    expect_error("{\"messages\": []}", "no messages");
+    expect_error("{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\"}]}", "no user query");
+    expect_error("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"system\", \"content\": \"s\"}]}", "beginning");
+    expect_error("{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}, {\"role\": \"user\", \"content\": \"x\"}]}", "robot");
+    expect_error("{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "content type");
+    expect_error("[1, 2", "not a JSON object");
+    return tl_finish("chat");
+}
