@@ -48,7 +48,8 @@ demo: deps
 	$(MAKE) $(BUILD)/qhx
 	$(BUILD)/qhx generate models/q35-kjv "In the beginning" -n 64
 
-check: deps
+check:
+	QHX_TEST_DEPS=1 scripts/deps.sh
 	$(MAKE) test
 	$(MAKE) test-asan
 

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Independent oracles on inputs no golden file holds: Hugging Face's tokenizers on seeded random
+# Unicode, and @huggingface/jinja (the reference Jinja engine) on the shipped chat template.
+set -u
+build=${1:-build}
+qhx="$build/qhx"
+data=${QHX_DATA:-build/data}
+cd "$(dirname "$0")/.."
+pass=0 fail=0
+if [[ ! -d tests/oracle/node_modules/tokenizers ]]; then
+    echo "oracle: node_modules missing (make check installs them: scripts/deps.sh)"
+    echo "oracle: 0 passed, 1 failed"; exit 1
+fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+for tk in qwen3 qwen3-qwen35regex; do
+    node tests/oracle/tokenizer_oracle.js "$data/tokenizers/$tk/tokenizer.json" 400 $RANDOM >"$tmp/want.jsonl" || { fail=$((fail + 1)); continue; }
+    node -e 'const r=require("readline").createInterface({input:process.stdin});r.on("line",l=>console.log(JSON.stringify({text:JSON.parse(l).text})))' \
+        <"$tmp/want.jsonl" | "$qhx" tokenize "$data/tokenizers/$tk" --jsonl --special >"$tmp/got.jsonl"
+    node -e 'const [w,g]=process.argv.slice(1).map(f=>require("fs").readFileSync(f,"utf8").trim().split("\n").map(JSON.parse));
+             let bad=0; w.forEach((x,i)=>{ if (!g[i] || JSON.stringify(x.ids)!==JSON.stringify(g[i].ids)) { if (bad++<3) console.log("MISMATCH", JSON.stringify(x.text), JSON.stringify(x.ids), JSON.stringify(g[i]&&g[i].ids)); }});
+             console.log(`  ${w.length-bad}/${w.length} random texts identical`); process.exit(bad?1:0)' "$tmp/want.jsonl" "$tmp/got.jsonl" \
+        && pass=$((pass + 1)) || fail=$((fail + 1))
+done
+echo "oracle: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
