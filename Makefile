@@ -54,3 +54,6 @@ check:
 	$(MAKE) test-asan
 
 .PHONY: deps demo check
+
+$(BUILD)/tok_bench: $(BUILD)/bench/tok_bench.o $(BUILD)/libqhexrt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
