@@ -19,8 +19,6 @@ extern int tl_passed, tl_failed;
 
 /* Prints the summary and returns the process exit code. */
 int tl_finish(const char *suite);
-/* Repository-relative data path (tests run from the repository root). */
-const char *tl_path(const char *rel);
 /* Reads a whole file; NULL if absent. */
 void *tl_read(const char *path, size_t *len);
 

@@ -466,8 +466,8 @@ static int cmd_synth(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(synth_help_head, stdout);
-            for (int p = 0; qhx_synth_presets[p].name; p++)
-                printf("  %-8s %s\n", qhx_synth_presets[p].name, qhx_synth_presets[p].about);
+            const char *name, *about;
+            for (int p = 0; qhx_synth_preset_info(p, &name, &about); p++) printf("  %-8s %s\n", name, about);
             return 0;
         } else if (!strcmp(a, "--preset")) { if (want_value(argc, argv, &i)) return 2; preset = argv[i]; }
         else if (!strcmp(a, "--seed")) { if (want_value(argc, argv, &i) || parse_long("--seed", argv[i], 0, LLONG_MAX, &seed)) return 2; }

@@ -37,15 +37,12 @@ static const preset presets[] = {
 };
 #define N_PRESETS (sizeof presets / sizeof presets[0])
 
-const qhx_synth_preset qhx_synth_presets[] = {
-    {"tiny", "4 layers, hidden 128, GQA 4/2, GDN 2/4 heads (vocab 4160)"},
-    {"tiny-odd", "5 layers, GDN key dim 24 != value dim 40, heads 6/3, untied"},
-    {"0.8b", "Qwen3.5-0.8B shape (24 layers, hidden 1024)"},
-    {"2b", "Qwen3.5-2B shape (24 layers, hidden 2048)"},
-    {"4b", "Qwen3.5-4B shape (32 layers, hidden 2560, ~9 GB BF16)"},
-    {"9b", "Qwen3.5-9B shape (32 layers, hidden 4096, untied)"},
-    {NULL, NULL},
-};
+int qhx_synth_preset_info(int i, const char **name, const char **about) {
+    if (i < 0 || (size_t)i >= N_PRESETS) return 0;
+    *name = presets[i].name;
+    *about = presets[i].about;
+    return 1;
+}
 
 #define SHARD_BYTES (4ull << 30) /* like HF's max_shard_size: 4 GiB per safetensors file */
 

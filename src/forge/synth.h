@@ -4,11 +4,8 @@
 #include <stdint.h>
 #include "qhexrt.h"
 
-typedef struct {
-    const char *name, *about;
-} qhx_synth_preset;
-
-extern const qhx_synth_preset qhx_synth_presets[]; /* terminated by {NULL} */
+/* The i-th preset's name and description; returns 0 past the last one. */
+int qhx_synth_preset_info(int i, const char **name, const char **about);
 
 /* Writes DIR atomically (a temporary directory renamed at the end). Refuses an existing DIR unless
  * force. Shows progress on stderr when `progress` is set. */
