@@ -301,6 +301,43 @@ static int tok_flags(int argc, char **argv, const char **path, int *jsonl, int *
     return 0;
 }
 
+/* Calls fn on every line of stdin (with its 1-based number) until fn fails; returns fn's code. */
+typedef int (*line_fn)(const char *line, size_t len, long lineno, void *user);
+
+static int each_stdin_line(line_fn fn, void *user) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int rc = 0;
+    for (long lineno = 1; !rc && (len = getline(&line, &cap, stdin)) > 0; lineno++) rc = fn(line, (size_t)len, lineno, user);
+    free(line);
+    return rc;
+}
+
+typedef struct {
+    qhx_tokenizer *tok;
+    int flags;
+} tok_ctx;
+
+static int tokenize_line(const char *line, size_t len, long lineno, void *user) {
+    tok_ctx *c = user;
+    json_t *j = json_loadb(line, len, JSON_ALLOW_NUL, NULL), *text = json_object_get(j, "text");
+    int32_t *ids;
+    size_t n;
+    int rc = 0;
+    if (!json_is_string(text)) rc = die("stdin line %ld: expected {\"text\": \"...\"}", lineno);
+    else if (qhx_tokenizer_encode(c->tok, json_string_value(text), json_string_length(text), c->flags, &ids, &n))
+        rc = die("stdin line %ld: %s", lineno, qhx_last_error());
+    else {
+        fputs("{\"ids\": [", stdout);
+        for (size_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
+        fputs("]}\n", stdout);
+        free(ids);
+    }
+    json_decref(j);
+    return rc;
+}
+
 static int cmd_tokenize(int argc, char **argv) {
     const char *path = NULL;
     int jsonl = 0, flags = 0, r = tok_flags(argc, argv, &path, &jsonl, &flags, tokenize_help);
@@ -318,27 +355,8 @@ static int cmd_tokenize(int argc, char **argv) {
         else { print_ids_line(ids, n); free(ids); }
         free(text);
     } else {
-        char *line = NULL;
-        size_t cap = 0;
-        ssize_t len;
-        for (long lineno = 1; !rc && (len = getline(&line, &cap, stdin)) > 0; lineno++) {
-            json_error_t err;
-            json_t *j = json_loadb(line, (size_t)len, JSON_ALLOW_NUL, &err);
-            json_t *text = json_object_get(j, "text");
-            int32_t *ids;
-            size_t n;
-            if (!json_is_string(text)) rc = die("stdin line %ld: expected {\"text\": \"...\"}", lineno);
-            else if (qhx_tokenizer_encode(t, json_string_value(text), json_string_length(text), flags, &ids, &n))
-                rc = die("stdin line %ld: %s", lineno, qhx_last_error());
-            else {
-                fputs("{\"ids\": [", stdout);
-                for (size_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
-                fputs("]}\n", stdout);
-                free(ids);
-            }
-            json_decref(j);
-        }
-        free(line);
+        tok_ctx c = {t, flags};
+        rc = each_stdin_line(tokenize_line, &c);
     }
     qhx_tokenizer_free(t);
     return rc;
@@ -360,6 +378,24 @@ static int decode_print(qhx_tokenizer *t, const int32_t *ids, size_t n, int json
     }
     free(text);
     return 0;
+}
+
+static int detokenize_line(const char *line, size_t len, long lineno, void *user) {
+    json_t *j = json_loadb(line, len, 0, NULL), *arr = json_object_get(j, "ids");
+    size_t n = json_array_size(arr);
+    int32_t *ids = malloc(sizeof *ids * (n + 1));
+    int rc = 0;
+    if (!json_is_array(arr) || !ids) rc = die("stdin line %ld: expected {\"ids\": [...]}", lineno);
+    for (size_t i = 0; !rc && i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            rc = die("stdin line %ld: ids[%zu] is not a token id", lineno, i);
+        else ids[i] = (int32_t)json_integer_value(v);
+    }
+    if (!rc) rc = decode_print(user, ids, n, 1);
+    free(ids);
+    json_decref(j);
+    return rc;
 }
 
 static int cmd_detokenize(int argc, char **argv) {
@@ -390,25 +426,7 @@ static int cmd_detokenize(int argc, char **argv) {
         free(ids);
         free(text);
     } else {
-        char *line = NULL;
-        size_t cap = 0;
-        ssize_t len;
-        for (long lineno = 1; !rc && (len = getline(&line, &cap, stdin)) > 0; lineno++) {
-            json_t *j = json_loadb(line, (size_t)len, 0, NULL), *arr = json_object_get(j, "ids");
-            size_t n = json_array_size(arr);
-            int32_t *ids = malloc(sizeof *ids * (n + 1));
-            if (!json_is_array(arr) || !ids) rc = die("stdin line %ld: expected {\"ids\": [...]}", lineno);
-            for (size_t i = 0; !rc && i < n; i++) {
-                json_t *v = json_array_get(arr, i);
-                if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
-                    rc = die("stdin line %ld: ids[%zu] is not a token id", lineno, i);
-                else ids[i] = (int32_t)json_integer_value(v);
-            }
-            if (!rc) rc = decode_print(t, ids, n, 1);
-            free(ids);
-            json_decref(j);
-        }
-        free(line);
+        rc = each_stdin_line(detokenize_line, t);
     }
     qhx_tokenizer_free(t);
     return rc;
@@ -421,6 +439,19 @@ static const char template_help[] =
     "Reads lines {\"messages\": [...], \"add_generation_prompt\": bool, \"enable_thinking\": bool,\n"
     "\"tools\": [...]} on stdin and writes {\"rendered\": \"...\"} per line: the Qwen3.5 chat format.\n";
 
+static int template_line(const char *line, size_t len, long lineno, void *user) {
+    char *text;
+    size_t n;
+    if (qhx_chat_render(line, len, &text, &n)) return die("stdin line %ld: %s", lineno, qhx_last_error());
+    json_t *o = json_pack("{s:s%}", "rendered", text, n);
+    char *js = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    int rc = js ? (printf("%s\n", js), 0) : die("stdin line %ld: out of memory", lineno);
+    free(js);
+    json_decref(o);
+    free(text);
+    return rc;
+}
+
 static int cmd_template(int argc, char **argv) {
     int jsonl = 0;
     for (int i = 1; i < argc; i++) {
@@ -429,24 +460,7 @@ static int cmd_template(int argc, char **argv) {
         else return die("unknown argument '%s' (see qhx template --help)", argv[i]), 2;
     }
     if (!jsonl) return die("needs --jsonl (see qhx template --help)"), 2;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int rc = 0;
-    for (long lineno = 1; !rc && (len = getline(&line, &cap, stdin)) > 0; lineno++) {
-        char *text;
-        size_t n;
-        if (qhx_chat_render(line, (size_t)len, &text, &n)) { rc = die("stdin line %ld: %s", lineno, qhx_last_error()); break; }
-        json_t *o = json_pack("{s:s%}", "rendered", text, n);
-        char *js = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        if (js) printf("%s\n", js);
-        else rc = die("stdin line %ld: out of memory", lineno);
-        free(js);
-        json_decref(o);
-        free(text);
-    }
-    free(line);
-    return rc;
+    return each_stdin_line(template_line, NULL);
 }
 
 /* ---- qhx synth ------------------------------------------------------------------------------- */

@@ -143,6 +143,12 @@ static void progress(size_t bytes, void *user) {
     fprintf(stderr, "\rsynth: %5.1f%% of %.2f GB", 100.0 * (f->base_bytes + bytes) / f->total_bytes, f->total_bytes / 1e9);
 }
 
+static size_t tensor_bytes(int ndim, const int64_t *shape, qhx_dtype dt) {
+    size_t n = qhx_dtype_size(dt);
+    for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
+    return n;
+}
+
 /* ---- directory handling ------------------------------------------------------------------- */
 
 static qhx_status write_text(const char *path, const char *text) {
@@ -189,18 +195,12 @@ qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force
     if ((rc = write_text(path, text))) goto fail;
 
     filler f = {specs, index, seed, 0, 0, 0, show_progress};
-    for (int i = 0; i < n; i++) {
-        size_t ne = 1;
-        for (int d = 0; d < specs[i].ndim; d++) ne *= (size_t)specs[i].shape[d];
-        f.total_bytes += ne * qhx_dtype_size(specs[i].dtype);
-    }
+    for (int i = 0; i < n; i++) f.total_bytes += tensor_bytes(specs[i].ndim, specs[i].shape, specs[i].dtype);
     /* Greedy split into shards of at most SHARD_BYTES, in table order, like HF's save_pretrained. */
     int n_shards = 0, first = 0;
     size_t bytes = 0;
     for (int i = 0; i < n; i++) {
-        size_t ne = 1;
-        for (int d = 0; d < specs[i].ndim; d++) ne *= (size_t)specs[i].shape[d];
-        size_t b = ne * qhx_dtype_size(specs[i].dtype);
+        size_t b = tensor_bytes(specs[i].ndim, specs[i].shape, specs[i].dtype);
         if (i > first && bytes + b > SHARD_BYTES) { n_shards++; first = i; bytes = 0; }
         shard_of[i] = n_shards;
         bytes += b;
@@ -213,6 +213,7 @@ qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force
             if (shard_of[i] == s) {
                 entries[cnt] = (qhx_st_entry){specs[i].name, specs[i].dtype, specs[i].ndim, specs[i].shape};
                 index[cnt++] = (size_t)i;
+                shard_bytes += tensor_bytes(specs[i].ndim, specs[i].shape, specs[i].dtype);
             }
         char fname[64];
         if (n_shards == 1) snprintf(fname, sizeof fname, "model.safetensors");
@@ -220,11 +221,6 @@ qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force
         for (size_t k = 0; k < cnt; k++) cJSON_AddStringToObject(wmap, entries[k].name, fname);
         snprintf(path, sizeof path, "%s/%s", tmp, fname);
         rc = qhx_st_write(path, entries, cnt, fill, &f, progress);
-        for (size_t k = 0; k < cnt; k++) {
-            size_t ne = 1;
-            for (int d = 0; d < entries[k].ndim; d++) ne *= (size_t)entries[k].shape[d];
-            shard_bytes += ne * qhx_dtype_size(entries[k].dtype);
-        }
         f.base_bytes += shard_bytes;
     }
     if (show_progress) fputc('\n', stderr);

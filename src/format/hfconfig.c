@@ -17,10 +17,7 @@ typedef struct {
     const cJSON *root;
 } ctx;
 
-static const cJSON *field(const ctx *x, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(x->tc, key);
-    return v ? v : NULL;
-}
+static const cJSON *field(const ctx *x, const char *key) { return cJSON_GetObjectItemCaseSensitive(x->tc, key); }
 
 static qhx_status get_int(const ctx *x, const char *key, int lo, int hi, int *out, int required, int dflt) {
     const cJSON *v = field(x, key);

@@ -365,11 +365,16 @@ qhx_status qhx_qwen35_forward(const qhx_config *c, const qhx_weights *w, qhx_sta
 
 /* ---- state ---------------------------------------------------------------------------------- */
 
+/* floats of one linear layer's conv FIFO and delta-rule state */
+static size_t conv_floats(const qhx_config *c) {
+    return (size_t)qhx_config_conv_dim(c) * (c->conv_kernel > 1 ? c->conv_kernel - 1 : 1);
+}
+static size_t ssm_floats(const qhx_config *c) { return (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim; }
+
 qhx_status qhx_state_init(qhx_state *s, const qhx_config *c) {
     memset(s, 0, sizeof *s);
     s->cfg = c;
-    const size_t conv = (size_t)qhx_config_conv_dim(c) * (c->conv_kernel > 1 ? c->conv_kernel - 1 : 1);
-    const size_t ssm = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+    const size_t conv = conv_floats(c), ssm = ssm_floats(c);
     for (int l = 0; l < c->n_layers; l++) {
         if (c->full_attn[l]) continue;
         s->layers[l].conv = calloc(conv, sizeof(float));
@@ -384,8 +389,7 @@ qhx_status qhx_state_init(qhx_state *s, const qhx_config *c) {
 
 void qhx_state_reset(qhx_state *s) {
     const qhx_config *c = s->cfg;
-    const size_t conv = (size_t)qhx_config_conv_dim(c) * (c->conv_kernel > 1 ? c->conv_kernel - 1 : 1);
-    const size_t ssm = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+    const size_t conv = conv_floats(c), ssm = ssm_floats(c);
     for (int l = 0; l < c->n_layers; l++) {
         if (c->full_attn[l]) continue;
         memset(s->layers[l].conv, 0, conv * sizeof(float));
