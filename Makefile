@@ -5,7 +5,7 @@ BUILD   ?= build
 OPT     ?= -O2
 SAN     ?=
 CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -Iinclude -Isrc $(SAN) -MMD -MP
-LDLIBS  += -lcjson -ljansson -lpcre2-8 -lutf8proc -lm -lpthread
+LDLIBS  += -lcjson -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread
 LDFLAGS += $(SAN)
 
 LIB_SRC  := $(wildcard src/*.c src/*/*.c)

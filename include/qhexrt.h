@@ -6,11 +6,12 @@
  * argument at fault. The library never prints and never exits.
  *
  * Typical use:
- *     qhx_model *m;  qhx_session *s;
- *     if (qhx_model_open("models/q35-kjv", &m) != QHX_OK) { fprintf(stderr, "%s\n", qhx_last_error()); ... }
+ *     qhx_runtime *rt;  qhx_model *m;  qhx_session *s;
+ *     qhx_runtime_new(NULL, &rt);                        // best kernels for this CPU, all cores
+ *     if (qhx_model_open(rt, "bundles/q35-kjv", &m) != QHX_OK) { fprintf(stderr, "%s\n", qhx_last_error()); ... }
  *     qhx_session_new(m, &s);
  *     qhx_generate(s, prompt_ids, n_prompt, &opts, on_token, user);
- *     qhx_session_free(s);  qhx_model_close(m);
+ *     qhx_session_free(s);  qhx_model_close(m);  qhx_runtime_free(rt);
  */
 #ifndef QHEXRT_H
 #define QHEXRT_H
@@ -41,14 +42,37 @@ const char *qhx_status_str(qhx_status st);
 /* The message of the most recent failure on this thread; "" if none. Valid until the next call. */
 const char *qhx_last_error(void);
 
+/* ---- runtime: the backend (kernel set) and the threads it runs on ---------------------------- */
+
+typedef struct qhx_runtime qhx_runtime;
+
+typedef struct {
+    const char *kernels;   /* "auto" (default; env QHX_KERNELS overrides it), "ref" (the fp32
+                              reference: double accumulation), "scalar", "avx2", "avx512" */
+    int n_threads;         /* 0: every core */
+} qhx_runtime_opts;
+
+/* opts may be NULL for the defaults. Fails on unknown kernels or ones this CPU cannot run. */
+qhx_status qhx_runtime_new(const qhx_runtime_opts *opts, qhx_runtime **out);
+void qhx_runtime_free(qhx_runtime *rt);
+const char *qhx_runtime_kernels(const qhx_runtime *rt);
+int qhx_runtime_threads(const qhx_runtime *rt);
+
+typedef struct qhx_tokenizer qhx_tokenizer;
+
 /* ---- model ---------------------------------------------------------------------------------- */
 
 typedef struct qhx_model qhx_model;
 
-/* Opens a Hugging Face checkpoint directory (config.json + model.safetensors or sharded safetensors
- * with model.safetensors.index.json). Weights are memory-mapped; every tensor the decoder needs is
- * checked for presence, dtype and shape before this returns. */
-qhx_status qhx_model_open(const char *path, qhx_model **out);
+/* Opens either
+ *  - a bundle (a directory with manifest.json, or the manifest file itself) written by `qhx forge`:
+ *    every file's checksum, magic, version, target, layout and ids are checked against the
+ *    manifest before this returns; or
+ *  - a Hugging Face checkpoint directory (config.json + model.safetensors or sharded safetensors
+ *    with model.safetensors.index.json), every tensor checked for presence, dtype and shape.
+ * Weights are memory-mapped. rt may be NULL (a default runtime owned by the model); otherwise it
+ * must outlive the model. */
+qhx_status qhx_model_open(qhx_runtime *rt, const char *path, qhx_model **out);
 void qhx_model_close(qhx_model *m);
 
 typedef struct {
@@ -57,12 +81,25 @@ typedef struct {
     int n_layers;
     int n_linear_layers;   /* Gated DeltaNet layers */
     int n_full_layers;     /* gated softmax attention layers */
-    int max_context;       /* max_position_embeddings */
+    int max_context;       /* positions a session may use: a bundle's context length, else
+                              max_position_embeddings */
     int n_eos;             /* end-of-generation ids from the config (0..4) */
     int32_t eos[4];
+    int is_bundle;
+    int n_shards;          /* decode shards the host-op runs (1 for a checkpoint) */
+    uint64_t weight_bytes; /* bytes of weights mapped */
+    uint64_t state_bytes;  /* conv FIFOs + delta-rule states of one session */
+    uint64_t kv_bytes_per_token;  /* KV cache of one session, per token */
 } qhx_model_info;
 
 void qhx_model_get_info(const qhx_model *m, qhx_model_info *info);
+
+/* A bundle's manifest JSON text (owned by the model), or NULL for a checkpoint. */
+const char *qhx_model_manifest(const qhx_model *m);
+
+/* The model's tokenizer (the bundle's, or the checkpoint directory's tokenizer.json), loaded on
+ * first use and owned by the model. */
+qhx_status qhx_model_tokenizer(qhx_model *m, qhx_tokenizer **out);
 
 /* ---- session: all per-sequence state (conv FIFOs, SSM states, KV caches) ---------------------- */
 
@@ -102,8 +139,6 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt,
 
 
 /* ---- tokenizer: byte-level BPE from a Hugging Face tokenizer.json --------------------------- */
-
-typedef struct qhx_tokenizer qhx_tokenizer;
 
 /* Loads a tokenizer.json (or the tokenizer.json inside a directory). Vocabulary, merges (either
  * "a b" or ["a", "b"] form), added tokens, normalizer, Split/ByteLevel pre-tokenizer and decoder

@@ -1,58 +1,160 @@
-/* The public API (include/qhexrt.h) over the checkpoint loader and the reference forward. */
+/* The public API (include/qhexrt.h): runtime, model, session, generation. */
 #include "qhexrt.h"
-#include "format/checkpoint.h"
-#include "model/qwen35.h"
+#include "model/model.h"
 #include "util/error.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-struct qhx_model {
-    qhx_checkpoint ck;
-};
+/* ---- runtime ---- */
 
-struct qhx_session {
-    qhx_model *model;
-    qhx_state state;
-    float *logits; /* [vocab] scratch for generation */
-};
+qhx_status qhx_runtime_new(const qhx_runtime_opts *opts, qhx_runtime **out) {
+    *out = NULL;
+    const qhx_kernel_set *ks = qhx_kernels_find(opts && opts->kernels ? opts->kernels : "auto");
+    if (!ks) return QHX_ERR_ARG;
+    int n = opts ? opts->n_threads : 0;
+    if (n < 0 || n > 1024) return qhx_fail(QHX_ERR_ARG, "threads: %d is not in [0, 1024]", n);
+    if (n == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        n = cores > 0 ? (int)cores : 1;
+    }
+    qhx_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    rt->ex.ks = ks;
+    rt->n_threads = n;
+    if (n > 1 && !(rt->ex.pool = qhx_pool_new(n))) {
+        free(rt);
+        return qhx_fail(QHX_ERR_NOMEM, "could not start %d threads", n);
+    }
+    *out = rt;
+    return QHX_OK;
+}
 
-qhx_status qhx_model_open(const char *path, qhx_model **out) {
+void qhx_runtime_free(qhx_runtime *rt) {
+    if (!rt) return;
+    qhx_pool_free(rt->ex.pool);
+    free(rt);
+}
+
+const char *qhx_runtime_kernels(const qhx_runtime *rt) { return rt->ex.ks->name; }
+int qhx_runtime_threads(const qhx_runtime *rt) { return qhx_pool_size(rt->ex.pool); }
+
+/* ---- model ---- */
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int is_file(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static qhx_status open_checkpoint(qhx_model *m, const char *dir) {
+    qhx_status rc = qhx_checkpoint_open(&m->ck, dir);
+    if (rc) return rc;
+    m->cfg = m->ck.cfg;
+    m->w = m->ck.w;
+    if (m->cfg.tie_embeddings) m->w->lm_head = m->w->embed;
+    m->n_shards = 1;
+    m->shards[0].l0 = 0;
+    m->shards[0].l1 = m->cfg.n_layers;
+    m->context = m->cfg.max_pos;
+    for (int i = 0; i < m->ck.n_files; i++) m->weight_bytes += m->ck.files[i].map.size;
+    return QHX_OK;
+}
+
+qhx_status qhx_model_open(qhx_runtime *rt, const char *path, qhx_model **out) {
     *out = NULL;
     if (!path) return qhx_fail(QHX_ERR_ARG, "model path is NULL");
     qhx_model *m = calloc(1, sizeof *m);
     if (!m) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
-    qhx_status rc = qhx_checkpoint_open(&m->ck, path);
-    if (rc) { free(m); return rc; }
+    qhx_status rc = QHX_OK;
+    if (!rt) {
+        rc = qhx_runtime_new(NULL, &m->rt);
+        m->owns_rt = 1;
+    } else {
+        m->rt = rt;
+    }
+    char manifest[1100];
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", path);
+    if (rc) {
+    } else if (is_file(path)) {
+        rc = qhx_bundle_open(m, path);
+    } else if (!is_dir(path)) {
+        rc = qhx_fail(QHX_ERR_IO, "%s: no such model directory or manifest", path);
+    } else if (is_file(manifest)) {
+        rc = qhx_bundle_open(m, manifest);
+    } else {
+        snprintf(m->dir, sizeof m->dir, "%s", path);
+        rc = open_checkpoint(m, path);
+    }
+    if (rc) {
+        qhx_model_close(m);
+        return rc;
+    }
     *out = m;
     return QHX_OK;
 }
 
 void qhx_model_close(qhx_model *m) {
     if (!m) return;
-    qhx_checkpoint_close(&m->ck);
+    if (m->manifest) qhx_bundle_close(m);
+    else qhx_checkpoint_close(&m->ck);
+    qhx_tokenizer_free(m->tok);
+    if (m->owns_rt) qhx_runtime_free(m->rt);
     free(m);
 }
 
 void qhx_model_get_info(const qhx_model *m, qhx_model_info *info) {
-    const qhx_config *c = &m->ck.cfg;
+    const qhx_config *c = &m->cfg;
     memset(info, 0, sizeof *info);
     info->vocab_size = c->vocab_size;
     info->hidden_size = c->hidden;
     info->n_layers = c->n_layers;
     for (int i = 0; i < c->n_layers; i++) c->full_attn[i] ? info->n_full_layers++ : info->n_linear_layers++;
-    info->max_context = c->max_pos;
+    info->max_context = m->context;
     info->n_eos = c->n_eos;
     memcpy(info->eos, c->eos, sizeof info->eos);
+    info->is_bundle = m->manifest != NULL;
+    info->n_shards = m->n_shards;
+    info->weight_bytes = m->weight_bytes;
+    info->state_bytes = qhx_state_fixed_bytes(c, 0, c->n_layers);
+    info->kv_bytes_per_token = qhx_state_kv_bytes_per_token(c, 0, c->n_layers);
 }
+
+const char *qhx_model_manifest(const qhx_model *m) { return m->manifest; }
+
+qhx_status qhx_model_tokenizer(qhx_model *m, qhx_tokenizer **out) {
+    if (!m->tok) {
+        char path[1100];
+        snprintf(path, sizeof path, "%s/tokenizer.json", m->dir);
+        qhx_status rc = qhx_tokenizer_load(path, &m->tok);
+        if (rc) return rc;
+    }
+    *out = m->tok;
+    return QHX_OK;
+}
+
+/* ---- session ---- */
+
+struct qhx_session {
+    qhx_model *model;
+    qhx_hostop_state hs;
+    float *logits; /* [vocab] scratch for generation */
+};
 
 qhx_status qhx_session_new(qhx_model *m, qhx_session **out) {
     *out = NULL;
     qhx_session *s = calloc(1, sizeof *s);
     if (!s) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     s->model = m;
-    s->logits = malloc(sizeof(float) * (size_t)m->ck.cfg.vocab_size);
-    qhx_status rc = s->logits ? qhx_state_init(&s->state, &m->ck.cfg) : qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    s->logits = malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
+    qhx_status rc = s->logits ? qhx_hostop_init(&s->hs, m) : qhx_fail(QHX_ERR_NOMEM, "out of memory");
     if (rc) { free(s->logits); free(s); return rc; }
     *out = s;
     return QHX_OK;
@@ -60,25 +162,25 @@ qhx_status qhx_session_new(qhx_model *m, qhx_session **out) {
 
 void qhx_session_free(qhx_session *s) {
     if (!s) return;
-    qhx_state_free(&s->state);
+    qhx_hostop_free(&s->hs, s->model);
     free(s->logits);
     free(s);
 }
 
-void qhx_session_reset(qhx_session *s) { qhx_state_reset(&s->state); }
+void qhx_session_reset(qhx_session *s) { qhx_hostop_reset(&s->hs, s->model); }
 
-int qhx_session_pos(const qhx_session *s) { return s->state.pos; }
+int qhx_session_pos(const qhx_session *s) { return s->hs.pos; }
 
 qhx_status qhx_session_eval(qhx_session *s, const int32_t *tokens, int n, qhx_eval_mode mode, float *logits,
                             float *last_logits) {
     if (!s || !tokens || n <= 0) return qhx_fail(QHX_ERR_ARG, "session_eval: need a session and at least one token");
-    const qhx_checkpoint *ck = &s->model->ck;
-    if (mode == QHX_EVAL_SEQUENCE)
-        return qhx_qwen35_forward(&ck->cfg, ck->w, &s->state, tokens, n, 0, logits, last_logits);
-    const size_t V = (size_t)ck->cfg.vocab_size;
+    if (mode == QHX_EVAL_SEQUENCE) return qhx_hostop_eval(s->model, &s->hs, tokens, n, 0, logits, last_logits);
+    if (n > s->model->context - s->hs.pos) /* refuse before the first token, not half-way */
+        return qhx_fail(QHX_ERR_RANGE, "%d tokens after %d exceed the context of %d", n, s->hs.pos, s->model->context);
+    const size_t V = (size_t)s->model->cfg.vocab_size;
     for (int t = 0; t < n; t++) {
-        qhx_status rc = qhx_qwen35_forward(&ck->cfg, ck->w, &s->state, tokens + t, 1, 1, logits ? logits + t * V : NULL,
-                                           t == n - 1 ? last_logits : NULL);
+        qhx_status rc = qhx_hostop_eval(s->model, &s->hs, tokens + t, 1, 1, logits ? logits + t * V : NULL,
+                                        t == n - 1 ? last_logits : NULL);
         if (rc) return rc;
     }
     return QHX_OK;
@@ -94,11 +196,12 @@ static int32_t argmax(const float *x, int n) {
 qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, const qhx_generate_opts *opts,
                         qhx_token_cb cb, void *user) {
     if (!s || !opts || opts->max_tokens < 0) return qhx_fail(QHX_ERR_ARG, "generate: bad arguments");
-    const qhx_config *c = &s->model->ck.cfg;
+    const qhx_config *c = &s->model->cfg;
     if (n_prompt < 1) return qhx_fail(QHX_ERR_ARG, "generate: the prompt is empty");
-    if ((long long)s->state.pos + n_prompt + opts->max_tokens > c->max_pos)
+    const long long need = (long long)n_prompt + opts->max_tokens;
+    if (need > s->model->context - s->hs.pos)
         return qhx_fail(QHX_ERR_RANGE, "prompt (%d tokens) plus %d new tokens exceed the context of %d", n_prompt,
-                        opts->max_tokens, c->max_pos - s->state.pos);
+                        opts->max_tokens, s->model->context - s->hs.pos);
     qhx_status rc = qhx_session_eval(s, prompt, n_prompt, QHX_EVAL_SEQUENCE, NULL, s->logits);
     for (int i = 0; rc == QHX_OK && i < opts->max_tokens; i++) {
         int32_t tok = argmax(s->logits, c->vocab_size);

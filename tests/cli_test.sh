@@ -57,7 +57,7 @@ expect_err 2 "--tokens" "$qhx" generate models/q35-kjv --tokens 99999999999
 expect_err 2 "-n" "$qhx" generate models/q35-kjv --tokens 1 -n abc
 expect_err 2 "-n" "$qhx" generate models/q35-kjv --tokens 1 -n -3
 expect_err 2 "-n: needs a value" "$qhx" generate models/q35-kjv --tokens 1 -n
-expect_err 1 "/nope/config.json" "$qhx" generate /nope --tokens 1
+expect_err 1 "/nope: no such model" "$qhx" generate /nope --tokens 1
 expect_err 1 "exceed the context" "$qhx" generate models/q35-kjv --tokens 1 -n 1000000000
 expect_err 1 "unknown preset 'nope'" "$qhx" synth --preset nope --seed 1 --out "$tmp/s"
 expect_err 2 "--seed" "$qhx" synth --preset tiny --seed x --out "$tmp/s"

@@ -63,7 +63,7 @@ static void bad_offsets(cJSON *j) {
 
 static void expect_fail(const char *dir, qhx_status want, const char *needle, const char *what) {
     qhx_model *m = NULL;
-    qhx_status st = qhx_model_open(dir, &m);
+    qhx_status st = qhx_model_open(NULL, dir, &m);
     const char *msg = qhx_last_error();
     CHECK(st == want, "%s: status %d (%s), want %d", what, st, msg, want);
     CHECK(strstr(msg, needle) != NULL, "%s: message '%s' does not name '%s'", what, msg, needle);
@@ -113,7 +113,7 @@ static void check_shape(const char *preset) {
     CHECK(qhx_synth(preset, 7, dir, 0, 0) == QHX_OK, "synth %s: %s", preset, qhx_last_error());
     qhx_model *m;
     qhx_session *s;
-    if (qhx_model_open(dir, &m)) { CHECK(0, "open %s: %s", preset, qhx_last_error()); return; }
+    if (qhx_model_open(NULL, dir, &m)) { CHECK(0, "open %s: %s", preset, qhx_last_error()); return; }
     qhx_session_new(m, &s);
     qhx_model_info info;
     qhx_model_get_info(m, &info);

@@ -44,9 +44,12 @@ static void check_model(const char *dir) {
     if (!text) return;
     cJSON *root = cJSON_Parse(text);
     free(text);
+    qhx_runtime *rt;
     qhx_model *m;
     qhx_session *s;
-    CHECK(qhx_model_open(dir, &m) == QHX_OK, "%s", qhx_last_error());
+    qhx_runtime_opts ro = {"ref", 0}; /* the reference: double accumulation, every core */
+    CHECK(qhx_runtime_new(&ro, &rt) == QHX_OK, "%s", qhx_last_error());
+    CHECK(qhx_model_open(rt, dir, &m) == QHX_OK, "%s", qhx_last_error());
     CHECK(qhx_session_new(m, &s) == QHX_OK, "%s", qhx_last_error());
     qhx_model_info info;
     qhx_model_get_info(m, &info);
@@ -128,6 +131,7 @@ static void check_model(const char *dir) {
     cJSON_Delete(root);
     qhx_session_free(s);
     qhx_model_close(m);
+    qhx_runtime_free(rt);
 }
 
 int main(void) {

@@ -97,8 +97,8 @@ static int write_atomic(const char *path, const void *data, size_t len) {
 /* ---- shared option parsing ------------------------------------------------------------------- */
 
 typedef struct {
-    const char *model, *tokens, *out, *prompt;
-    long long n;
+    const char *model, *tokens, *out, *prompt, *kernels;
+    long long n, threads;
     int greedy, ids, stepwise, special, help;
 } opts;
 
@@ -117,6 +117,10 @@ static int parse_common(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "-n")) {
             if (want_value(argc, argv, &i) || parse_long("-n", argv[i], 0, 1 << 30, &o->n)) return -1;
         }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 1024, &o->threads)) return -1;
+        }
+        else if (!strcmp(a, "--kernels") || !strcmp(a, "--backend")) { if (want_value(argc, argv, &i)) return -1; o->kernels = argv[i]; }
         else if (!strcmp(a, "--greedy")) o->greedy = 1;
         else if (!strcmp(a, "--ids")) o->ids = 1;
         else if (!strcmp(a, "--stepwise")) o->stepwise = 1;
@@ -129,14 +133,27 @@ static int parse_common(int argc, char **argv, opts *o) {
     return 0;
 }
 
+#define RUNTIME_HELP \
+    "  -t N         threads (default: every core)\n" \
+    "  --kernels K  auto (default), ref (the fp32 reference), scalar, avx2, avx512\n"
+
+/* The runtime the options ask for, and the model on it. */
+static int open_model(const opts *o, qhx_runtime **rt, qhx_model **m) {
+    qhx_runtime_opts ro = {o->kernels, (int)o->threads};
+    *m = NULL;
+    if (qhx_runtime_new(&ro, rt)) return api_error();
+    if (qhx_model_open(*rt, o->model, m)) return api_error();
+    return 0;
+}
+
 /* ---- qhx logits ------------------------------------------------------------------------------ */
 
 static const char logits_help[] =
     "usage: qhx logits MODEL --tokens 1,2,3 --out FILE [--stepwise]\n"
     "Evaluates the tokens from a fresh state and writes the fp32 little-endian logits of every\n"
     "position, row-major [T, vocab_size], to FILE (atomically).\n"
-    "  MODEL       a Hugging Face checkpoint directory\n"
-    "  --stepwise  feed one token at a time (recurrent path) instead of the whole sequence\n";
+    "  MODEL        a bundle (qhx forge) or a Hugging Face checkpoint directory\n"
+    "  --stepwise   feed one token at a time (recurrent path) instead of the whole sequence\n" RUNTIME_HELP;
 
 static int cmd_logits(int argc, char **argv) {
     opts o = {0};
@@ -146,11 +163,13 @@ static int cmd_logits(int argc, char **argv) {
     int32_t *ids;
     int n;
     if (parse_tokens(o.tokens, &ids, &n)) return 2;
+    qhx_runtime *rt = NULL;
     qhx_model *m = NULL;
     qhx_session *s = NULL;
     float *logits = NULL;
     int rc = 1;
-    if (qhx_model_open(o.model, &m) || qhx_session_new(m, &s)) { api_error(); goto done; }
+    if (open_model(&o, &rt, &m)) goto done;
+    if (qhx_session_new(m, &s)) { api_error(); goto done; }
     qhx_model_info info;
     qhx_model_get_info(m, &info);
     logits = malloc(sizeof(float) * (size_t)n * info.vocab_size);
@@ -162,6 +181,7 @@ done:
     free(ids);
     qhx_session_free(s);
     qhx_model_close(m);
+    qhx_runtime_free(rt);
     return rc;
 }
 
@@ -175,7 +195,7 @@ static const char generate_help[] =
     "  --tokens   the prompt as comma-separated token ids instead of text\n"
     "  --greedy   greedy decoding (the only mode for now)\n"
     "  --ids      print the generated ids space-separated on one line of stdout, nothing else\n"
-    "  --special  match special tokens such as <|im_start|> in the prompt text\n";
+    "  --special  match special tokens such as <|im_start|> in the prompt text\n" RUNTIME_HELP;
 
 typedef struct {
     int ids, count;
@@ -210,13 +230,15 @@ static int cmd_generate(int argc, char **argv) {
         if (parse_tokens(o.tokens, &ids, &ni)) return 2;
         n = (size_t)ni;
     }
+    qhx_runtime *rt = NULL;
     qhx_model *m = NULL;
     qhx_session *s = NULL;
     gen_out g = {.ids = o.ids};
     int rc = 1;
-    if (qhx_model_open(o.model, &m) || qhx_session_new(m, &s)) { api_error(); goto done; }
+    if (open_model(&o, &rt, &m)) goto done;
+    if (qhx_session_new(m, &s)) { api_error(); goto done; }
     if (o.prompt) {
-        if (qhx_tokenizer_load(o.model, &g.tok) ||
+        if (qhx_model_tokenizer(m, &g.tok) ||
             qhx_tokenizer_encode(g.tok, o.prompt, strlen(o.prompt), o.special ? QHX_ENCODE_SPECIAL : 0, &ids, &n)) {
             api_error();
             goto done;
@@ -243,9 +265,9 @@ static int cmd_generate(int argc, char **argv) {
     rc = 0;
 done:
     free(ids);
-    qhx_tokenizer_free(g.tok);
     qhx_session_free(s);
     qhx_model_close(m);
+    qhx_runtime_free(rt);
     return rc;
 }
 

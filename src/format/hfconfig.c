@@ -195,3 +195,37 @@ qhx_status qhx_config_load(qhx_config *c, const char *dir) {
     qhx_clear_error();
     return QHX_OK;
 }
+
+char *qhx_config_to_json(const qhx_config *c) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddStringToObject(o, "model_type", "qwen3_5_text");
+    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(o, "hidden_size", c->hidden);
+    cJSON_AddNumberToObject(o, "num_hidden_layers", c->n_layers);
+    cJSON_AddNumberToObject(o, "intermediate_size", c->ffn);
+    cJSON_AddNumberToObject(o, "num_attention_heads", c->n_heads);
+    cJSON_AddNumberToObject(o, "num_key_value_heads", c->n_kv_heads);
+    cJSON_AddNumberToObject(o, "head_dim", c->head_dim);
+    cJSON_AddNumberToObject(o, "linear_num_key_heads", c->lin_k_heads);
+    cJSON_AddNumberToObject(o, "linear_num_value_heads", c->lin_v_heads);
+    cJSON_AddNumberToObject(o, "linear_key_head_dim", c->lin_k_dim);
+    cJSON_AddNumberToObject(o, "linear_value_head_dim", c->lin_v_dim);
+    cJSON_AddNumberToObject(o, "linear_conv_kernel_dim", c->conv_kernel);
+    cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_pos);
+    cJSON_AddNumberToObject(o, "rms_norm_eps", c->eps);
+    cJSON_AddStringToObject(o, "hidden_act", "silu");
+    cJSON *rp = cJSON_AddObjectToObject(o, "rope_parameters");
+    cJSON_AddStringToObject(rp, "rope_type", "default");
+    cJSON_AddNumberToObject(rp, "rope_theta", c->rope_theta);
+    cJSON_AddNumberToObject(rp, "partial_rotary_factor", (double)c->rot_dim / c->head_dim);
+    cJSON *lt = cJSON_AddArrayToObject(o, "layer_types");
+    for (int i = 0; i < c->n_layers; i++)
+        cJSON_AddItemToArray(lt, cJSON_CreateString(c->full_attn[i] ? "full_attention" : "linear_attention"));
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_embeddings);
+    cJSON *eos = cJSON_AddArrayToObject(o, "eos_token_id");
+    for (int i = 0; i < c->n_eos; i++) cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->eos[i]));
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}

@@ -25,6 +25,10 @@ qhx_status qhx_config_parse(qhx_config *c, const char *path, const char *json, s
 /* Reads dir/config.json and, if present, the eos ids of dir/generation_config.json. */
 qhx_status qhx_config_load(qhx_config *c, const char *dir);
 
+/* The config as a flat text-config JSON object that qhx_config_parse reads back identically
+ * (a bundle manifest's "model"). malloc'd; NULL when out of memory. */
+char *qhx_config_to_json(const qhx_config *c);
+
 static inline int qhx_config_conv_dim(const qhx_config *c) {
     return 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
 }

@@ -7,7 +7,8 @@
 #include "qhexrt.h"
 #include "util/mapfile.h"
 
-typedef enum { QHX_F32, QHX_BF16, QHX_F16, QHX_DT_OTHER } qhx_dtype;
+/* QHX_I8 only appears in bundles (W8 weights with per-row fp32 scales), never read from safetensors. */
+typedef enum { QHX_F32, QHX_BF16, QHX_F16, QHX_I8, QHX_DT_OTHER } qhx_dtype;
 
 #define QHX_MAX_DIMS 8
 

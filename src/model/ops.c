@@ -12,17 +12,8 @@ float qhx_tensor_get(const qhx_tensor *t, size_t i) {
     case QHX_F32: memcpy(&f, p + 4 * i, 4); return f;
     case QHX_BF16: memcpy(&h, p + 2 * i, 2); return qhx_bf16_to_f32(h);
     case QHX_F16: memcpy(&h, p + 2 * i, 2); return qhx_f16_to_f32(h);
+    case QHX_I8: return (float)((const int8_t *)p)[i] * t->scale[i / (size_t)t->cols];
     default: return 0.0f;
-    }
-}
-
-void qhx_matvec_ref(const qhx_tensor *W, const float *x, float *y) {
-    const size_t cols = (size_t)W->cols;
-    for (int r = 0; r < W->rows; r++) {
-        double acc = 0.0;
-        size_t base = (size_t)r * cols;
-        for (size_t c = 0; c < cols; c++) acc += (double)qhx_tensor_get(W, base + c) * x[c];
-        y[r] = (float)acc;
     }
 }
 

@@ -6,8 +6,6 @@
 
 /* Element i of a weight, widened to fp32 (the data may be unaligned: safetensors packs tightly). */
 float qhx_tensor_get(const qhx_tensor *t, size_t i);
-/* y[r] = sum_c W[r][c] * x[c] for every row r; accumulates in double. */
-void qhx_matvec_ref(const qhx_tensor *W, const float *x, float *y);
 /* out = x / rms(x) * (1 + w): Qwen3.5's zero-centred RMSNorm. out may alias x. */
 void qhx_rmsnorm1p(float *out, const float *x, const qhx_tensor *w, int n, float eps);
 

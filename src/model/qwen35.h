@@ -5,11 +5,13 @@
 #include "format/hfconfig.h"
 #include "format/safetensors.h"
 
-/* A weight as the forward pass sees it: a row-major matrix (a vector has rows == 1) of some dtype. */
+/* A weight as the forward pass sees it: a row-major matrix (a vector has rows == 1) of some dtype.
+ * QHX_I8 weights (bundles) carry one fp32 scale per row: W[r][c] = data[r][c] * scale[r]. */
 typedef struct {
     qhx_dtype dtype;
     int rows, cols;
     const void *data;
+    const float *scale;
 } qhx_tensor;
 
 typedef struct {
@@ -36,6 +38,7 @@ typedef struct {
     int64_t shape[3];
     qhx_dtype dtype;          /* the dtype Hugging Face stores it in */
     qhx_init_kind init;
+    int layer;                /* the decoder layer it belongs to, or -1 (embedding, final norm, head) */
     qhx_tensor *dst;          /* where the loader binds it; NULL when enumerating only */
 } qhx_tensor_spec;
 
@@ -44,7 +47,7 @@ typedef struct {
  * call). The one list the loader checks against and the synthesizer writes. */
 int qhx_qwen35_specs(const qhx_config *c, const char *prefix, qhx_weights *w, qhx_tensor_spec *out);
 
-/* ---- per-sequence state ------------------------------------------------------------------- */
+/* ---- per-sequence state of a range of layers ----------------------------------------------- */
 
 typedef struct {
     float *conv;       /* [conv_kernel-1][conv_dim]: the last inputs of the causal conv, oldest first */
@@ -53,24 +56,41 @@ typedef struct {
     float *v_cache;
 } qhx_layer_state;
 
+/* The state of layers [l0, l1): a shard owns one, a whole model is the range [0, n_layers). */
 typedef struct {
     const qhx_config *cfg;
-    qhx_layer_state layers[QHX_MAX_LAYERS];
+    int l0, l1;
+    qhx_layer_state layers[QHX_MAX_LAYERS];  /* indexed by the global layer number */
     int pos;           /* tokens consumed */
     int kv_capacity;   /* tokens the KV caches hold before they grow */
     float *scratch;    /* per-call work buffers, grown on demand and reused */
     size_t scratch_floats;
 } qhx_state;
 
-qhx_status qhx_state_init(qhx_state *s, const qhx_config *c);
+qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, int l0, int l1);
 void qhx_state_free(qhx_state *s);
 void qhx_state_reset(qhx_state *s);
+/* Bytes of recurrent state (conv FIFOs + delta-rule states) of layers [l0, l1), and of KV cache
+ * per token. */
+size_t qhx_state_fixed_bytes(const qhx_config *c, int l0, int l1);
+size_t qhx_state_kv_bytes_per_token(const qhx_config *c, int l0, int l1);
 
-/* The reference forward: feeds tokens[0..n) at the state's position. `stepwise` selects the
- * recurrent delta rule (one token at a time) instead of the chunked one. Writes logits of every
- * position to logits_all [n][vocab] and/or the last one to logits_last, when not NULL. */
-qhx_status qhx_qwen35_forward(const qhx_config *c, const qhx_weights *w, qhx_state *s,
-                              const int32_t *tokens, int n, int stepwise,
-                              float *logits_all, float *logits_last);
+/* ---- the forward, in three steps so a host-op can run shards in between ---------------------- */
+
+typedef struct qhx_exec qhx_exec;
+
+/* x[n][hidden] = embedding rows of tokens (ids already validated). */
+void qhx_qwen35_embed(const qhx_config *c, const qhx_weights *w, const int32_t *tokens, int n, float *x);
+
+/* Runs decoder layers [s->l0, s->l1) over the residual stream x[n][hidden] in place, at the
+ * state's position, and advances it by n. The range that ends at the last layer also applies the
+ * final norm. `stepwise` selects the recurrent delta rule (one token at a time) instead of the
+ * chunked one. */
+qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, qhx_state *s,
+                             float *x, int n, int stepwise);
+
+/* logits[n][vocab] = lm_head · x for final-normed x. */
+void qhx_qwen35_head(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const float *x, int n,
+                     float *logits);
 
 #endif

@@ -24,6 +24,7 @@ static void add(lister *L, qhx_tensor *dst, qhx_dtype dt, qhx_init_kind init, in
         s->shape[2] = d2;
         s->dtype = dt;
         s->init = init;
+        s->layer = strstr(fmt, "%d") ? layer : -1;
         s->dst = dst;
     }
     L->n++;

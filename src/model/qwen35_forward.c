@@ -1,13 +1,15 @@
 /*
- * The fp32 reference forward of the Qwen3.5 text decoder, written to read like the spec
- * (shared spec §3; Hugging Face modeling_qwen3_5.py). Every faster path is tested against it, so it
- * stays plain: one function per block, scalar loops, double accumulation in dot products.
+ * The forward pass of the Qwen3.5 text decoder, written to read like the spec (shared spec §3;
+ * Hugging Face modeling_qwen3_5.py): one function per block, plain loops. The projections go
+ * through qhx_matmul, so the same graph runs as the fp32 reference (the "ref" kernels: double
+ * accumulation over checkpoint weights) and as the fast path (SIMD kernels over W8 bundles).
  *
  *   x = embed[token]
  *   per layer:  x += GatedDeltaNet(norm(x))   or   x += GatedAttention(norm(x))   (every 4th)
  *               x += MLP(norm(x))
  *   logits = lm_head · norm(x)
  */
+#include "kernels/kernels.h"
 #include "model/ops.h"
 #include "model/qwen35.h"
 #include "util/error.h"
@@ -146,9 +148,9 @@ static void delta_chunk(float *S, const float *q, const float *k, const float *v
     }
 }
 
-static void gated_deltanet(const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls,
+static void gated_deltanet(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls,
                            const float *h, float *out, int T, int stepwise, carver cv) {
-    const int D = c->hidden, C = qhx_config_conv_dim(c);
+    const int C = qhx_config_conv_dim(c);
     const int hk = c->lin_k_heads, hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim;
     const int group = hv / hk; /* value head h reads key head h / group (HF repeat_interleave) */
     float *mixed = carve(&cv, (size_t)T * C), *xc = carve(&cv, (size_t)T * C);
@@ -157,13 +159,10 @@ static void gated_deltanet(const qhx_config *c, const qhx_layer_weights *lw, qhx
     float *beta = carve(&cv, (size_t)T * hv), *g = carve(&cv, (size_t)T * hv);
     float *work = carve(&cv, CHUNK * CHUNK + CHUNK * (size_t)(2 * dv + dk + 1) + dv);
 
-    for (int t = 0; t < T; t++) {
-        const float *ht = h + (size_t)t * D;
-        qhx_matvec_ref(&lw->qkv, ht, mixed + (size_t)t * C);
-        qhx_matvec_ref(&lw->z, ht, z + (size_t)t * hv * dv);
-        qhx_matvec_ref(&lw->b, ht, b + (size_t)t * hv);
-        qhx_matvec_ref(&lw->a, ht, a + (size_t)t * hv);
-    }
+    qhx_matmul(ex, &lw->qkv, h, T, mixed);
+    qhx_matmul(ex, &lw->z, h, T, z);
+    qhx_matmul(ex, &lw->b, h, T, b);
+    qhx_matmul(ex, &lw->a, h, T, a);
     causal_conv(c, lw, ls->conv, mixed, xc, T);
 
     for (int t = 0; t < T; t++) {
@@ -210,7 +209,7 @@ static void gated_deltanet(const qhx_config *c, const qhx_layer_weights *lw, qhx
         const float inv = 1.0f / sqrtf((float)(ss / dv) + c->eps);
         for (int e = 0; e < dv; e++) or[e] = or[e] * inv * qhx_tensor_get(&lw->gnorm, e) * qhx_silu(zr[e]);
     }
-    for (int t = 0; t < T; t++) qhx_matvec_ref(&lw->out, o + (size_t)t * hv * dv, out + (size_t)t * D);
+    qhx_matmul(ex, &lw->out, o, T, out);
 }
 
 /* ---- gated softmax attention (spec §3.6) ---------------------------------------------------- */
@@ -227,21 +226,20 @@ static void rope(float *x, int rot, int pos, float theta) {
     }
 }
 
-static void gated_attention(const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls, int pos0,
-                            const float *h, float *out, int T, carver cv) {
-    const int D = c->hidden, hq = c->n_heads, hkv = c->n_kv_heads, hd = c->head_dim;
+static void gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls,
+                            int pos0, const float *h, float *out, int T, carver cv) {
+    const int hq = c->n_heads, hkv = c->n_kv_heads, hd = c->head_dim;
     const int group = hq / hkv, kvdim = hkv * hd;
     float *qg = carve(&cv, (size_t)T * hq * hd * 2), *att = carve(&cv, (size_t)T * hq * hd);
     float *scores = carve(&cv, (size_t)(pos0 + T));
     const float scale = 1.0f / sqrtf((float)hd);
 
+    qhx_matmul(ex, &lw->q, h, T, qg); /* per head: [query hd | gate hd] */
+    qhx_matmul(ex, &lw->k, h, T, ls->k_cache + (size_t)pos0 * kvdim);
+    qhx_matmul(ex, &lw->v, h, T, ls->v_cache + (size_t)pos0 * kvdim);
     for (int t = 0; t < T; t++) {
-        const float *ht = h + (size_t)t * D;
-        float *k = ls->k_cache + (size_t)(pos0 + t) * kvdim, *v = ls->v_cache + (size_t)(pos0 + t) * kvdim;
-        float *qgt = qg + (size_t)t * hq * hd * 2; /* per head: [query hd | gate hd] */
-        qhx_matvec_ref(&lw->q, ht, qgt);
-        qhx_matvec_ref(&lw->k, ht, k);
-        qhx_matvec_ref(&lw->v, ht, v);
+        float *k = ls->k_cache + (size_t)(pos0 + t) * kvdim;
+        float *qgt = qg + (size_t)t * hq * hd * 2;
         for (int j = 0; j < hq; j++) {
             float *qj = qgt + (size_t)j * hd * 2;
             qhx_rmsnorm1p(qj, qj, &lw->q_norm, hd, c->eps);
@@ -276,21 +274,20 @@ static void gated_attention(const qhx_config *c, const qhx_layer_weights *lw, qh
             }
             for (int e = 0; e < hd; e++) o[e] *= qhx_sigmoid(gate[e]);
         }
-        qhx_matvec_ref(&lw->o, att + (size_t)t * hq * hd, out + (size_t)t * D);
     }
+    qhx_matmul(ex, &lw->o, att, T, out);
 }
 
 /* ---- SwiGLU MLP (spec §3.4) ----------------------------------------------------------------- */
 
-static void mlp(const qhx_config *c, const qhx_layer_weights *lw, const float *h, float *out, int T, carver cv) {
-    const int D = c->hidden, F = c->ffn;
-    float *gt = carve(&cv, (size_t)F), *up = carve(&cv, (size_t)F);
-    for (int t = 0; t < T; t++) {
-        qhx_matvec_ref(&lw->gate, h + (size_t)t * D, gt);
-        qhx_matvec_ref(&lw->up, h + (size_t)t * D, up);
-        for (int i = 0; i < F; i++) gt[i] = qhx_silu(gt[i]) * up[i];
-        qhx_matvec_ref(&lw->down, gt, out + (size_t)t * D);
-    }
+static void mlp(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, const float *h, float *out, int T,
+                carver cv) {
+    const size_t n = (size_t)T * c->ffn;
+    float *gt = carve(&cv, n), *up = carve(&cv, n);
+    qhx_matmul(ex, &lw->gate, h, T, gt);
+    qhx_matmul(ex, &lw->up, h, T, up);
+    for (size_t i = 0; i < n; i++) gt[i] = qhx_silu(gt[i]) * up[i];
+    qhx_matmul(ex, &lw->down, gt, T, out);
 }
 
 /* ---- the model ------------------------------------------------------------------------------ */
@@ -300,7 +297,7 @@ static qhx_status grow_kv(qhx_state *s, int need) {
     int cap = s->kv_capacity ? s->kv_capacity : 256;
     while (cap < need) cap = cap > (1 << 29) ? need : cap * 2;
     const size_t kvdim = (size_t)s->cfg->n_kv_heads * s->cfg->head_dim;
-    for (int l = 0; l < s->cfg->n_layers; l++) {
+    for (int l = s->l0; l < s->l1; l++) {
         if (!s->cfg->full_attn[l]) continue;
         qhx_layer_state *ls = &s->layers[l];
         float *k = realloc(ls->k_cache, sizeof(float) * kvdim * cap);
@@ -313,15 +310,14 @@ static qhx_status grow_kv(qhx_state *s, int need) {
     return QHX_OK;
 }
 
-qhx_status qhx_qwen35_forward(const qhx_config *c, const qhx_weights *w, qhx_state *s,
-                              const int32_t *tokens, int n, int stepwise, float *logits_all, float *logits_last) {
-    if (n <= 0) return qhx_fail(QHX_ERR_ARG, "no tokens to evaluate");
+void qhx_qwen35_embed(const qhx_config *c, const qhx_weights *w, const int32_t *tokens, int n, float *x) {
+    const int D = c->hidden;
     for (int t = 0; t < n; t++)
-        if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
-            return qhx_fail(QHX_ERR_RANGE, "token id %d at position %d is outside the vocabulary [0, %d)", tokens[t],
-                            t, c->vocab_size);
-    if (n > c->max_pos - s->pos)
-        return qhx_fail(QHX_ERR_RANGE, "%d tokens after %d exceed the model's %d positions", n, s->pos, c->max_pos);
+        for (int i = 0; i < D; i++) x[(size_t)t * D + i] = qhx_tensor_get(&w->embed, (size_t)tokens[t] * D + i);
+}
+
+qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, qhx_state *s, float *x,
+                             int n, int stepwise) {
     qhx_status rc = grow_kv(s, s->pos + n);
     if (rc) return rc;
     const size_t need = scratch_need(c, n) + (size_t)(s->pos + n);
@@ -333,34 +329,28 @@ qhx_status qhx_qwen35_forward(const qhx_config *c, const qhx_weights *w, qhx_sta
     }
     const int D = c->hidden;
     carver cv = {s->scratch};
-    float *x = carve(&cv, (size_t)n * D), *h = carve(&cv, (size_t)n * D), *delta = carve(&cv, (size_t)n * D);
+    float *h = carve(&cv, (size_t)n * D), *delta = carve(&cv, (size_t)n * D);
 
-    for (int t = 0; t < n; t++)
-        for (int i = 0; i < D; i++) x[(size_t)t * D + i] = qhx_tensor_get(&w->embed, (size_t)tokens[t] * D + i);
-
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = s->l0; l < s->l1; l++) {
         const qhx_layer_weights *lw = &w->layers[l];
         for (int t = 0; t < n; t++) qhx_rmsnorm1p(h + (size_t)t * D, x + (size_t)t * D, &lw->in_norm, D, c->eps);
-        if (c->full_attn[l]) gated_attention(c, lw, &s->layers[l], s->pos, h, delta, n, cv);
-        else gated_deltanet(c, lw, &s->layers[l], h, delta, n, stepwise, cv);
+        if (c->full_attn[l]) gated_attention(ex, c, lw, &s->layers[l], s->pos, h, delta, n, cv);
+        else gated_deltanet(ex, c, lw, &s->layers[l], h, delta, n, stepwise, cv);
         for (size_t i = 0; i < (size_t)n * D; i++) x[i] += delta[i];
 
         for (int t = 0; t < n; t++) qhx_rmsnorm1p(h + (size_t)t * D, x + (size_t)t * D, &lw->post_norm, D, c->eps);
-        mlp(c, lw, h, delta, n, cv);
+        mlp(ex, c, lw, h, delta, n, cv);
         for (size_t i = 0; i < (size_t)n * D; i++) x[i] += delta[i];
     }
+    if (s->l1 == c->n_layers)
+        for (int t = 0; t < n; t++) qhx_rmsnorm1p(x + (size_t)t * D, x + (size_t)t * D, &w->final_norm, D, c->eps);
     s->pos += n;
-
-    const qhx_tensor *head = c->tie_embeddings ? &w->embed : &w->lm_head;
-    for (int t = logits_all ? 0 : n - 1; t < n; t++) {
-        qhx_rmsnorm1p(h, x + (size_t)t * D, &w->final_norm, D, c->eps);
-        if (logits_all) qhx_matvec_ref(head, h, logits_all + (size_t)t * c->vocab_size);
-        if (logits_last && t == n - 1) {
-            if (logits_all) memcpy(logits_last, logits_all + (size_t)t * c->vocab_size, sizeof(float) * c->vocab_size);
-            else qhx_matvec_ref(head, h, logits_last);
-        }
-    }
     return QHX_OK;
+}
+
+void qhx_qwen35_head(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const float *x, int n,
+                     float *logits) {
+    qhx_matmul(ex, &w->lm_head, x, n, logits);
 }
 
 /* ---- state ---------------------------------------------------------------------------------- */
@@ -371,11 +361,27 @@ static size_t conv_floats(const qhx_config *c) {
 }
 static size_t ssm_floats(const qhx_config *c) { return (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim; }
 
-qhx_status qhx_state_init(qhx_state *s, const qhx_config *c) {
+size_t qhx_state_fixed_bytes(const qhx_config *c, int l0, int l1) {
+    size_t n = 0;
+    for (int l = l0; l < l1; l++)
+        if (!c->full_attn[l]) n += (conv_floats(c) + ssm_floats(c)) * sizeof(float);
+    return n;
+}
+
+size_t qhx_state_kv_bytes_per_token(const qhx_config *c, int l0, int l1) {
+    size_t n = 0;
+    for (int l = l0; l < l1; l++)
+        if (c->full_attn[l]) n += 2 * sizeof(float) * (size_t)c->n_kv_heads * c->head_dim;
+    return n;
+}
+
+qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, int l0, int l1) {
     memset(s, 0, sizeof *s);
     s->cfg = c;
+    s->l0 = l0;
+    s->l1 = l1;
     const size_t conv = conv_floats(c), ssm = ssm_floats(c);
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = l0; l < l1; l++) {
         if (c->full_attn[l]) continue;
         s->layers[l].conv = calloc(conv, sizeof(float));
         s->layers[l].ssm = calloc(ssm, sizeof(float));
@@ -390,7 +396,7 @@ qhx_status qhx_state_init(qhx_state *s, const qhx_config *c) {
 void qhx_state_reset(qhx_state *s) {
     const qhx_config *c = s->cfg;
     const size_t conv = conv_floats(c), ssm = ssm_floats(c);
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = s->l0; l < s->l1; l++) {
         if (c->full_attn[l]) continue;
         memset(s->layers[l].conv, 0, conv * sizeof(float));
         memset(s->layers[l].ssm, 0, ssm * sizeof(float));
@@ -400,7 +406,7 @@ void qhx_state_reset(qhx_state *s) {
 
 void qhx_state_free(qhx_state *s) {
     if (!s->cfg) return;
-    for (int l = 0; l < s->cfg->n_layers; l++) {
+    for (int l = s->l0; l < s->l1; l++) {
         free(s->layers[l].conv);
         free(s->layers[l].ssm);
         free(s->layers[l].k_cache);

@@ -1,0 +1,45 @@
+/* The split between the model graph and the kernels (ggml style): the forward pass calls
+ * qhx_matmul; which kernel runs (reference, scalar, AVX2, AVX-512) and on how many threads is the
+ * business of the qhx_exec it is handed. Every variant has the scalar twin as its oracle. */
+#ifndef QHX_KERNELS_H
+#define QHX_KERNELS_H
+#include "model/qwen35.h"
+
+typedef struct qhx_pool qhx_pool;
+
+/* Y[t][r] = sum_c W[r][c] * X[t][c] for t < T and rows r0 <= r < r1. X rows are W->cols floats,
+ * Y rows W->rows floats. One call computes whole rows, so results never depend on the thread
+ * count. */
+typedef void (*qhx_matmul_fn)(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1);
+
+typedef struct {
+    const char *name;      /* "ref", "scalar", "avx2", "avx512" */
+    qhx_matmul_fn matmul;  /* handles every dtype: F32, BF16, F16 and I8 */
+    int (*supported)(void);
+} qhx_kernel_set;
+
+typedef struct qhx_exec {
+    const qhx_kernel_set *ks;
+    qhx_pool *pool;        /* NULL: run on the calling thread */
+} qhx_exec;
+
+/* The kernel set called `name` ("auto" = the best this CPU runs; the environment variable
+ * QHX_KERNELS overrides "auto"), or NULL with the error set when unknown or unsupported here. */
+const qhx_kernel_set *qhx_kernels_find(const char *name);
+/* Names of every kernel set compiled in, for help texts: "ref scalar avx2 avx512". */
+const char *qhx_kernels_names(void);
+
+void qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, float *Y);
+
+extern const qhx_kernel_set qhx_kernels_ref, qhx_kernels_scalar, qhx_kernels_avx2, qhx_kernels_avx512;
+
+/* ---- thread pool: persistent workers, one parallel-for at a time -------------------------- */
+
+qhx_pool *qhx_pool_new(int n_threads);
+void qhx_pool_free(qhx_pool *p);
+int qhx_pool_size(const qhx_pool *p);
+/* Runs fn(arg, i, n) for i in [0, n) with n = the pool size, the caller taking i = 0; returns
+ * when all are done. */
+void qhx_pool_run(qhx_pool *p, void (*fn)(void *arg, int i, int n), void *arg);
+
+#endif

@@ -1,0 +1,58 @@
+/* qwen3_5_generate, the host-op of the seed's runtime, over any shard plan. */
+#include "model/model.h"
+#include "util/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+qhx_status qhx_hostop_init(qhx_hostop_state *hs, const qhx_model *m) {
+    memset(hs, 0, sizeof *hs);
+    for (int i = 0; i < m->n_shards; i++) {
+        qhx_status rc = qhx_state_init(&hs->shards[i], &m->cfg, m->shards[i].l0, m->shards[i].l1);
+        if (rc) { qhx_hostop_free(hs, m); return rc; }
+    }
+    return QHX_OK;
+}
+
+void qhx_hostop_free(qhx_hostop_state *hs, const qhx_model *m) {
+    for (int i = 0; i < m->n_shards; i++) qhx_state_free(&hs->shards[i]);
+    free(hs->x);
+    memset(hs, 0, sizeof *hs);
+}
+
+void qhx_hostop_reset(qhx_hostop_state *hs, const qhx_model *m) {
+    for (int i = 0; i < m->n_shards; i++) qhx_state_reset(&hs->shards[i]);
+    hs->pos = 0;
+}
+
+qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32_t *tokens, int n, int stepwise,
+                           float *logits_all, float *logits_last) {
+    const qhx_config *c = &m->cfg;
+    if (n <= 0) return qhx_fail(QHX_ERR_ARG, "no tokens to evaluate");
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
+            return qhx_fail(QHX_ERR_RANGE, "token id %d at position %d is outside the vocabulary [0, %d)", tokens[t], t,
+                            c->vocab_size);
+    if (n > m->context - hs->pos)
+        return qhx_fail(QHX_ERR_RANGE, "%d tokens after %d exceed the context of %d", n, hs->pos, m->context);
+    const size_t need = (size_t)n * c->hidden;
+    if (need > hs->x_floats) {
+        float *x = realloc(hs->x, need * sizeof(float));
+        if (!x) return qhx_fail(QHX_ERR_NOMEM, "out of memory for %d tokens", n);
+        hs->x = x;
+        hs->x_floats = need;
+    }
+    const qhx_exec *ex = &m->rt->ex;
+    qhx_qwen35_embed(c, m->w, tokens, n, hs->x);
+    for (int i = 0; i < m->n_shards; i++) {
+        qhx_status rc = qhx_qwen35_layers(ex, c, m->w, &hs->shards[i], hs->x, n, stepwise);
+        if (rc) return rc; /* out of memory mid-way: the session is unusable until reset */
+    }
+    hs->pos += n;
+    if (logits_all) qhx_qwen35_head(ex, c, m->w, hs->x, n, logits_all);
+    if (logits_last) {
+        if (logits_all) memcpy(logits_last, logits_all + (size_t)(n - 1) * c->vocab_size, sizeof(float) * c->vocab_size);
+        else qhx_qwen35_head(ex, c, m->w, hs->x + (size_t)(n - 1) * c->hidden, 1, logits_last);
+    }
+    return QHX_OK;
+}

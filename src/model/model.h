@@ -1,0 +1,66 @@
+/* What a qhx_model and a qhx_session are inside: a config, bound weights, and the shard plan the
+ * host-op runs. A checkpoint is a one-shard plan over its own (BF16) weights; a bundle's plan comes
+ * from its manifest. */
+#ifndef QHX_MODEL_H
+#define QHX_MODEL_H
+#include "format/checkpoint.h"
+#include "format/qhxf.h"
+#include "kernels/kernels.h"
+#include "qhexrt.h"
+
+#define QHX_MAX_SHARDS 64
+#define QHX_BUNDLE_SCHEMA 1
+#define QHX_TARGET "cpu-x86_64"
+#define QHX_LAYOUT_W8 "w8-rows-f32scale"
+
+struct qhx_runtime {
+    qhx_exec ex;
+    int n_threads;
+};
+
+typedef struct {
+    int l0, l1;          /* layers [l0, l1) */
+    char file[256];      /* bundle file name, "" for checkpoints */
+    uint64_t bytes;
+} qhx_shard_desc;
+
+struct qhx_model {
+    qhx_runtime *rt;
+    int owns_rt;
+    qhx_config cfg;
+    qhx_weights *w;
+    int n_shards;
+    qhx_shard_desc shards[QHX_MAX_SHARDS];
+    int context;                      /* positions a session may use */
+    uint64_t weight_bytes;            /* bytes of weights mapped */
+    char dir[1024];
+    char *manifest;                   /* bundle manifest text; NULL for checkpoints */
+    qhx_checkpoint ck;                /* checkpoint models */
+    qhxf_file files[QHX_MAX_SHARDS + 2];
+    int n_files;                      /* bundle models */
+    qhx_tokenizer *tok;               /* loaded on first use */
+};
+
+/* Opens the bundle whose manifest is `manifest_path` into m (m->rt already set). */
+qhx_status qhx_bundle_open(qhx_model *m, const char *manifest_path);
+void qhx_bundle_close(qhx_model *m);
+/* The dtype a bundle stores a decoder tensor in: int8 for matrices, fp32 for the rest. */
+qhx_dtype qhx_bundle_dtype(const qhx_tensor_spec *s);
+
+/* The host-op qwen3_5_generate: host embedding lookup, then each decode shard over the residual
+ * stream in order (each with its own state; the last applies the final norm), then the lm-head.
+ * logits_all [n][vocab] and/or logits_last [vocab] when not NULL. */
+typedef struct {
+    qhx_state shards[QHX_MAX_SHARDS];
+    float *x;
+    size_t x_floats;
+    int pos;
+} qhx_hostop_state;
+
+qhx_status qhx_hostop_init(qhx_hostop_state *hs, const qhx_model *m);
+void qhx_hostop_free(qhx_hostop_state *hs, const qhx_model *m);
+void qhx_hostop_reset(qhx_hostop_state *hs, const qhx_model *m);
+qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32_t *tokens, int n, int stepwise,
+                           float *logits_all, float *logits_last);
+
+#endif
