@@ -160,7 +160,7 @@ int main(void) {
     CHECK(qhx_synth("tiny", 7, dir, 0, 0) == QHX_ERR_IO, "synth over an existing dir must refuse");
     CHECK(qhx_synth("huge", 7, dir, 1, 0) == QHX_ERR_ARG && strstr(qhx_last_error(), "huge"), "unknown preset: %s", qhx_last_error());
 
-    expect_fail("/nonexistent/model", QHX_ERR_IO, "/nonexistent/model/config.json", "missing dir");
+    expect_fail("/nonexistent/model", QHX_ERR_IO, "/nonexistent/model: no such model", "missing dir");
     config_edit("bad-json", "{", "{{", QHX_ERR_FORMAT, "config.json");
     config_edit("model-type", "\"qwen3_5_text\"", "\"llama\"", QHX_ERR_UNSUPPORTED, "llama");
     config_edit("top-type", "\"model_type\": \"qwen3_5\"", "\"model_type\": \"qwen3_next\"", QHX_ERR_UNSUPPORTED, "qwen3_next");

@@ -3,6 +3,7 @@
  * (include/qhexrt.h) plus the forge and tokenizer entry points.
  */
 #include "qhexrt.h"
+#include "forge/forge.h"
 #include "forge/synth.h"
 
 #include <jansson.h>
@@ -516,6 +517,64 @@ static int cmd_synth(int argc, char **argv) {
     return 0;
 }
 
+/* ---- qhx forge ------------------------------------------------------------------------------- */
+
+static const char forge_help[] =
+    "usage: qhx forge CHECKPOINT -o BUNDLE [--max-context-bytes N] [--context-len N] [--lmhead f16|w8]\n"
+    "                 [--no-gate] [--gate-tokens N] [--gate-trials N] [--force] [-t N] [--kernels K]\n"
+    "Forges a Hugging Face checkpoint into a bundle: W8 decode shards by layer range (as few as fit\n"
+    "the per-shard ceiling), an fp16 embedding, an fp16 (or W8) lm-head, the tokenizer and a\n"
+    "manifest. Then gates it against the fp32 reference: each shard on random hidden states, and\n"
+    "greedy generation end to end. A failed gate fails the forge; nothing is left behind.\n"
+    "  --max-context-bytes N  per-shard ceiling (default 2147483648: the 4B shape -> 2 shards)\n"
+    "  --context-len N        positions a session may use (default min(max_position_embeddings, 4096))\n"
+    "  --lmhead f16|w8        lm-head precision (default f16; a tied f16 head is the embedding file)\n"
+    "  --no-gate              skip the gates\n"
+    "  --gate-tokens N        greedy gate tokens per prompt (default 64)\n"
+    "  --gate-trials N        export gate random inputs per shard (default 5)\n"
+    "  --force                replace an existing BUNDLE (only once the new one is complete)\n" RUNTIME_HELP;
+
+static int cmd_forge(int argc, char **argv) {
+    qhx_forge_opts fo = {.gate = 1, .progress = isatty(2)};
+    opts o = {0};
+    long long v;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return fputs(forge_help, stdout), 0;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--out")) { if (want_value(argc, argv, &i)) return 2; fo.out = argv[i]; }
+        else if (!strcmp(a, "--max-context-bytes")) {
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, LLONG_MAX, &v)) return 2;
+            fo.max_context_bytes = (uint64_t)v;
+        } else if (!strcmp(a, "--context-len")) {
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 1 << 30, &v)) return 2;
+            fo.context_len = (int)v;
+        } else if (!strcmp(a, "--gate-tokens")) {
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 1 << 20, &v)) return 2;
+            fo.gate_tokens = (int)v;
+        } else if (!strcmp(a, "--gate-trials")) {
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 1000, &v)) return 2;
+            fo.gate_trials = (int)v;
+        } else if (!strcmp(a, "--lmhead")) { if (want_value(argc, argv, &i)) return 2; fo.lmhead = argv[i]; }
+        else if (!strcmp(a, "--no-gate")) fo.gate = 0;
+        else if (!strcmp(a, "--force")) fo.force = 1;
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 1024, &o.threads)) return 2;
+        } else if (!strcmp(a, "--kernels")) { if (want_value(argc, argv, &i)) return 2; o.kernels = argv[i]; }
+        else if (a[0] == '-' && a[1]) return die("unknown option '%s' (see qhx forge --help)", a), 2;
+        else if (!fo.checkpoint) fo.checkpoint = a;
+        else return die("unexpected argument '%s'", a), 2;
+    }
+    if (!fo.checkpoint || !fo.out) return die("needs CHECKPOINT and -o BUNDLE (see qhx forge --help)"), 2;
+    qhx_runtime_opts ro = {o.kernels, (int)o.threads};
+    qhx_runtime *rt;
+    if (qhx_runtime_new(&ro, &rt)) return api_error();
+    fo.rt = rt;
+    int rc = qhx_forge(&fo, stdout) ? api_error() : 0;
+    qhx_runtime_free(rt);
+    if (!rc) printf("bundle written to %s\n", fo.out);
+    return rc;
+}
+
 /* ---- main ------------------------------------------------------------------------------------ */
 
 static const struct {
@@ -529,6 +588,7 @@ static const struct {
     {"detokenize", cmd_detokenize, "token ids to text"},
     {"template", cmd_template, "render conversations in the Qwen3.5 chat format"},
     {"synth", cmd_synth, "write a random-weight checkpoint of a preset shape"},
+    {"forge", cmd_forge, "forge a checkpoint into a gated W8 bundle"},
 };
 
 static void usage(FILE *f) {

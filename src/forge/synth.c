@@ -10,6 +10,7 @@
 #include "model/qwen35.h"
 #include "util/error.h"
 #include "util/half.h"
+#include "util/outdir.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -159,19 +160,12 @@ static qhx_status write_text(const char *path, const char *text) {
     return ok ? QHX_OK : qhx_fail(QHX_ERR_IO, "%s: write failed", path);
 }
 
-static void remove_tree(const char *dir) {
-    char cmd[8192];
-    /* Only ever called on directories this process created (temporary or replaced ones). */
-    snprintf(cmd, sizeof cmd, "rm -rf -- '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
-}
 
 qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force, int show_progress) {
     const preset *p = NULL;
     for (size_t i = 0; i < N_PRESETS; i++)
         if (!strcmp(presets[i].name, name)) p = &presets[i];
     if (!p) return qhx_fail(QHX_ERR_ARG, "--preset: unknown preset '%s' (see qhx synth --help)", name);
-    if (strchr(dir, '\'')) return qhx_fail(QHX_ERR_ARG, "--out: directory name must not contain a quote");
     struct stat st;
     if (stat(dir, &st) == 0 && !force) return qhx_fail(QHX_ERR_IO, "%s: already exists (use --force to replace it)", dir);
 
@@ -186,9 +180,8 @@ qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force
     size_t *index = calloc((size_t)n + 1, sizeof *index);
     int *shard_of = calloc((size_t)n + 1, sizeof *shard_of);
     char tmp[4096], path[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%d", dir, (int)getpid());
     if (!rc && (!specs || !entries || !index || !shard_of)) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
-    if (!rc && mkdir(tmp, 0755) != 0) rc = qhx_fail(QHX_ERR_IO, "%s: %s", tmp, strerror(errno));
+    if (!rc) rc = qhx_outdir_begin(dir, force, tmp, sizeof tmp);
     if (rc) goto out;
     qhx_qwen35_specs(cfg, "model.language_model.", NULL, specs);
     snprintf(path, sizeof path, "%s/config.json", tmp);
@@ -239,19 +232,10 @@ qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force
     cJSON_Delete(wmap);
     if (rc) goto fail;
 
-    /* Publish: the new directory appears complete or not at all. */
-    char old[4200];
-    snprintf(old, sizeof old, "%s.old-%d", dir, (int)getpid());
-    int replaced = stat(dir, &st) == 0 && rename(dir, old) == 0;
-    if (rename(tmp, dir) != 0) {
-        rc = qhx_fail(QHX_ERR_IO, "%s: %s", dir, strerror(errno));
-        if (replaced) rename(old, dir);
-        goto fail;
-    }
-    if (replaced) remove_tree(old);
+    if ((rc = qhx_outdir_publish(tmp, dir))) goto fail;
     goto out;
 fail:
-    remove_tree(tmp);
+    qhx_outdir_remove(tmp);
 out:
     free(text);
     free(cfg);

@@ -41,4 +41,25 @@ static inline float qhx_f16_to_f32(uint16_t h) {
     return f;
 }
 
+/* Round to nearest even, like a hardware conversion: overflow -> inf, tiny -> subnormal or 0. */
+static inline uint16_t qhx_f32_to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);          /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);         /* >= 65520 rounds to inf */
+    if (a < 0x38800000u) {                                             /* below 2^-14: subnormal */
+        if (a < 0x33000000u) return (uint16_t)sign;                    /* below half the smallest */
+        const uint32_t man = (a & 0x7fffffu) | 0x800000u;
+        const int shift = 126 - (int)(a >> 23);                        /* 14..24 */
+        uint32_t v = man >> shift;
+        const uint32_t rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (v & 1))) v++;
+        return (uint16_t)(sign | v);
+    }
+    uint32_t v = a - 0x38000000u;                                      /* rebias 127 -> 15 */
+    v += 0xfffu + ((v >> 13) & 1u);
+    return (uint16_t)(sign | (v >> 13));
+}
+
 #endif

@@ -1,0 +1,16 @@
+/* Output directories that appear complete or not at all: written under a temporary name next to
+ * the destination, then renamed into place; an existing destination survives until the new one is
+ * complete. */
+#ifndef QHX_OUTDIR_H
+#define QHX_OUTDIR_H
+#include <stddef.h>
+#include "qhexrt.h"
+
+/* Refuses an existing dir unless force; creates the temporary directory (its path in tmp). */
+qhx_status qhx_outdir_begin(const char *dir, int force, char *tmp, size_t cap);
+/* Renames tmp to dir, replacing (then deleting) an existing dir. */
+qhx_status qhx_outdir_publish(const char *tmp, const char *dir);
+/* Deletes a directory tree this process wrote. */
+void qhx_outdir_remove(const char *dir);
+
+#endif
