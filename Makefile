@@ -13,7 +13,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
-all: $(BUILD)/qhx $(TEST_BIN)
+all: $(BUILD)/qhx $(BUILD)/qhx_generate $(TEST_BIN)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -24,6 +24,10 @@ $(BUILD)/libqhexrt.a: $(LIB_OBJ)
 
 $(BUILD)/qhx: $(BUILD)/tools/qhx.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# the seed's positional CLI: the same binary under another name
+$(BUILD)/qhx_generate: $(BUILD)/qhx
+	ln -sf qhx $@
 
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testlib.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -27,6 +27,7 @@ for t in "$build"/test_*; do
     [[ -x $t ]] && run "$t"
 done
 run tests/cli_test.sh "$build"
+run tests/bundle_test.sh "$build"
 run tests/oracle_test.sh "$build"
 echo "$passed passed, $failed failed"
 exit $status

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -575,6 +576,188 @@ static int cmd_forge(int argc, char **argv) {
     return rc;
 }
 
+/* ---- qhx inspect ----------------------------------------------------------------------------- */
+
+static const char inspect_help[] =
+    "usage: qhx inspect MODEL\n"
+    "Summarises a bundle (manifest, shards and their sizes, gate results) or a checkpoint, and the\n"
+    "per-session state footprint: conv + delta-rule state, KV cache per token.\n";
+
+static double jnum(json_t *o, const char *path) {
+    char key[128];
+    snprintf(key, sizeof key, "%s", path);
+    for (char *k = key, *dot; o && k; k = dot ? dot + 1 : NULL) {
+        if ((dot = strchr(k, '.'))) *dot = 0;
+        o = json_object_get(o, k);
+    }
+    return o ? json_number_value(o) : NAN;
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    opts o = {0};
+    if (parse_common(argc, argv, &o)) return 2;
+    if (o.help) return fputs(inspect_help, stdout), 0;
+    if (!o.model || o.prompt) return die("needs one MODEL (see qhx inspect --help)"), 2;
+    qhx_runtime *rt = NULL;
+    qhx_model *m = NULL;
+    if (open_model(&o, &rt, &m)) { qhx_runtime_free(rt); return 1; }
+    qhx_model_info in;
+    qhx_model_get_info(m, &in);
+    printf("%s: %s\n", o.model, in.is_bundle ? "bundle" : "Hugging Face checkpoint");
+    printf("model: %d layers (%d Gated DeltaNet, %d gated attention), hidden %d, vocab %d\n", in.n_layers,
+           in.n_linear_layers, in.n_full_layers, in.hidden_size, in.vocab_size);
+    printf("context: %d positions\nweights: %.1f MB mapped\n", in.max_context, in.weight_bytes / 1e6);
+    printf("state per session: %.2f MB fixed (conv + delta-rule), KV cache %.1f KB per token (%.1f MB at full context)\n",
+           in.state_bytes / 1e6, in.kv_bytes_per_token / 1e3, in.kv_bytes_per_token * (double)in.max_context / 1e6);
+    const char *text = qhx_model_manifest(m);
+    json_t *root = text ? json_loads(text, 0, NULL) : NULL;
+    if (root) {
+        printf("host op: %s; target %s, weight layout %s\n", json_string_value(json_object_get(json_object_get(root, "plan"), "host_op")),
+               json_string_value(json_object_get(json_object_get(root, "target"), "target")),
+               json_string_value(json_object_get(json_object_get(root, "target"), "weight_layout")));
+        size_t i;
+        json_t *sh;
+        json_array_foreach(json_object_get(json_object_get(root, "plan"), "decode_shards"), i, sh)
+            printf("decode shard %zu: %s, layers %d-%d, %.1f MB\n", i, json_string_value(json_object_get(sh, "file")),
+                   (int)json_integer_value(json_array_get(json_object_get(sh, "layers"), 0)),
+                   (int)json_integer_value(json_array_get(json_object_get(sh, "layers"), 1)) - 1,
+                   jnum(sh, "bytes") / 1e6);
+        json_t *plan = json_object_get(root, "plan");
+        printf("embedding: %s (fp16, host lookup)\nlm-head: %s (%s%s)\n", json_string_value(json_object_get(json_object_get(plan, "embedding"), "file")),
+               json_string_value(json_object_get(json_object_get(plan, "lm_head"), "file")),
+               json_string_value(json_object_get(json_object_get(plan, "lm_head"), "dtype")),
+               json_is_true(json_object_get(json_object_get(plan, "lm_head"), "tied_to_embedding")) ? ", tied: the embedding file" : "");
+        printf("quantization: weight relative RMS error %.3f %%\n", 100 * jnum(root, "quantization.weight_rel_rms_error"));
+        json_t *g = json_object_get(root, "gates");
+        if (json_is_true(json_object_get(g, "run")))
+            printf("gates: oracle-gated export %.0f/%.0f (worst relative error %.2e, tolerance %.2g); greedy %.0f/%.0f tokens, %s\n",
+                   jnum(g, "export.passed"), jnum(g, "export.total"), jnum(g, "export.worst_rel_error"), jnum(g, "export.tolerance"),
+                   jnum(g, "greedy.matched"), jnum(g, "greedy.total"),
+                   json_is_true(json_object_get(json_object_get(g, "greedy"), "passed")) ? "passed" : "FAILED");
+        else
+            printf("gates: not run (forged with --no-gate)\n");
+        json_decref(root);
+    }
+    qhx_model_close(m);
+    qhx_runtime_free(rt);
+    return 0;
+}
+
+/* ---- qhx perplexity -------------------------------------------------------------------------- */
+
+static const char perplexity_help[] =
+    "usage: qhx perplexity MODEL FILE [--ctx N] [--json] [-t N] [--kernels K]\n"
+    "The whole FILE is tokenized as one text (no special tokens), split into consecutive windows of\n"
+    "N tokens (default 512; the last may be shorter), each evaluated from a fresh state.\n"
+    "perplexity = exp(mean negative log-likelihood of every token of every window but its first).\n"
+    "  --json   print {\"tokens\": scored tokens, \"perplexity\": X} only\n" RUNTIME_HELP;
+
+static int cmd_perplexity(int argc, char **argv) {
+    opts o = {0};
+    int json = 0;
+    long long ctx = 512;
+    char *rest[64];
+    int nrest = 0;
+    for (int i = 0; i < argc; i++) { /* take --ctx and --json out, the rest is common */
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--ctx")) {
+            if (want_value(argc, argv, &i) || parse_long("--ctx", argv[i], 2, 1 << 20, &ctx)) return 2;
+        } else if (nrest < 64) rest[nrest++] = argv[i];
+        else return die("too many arguments"), 2;
+    }
+    if (parse_common(nrest, rest, &o)) return 2;
+    if (o.help) return fputs(perplexity_help, stdout), 0;
+    if (!o.model || !o.prompt) return die("needs MODEL and FILE (see qhx perplexity --help)"), 2;
+    const char *file = o.prompt;
+    FILE *fp = fopen(file, "rb");
+    if (!fp) return die("%s: %s", file, strerror(errno));
+    size_t len = 0, cap = 1 << 16;
+    char *text = malloc(cap);
+    for (size_t got; text && (got = fread(text + len, 1, cap - len, fp)) > 0;) {
+        len += got;
+        if (len == cap) { char *t = realloc(text, cap *= 2); if (!t) { free(text); text = NULL; } else text = t; }
+    }
+    fclose(fp);
+    if (!text) return die("%s: out of memory", file);
+    qhx_runtime *rt = NULL;
+    qhx_model *m = NULL;
+    qhx_session *s = NULL;
+    qhx_tokenizer *tok;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    float *logits = NULL;
+    int rc = 1;
+    if (open_model(&o, &rt, &m)) goto done;
+    if (qhx_model_tokenizer(m, &tok) || qhx_tokenizer_encode(tok, text, len, 0, &ids, &n) || qhx_session_new(m, &s)) {
+        api_error();
+        goto done;
+    }
+    qhx_model_info in;
+    qhx_model_get_info(m, &in);
+    if (ctx > in.max_context) { die("--ctx %lld exceeds the model's context of %d", ctx, in.max_context); goto done; }
+    enum { PIECE = 64 }; /* windows are fed in 64-token pieces: the logits of a whole window may not fit */
+    const size_t V = (size_t)in.vocab_size;
+    logits = malloc(sizeof(float) * PIECE * V);
+    if (!logits) { die("out of memory"); goto done; }
+    double nll = 0;
+    size_t scored = 0;
+    for (size_t w0 = 0; w0 < n; w0 += (size_t)ctx) {
+        const size_t wn = n - w0 < (size_t)ctx ? n - w0 : (size_t)ctx;
+        qhx_session_reset(s);
+        for (size_t p0 = 0; p0 < wn; p0 += PIECE) {
+            const size_t pn = wn - p0 < PIECE ? wn - p0 : PIECE;
+            if (qhx_session_eval(s, ids + w0 + p0, (int)pn, QHX_EVAL_SEQUENCE, logits, NULL)) { api_error(); goto done; }
+            for (size_t t = 0; t < pn && p0 + t + 1 < wn; t++) {
+                const float *row = logits + t * V;
+                float mx = row[0];
+                for (size_t v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
+                double sum = 0;
+                for (size_t v = 0; v < V; v++) sum += exp((double)row[v] - mx);
+                nll += log(sum) + mx - row[ids[w0 + p0 + t + 1]];
+                scored++;
+            }
+        }
+        if (!json && isatty(2)) fprintf(stderr, "\rperplexity: %zu/%zu tokens", w0 + wn, n);
+    }
+    if (!scored) { die("%s: fewer than 2 tokens in every window: nothing to score", file); goto done; }
+    if (!json && isatty(2)) fputc('\n', stderr);
+    if (json) printf("{\"tokens\": %zu, \"perplexity\": %.6f}\n", scored, exp(nll / scored));
+    else printf("%s: %zu tokens scored in windows of %lld; perplexity %.4f\n", file, scored, ctx, exp(nll / scored));
+    rc = 0;
+done:
+    free(text);
+    free(ids);
+    free(logits);
+    qhx_session_free(s);
+    qhx_model_close(m);
+    qhx_runtime_free(rt);
+    return rc;
+}
+
+/* ---- qhx_generate: the seed's positional form ------------------------------------------------ */
+
+
+static int qhx_generate_positional(int argc, char **argv) {
+    if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        puts("usage: qhx_generate MANIFEST BACKEND SYSLIB DIR N_TOKENS PROMPT\n"
+             "The seed runtime's form of qhx generate. BACKEND: cpu (or a kernel set: ref, scalar, avx2,\n"
+             "avx512); SYSLIB: - (the cpu backend needs none); DIR: the directory holding the manifest's files.");
+        return 0;
+    }
+    if (argc != 7) return die("usage: qhx_generate MANIFEST BACKEND SYSLIB DIR N_TOKENS PROMPT"), 2;
+    const char *manifest = argv[1], *backend = argv[2], *syslib = argv[3], *dir = argv[4];
+    if (strcmp(syslib, "-")) return die("SYSLIB '%s': the cpu backend loads no system library; pass -", syslib), 2;
+    char a[PATH_MAX], b[PATH_MAX], mdir[PATH_MAX];
+    snprintf(mdir, sizeof mdir, "%s", manifest);
+    char *slash = strrchr(mdir, '/');
+    if (slash) *slash = 0; else snprintf(mdir, sizeof mdir, ".");
+    if (!realpath(dir, a)) return die("DIR %s: %s", dir, strerror(errno)), 1;
+    if (!realpath(mdir, b) || strcmp(a, b)) return die("DIR %s: the manifest's files live next to it, in %s", dir, mdir), 2;
+    char *args[] = {"generate", (char *)manifest, argv[6], "-n", argv[5], "--kernels",
+                    !strcmp(backend, "cpu") ? "auto" : (char *)backend, NULL};
+    return cmd_generate(7, args);
+}
+
 /* ---- main ------------------------------------------------------------------------------------ */
 
 static const struct {
@@ -589,6 +772,8 @@ static const struct {
     {"template", cmd_template, "render conversations in the Qwen3.5 chat format"},
     {"synth", cmd_synth, "write a random-weight checkpoint of a preset shape"},
     {"forge", cmd_forge, "forge a checkpoint into a gated W8 bundle"},
+    {"inspect", cmd_inspect, "summarise a bundle or checkpoint: plan, sizes, gates, state"},
+    {"perplexity", cmd_perplexity, "perplexity of a model on a text file"},
 };
 
 static void usage(FILE *f) {
@@ -597,6 +782,11 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    const char *base = strrchr(argv[0], '/');
+    if (!strcmp(base ? base + 1 : argv[0], "qhx_generate")) {
+        cmd_name = "qhx_generate";
+        return qhx_generate_positional(argc, argv);
+    }
     if (argc < 2) return usage(stderr), 2;
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) return usage(stdout), 0;
     if (!strcmp(argv[1], "--version")) return printf("qhx %s\n", QHX_VERSION), 0;

@@ -5,50 +5,71 @@
 #include "model/ops.h"
 #include "util/half.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static float sum8(const float acc[8]) {
     return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 
-static inline float widen(const qhx_tensor *W, const unsigned char *row, size_t c) {
+/* Row r of W widened to fp32 (int8 rows unscaled: the scale is applied to the dot product). */
+static void widen_row(const qhx_tensor *W, int r, float *out) {
+    const size_t cols = (size_t)W->cols;
+    const unsigned char *row = (const unsigned char *)W->data + (size_t)r * cols * qhx_dtype_size(W->dtype);
     uint16_t h;
     switch (W->dtype) {
-    case QHX_I8: return (float)((const int8_t *)row)[c];
-    case QHX_F16: memcpy(&h, row + 2 * c, 2); return qhx_f16_to_f32(h);
-    case QHX_BF16: memcpy(&h, row + 2 * c, 2); return qhx_bf16_to_f32(h);
-    default: { float f; memcpy(&f, row + 4 * c, 4); return f; }
+    case QHX_I8:
+        for (size_t c = 0; c < cols; c++) out[c] = (float)((const int8_t *)row)[c];
+        break;
+    case QHX_F16:
+        for (size_t c = 0; c < cols; c++) memcpy(&h, row + 2 * c, 2), out[c] = qhx_f16_to_f32(h);
+        break;
+    case QHX_BF16:
+        for (size_t c = 0; c < cols; c++) memcpy(&h, row + 2 * c, 2), out[c] = qhx_bf16_to_f32(h);
+        break;
+    default: memcpy(out, row, cols * sizeof(float));
     }
 }
 
+/* One widened row; per call, so worker threads own nothing between calls. */
+static float *row_buffer(int cols) {
+    float *p = malloc(sizeof(float) * (size_t)cols);
+    if (!p) abort(); /* a few KB; nothing sensible to do without it */
+    return p;
+}
+
 static void scalar_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
-    const size_t cols = (size_t)W->cols, es = qhx_dtype_size(W->dtype);
+    const size_t cols = (size_t)W->cols;
+    float *w = row_buffer(W->cols);
     for (int r = r0; r < r1; r++) {
-        const unsigned char *row = (const unsigned char *)W->data + (size_t)r * cols * es;
+        widen_row(W, r, w);
         for (int t = 0; t < T; t++) {
             const float *x = X + (size_t)t * cols;
             float acc[8] = {0};
             size_t c = 0;
             for (; c + 8 <= cols; c += 8)
-                for (int l = 0; l < 8; l++) acc[l] += widen(W, row, c + l) * x[c + l];
-            for (; c < cols; c++) acc[c & 7] += widen(W, row, c) * x[c];
+                for (int l = 0; l < 8; l++) acc[l] += w[c + l] * x[c + l];
+            for (; c < cols; c++) acc[c & 7] += w[c] * x[c];
             const float s = sum8(acc);
             Y[(size_t)t * W->rows + r] = W->dtype == QHX_I8 ? s * W->scale[r] : s;
         }
     }
+    free(w);
 }
 
 static void ref_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
-    const size_t cols = (size_t)W->cols, es = qhx_dtype_size(W->dtype);
+    const size_t cols = (size_t)W->cols;
+    float *w = row_buffer(W->cols);
     for (int r = r0; r < r1; r++) {
-        const unsigned char *row = (const unsigned char *)W->data + (size_t)r * cols * es;
+        widen_row(W, r, w);
         for (int t = 0; t < T; t++) {
             const float *x = X + (size_t)t * cols;
             double acc = 0.0;
-            for (size_t c = 0; c < cols; c++) acc += (double)widen(W, row, c) * x[c];
+            for (size_t c = 0; c < cols; c++) acc += (double)w[c] * x[c];
             Y[(size_t)t * W->rows + r] = (float)(W->dtype == QHX_I8 ? acc * W->scale[r] : acc);
         }
     }
+    free(w);
 }
 
 static int always(void) { return 1; }

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Bundles end to end through the CLI: forge, gates, equivalences (2 shards == 1 shard bit for bit,
+# token-by-token == sequence), W8 quality against the fp32 reference, context enforcement, and
+# every kind of damaged bundle refused with a one-line message before any compute.
+set -u
+build=${1:-build}
+qhx="$build/qhx"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+check() { if eval "$1"; then ok; else bad "$2"; fi; }
+
+expect_err() { # expect_err CODE NEEDLE CMD...: exit CODE, one stderr line naming NEEDLE
+    local code=$1 needle=$2; shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+    if [[ $rc -ne $code ]]; then bad "$* -> exit $rc, want $code ($(head -c 300 "$tmp/err"))"; return; fi
+    if [[ $(wc -l <"$tmp/err") -ne 1 ]]; then bad "$* -> stderr is not one line: $(cat "$tmp/err")"; return; fi
+    if ! grep -qF -- "$needle" "$tmp/err"; then bad "$* -> '$(cat "$tmp/err")' does not name '$needle'"; return; fi
+    ok
+}
+
+# forge: one shard (default ceiling) and several (a ceiling of ~half the decode weights)
+"$qhx" forge models/q35-kjv -o "$tmp/one" >"$tmp/forge1.log" 2>&1 || bad "forge one shard: $(tail -1 "$tmp/forge1.log")"
+sed 's/^/  /' "$tmp/forge1.log"
+"$qhx" forge models/q35-kjv -o "$tmp/two" --max-context-bytes 3500000 >"$tmp/forge2.log" 2>&1 ||
+    bad "forge two shards: $(tail -1 "$tmp/forge2.log")"
+check "grep -q '^gates: oracle-gated export 5/5' $tmp/forge1.log" "export gate not 5/5"
+check "grep -q '^gates: oracle-gated export 10/10' $tmp/forge2.log" "export gate not 10/10 on two shards"
+check "[[ \$(grep -c '^shard ' $tmp/forge2.log) -eq 2 ]]" "3.5 MB ceiling did not give 2 shards"
+check "grep -q 'shard 0: layers 0-3' $tmp/forge2.log && grep -q 'shard 1: layers 4-7' $tmp/forge2.log" "shards not balanced 4/4"
+for f in manifest.json decode_s0_w8.qhx embed_f16.qhx tokenizer.json; do check "[[ -s $tmp/one/$f ]]" "bundle lacks $f"; done
+check "[[ ! -e $tmp/one/lm_head_f16.qhx ]]" "a tied fp16 head was stored twice"
+check "! ls -d $tmp/*.tmp-* >/dev/null 2>&1" "forge left a temporary directory"
+"$qhx" inspect "$tmp/two" >"$tmp/inspect" 2>&1
+check "grep -q 'decode shard 1: decode_s1_w8.qhx, layers 4-7' $tmp/inspect && grep -q 'greedy .* passed' $tmp/inspect && grep -q 'KV cache' $tmp/inspect" \
+    "inspect: $(cat "$tmp/inspect")"
+
+# 2 shards == 1 shard, bit for bit, both paths
+ids=$(seq -s, 1 97 4000 | head -c 400)
+for mode in "" --stepwise; do
+    "$qhx" logits "$tmp/one" --tokens "$ids" --out "$tmp/l1" $mode && "$qhx" logits "$tmp/two" --tokens "$ids" --out "$tmp/l2" $mode
+    check "cmp -s $tmp/l1 $tmp/l2" "2-shard and 1-shard logits differ ($mode)"
+done
+
+# the seed's positional CLI gives what qhx generate gives
+"$qhx" generate "$tmp/two" "And God said" -n 20 >"$tmp/g1" 2>/dev/null
+"$build/qhx_generate" "$tmp/two/manifest.json" cpu - "$tmp/two" 20 "And God said" >"$tmp/g2" 2>/dev/null
+check "cmp -s $tmp/g1 $tmp/g2 && [[ \$(wc -c <$tmp/g1) -gt 40 ]]" "qhx_generate differs from qhx generate"
+expect_err 2 "SYSLIB" "$build/qhx_generate" "$tmp/two/manifest.json" cpu libQnnSystem.so "$tmp/two" 20 "x"
+expect_err 2 "DIR" "$build/qhx_generate" "$tmp/two/manifest.json" cpu - "$tmp" 20 "x"
+
+# W8 vs fp32 on the golden prompts: greedy ids of the bundle against Hugging Face's (fp32)
+golden_ids() {
+    awk -v c="\"$1\"" -v k="\"$2\"" '
+        $0 ~ "\"name\": " c {in_case = 1}
+        in_case && $0 ~ k ": \\[" {grab = 1; next}
+        grab && /\]/ {exit}
+        grab {gsub(/[ ,]/, ""); printf "%s%s", sep, $0; sep = ","}' models/q35-kjv/golden/golden.json
+}
+# A divergence must be a near-tie of the reference: its margin between the two tokens under 2 %
+# of that step's logit range (the forge's greedy-gate rule).
+total=0 same=0
+for c in $(grep -o '"name": "[^"]*"' models/q35-kjv/golden/golden.json | cut -d'"' -f4); do
+    prompt=$(golden_ids "$c" ids)
+    read -ra W <<<"$(golden_ids "$c" greedy_ids | tr , ' ')"
+    read -ra G <<<"$("$qhx" generate "$tmp/one" --tokens "$prompt" -n 64 --ids)"
+    n=0; while ((n < ${#W[@]})) && [[ ${W[n]} == "${G[n]:-}" ]]; do n=$((n + 1)); done
+    total=$((total + ${#W[@]})); same=$((same + n))
+    msg="  W8 greedy, golden case $c: $n/${#W[@]} tokens match Hugging Face fp32"
+    if ((n < ${#W[@]})); then
+        ctx="$prompt"; for ((i = 0; i < n; i++)); do ctx="$ctx,${W[i]}"; done
+        "$qhx" logits models/q35-kjv --tokens "$ctx" --out "$tmp/lg" --kernels ref
+        V=$(grep -o '"vocab_size": [0-9]*' models/q35-kjv/config.json | grep -o '[0-9]*$')
+        row=$(od -An -v -f -w$((4 * V)) "$tmp/lg" | tail -n 1)
+        verdict=$(awk -v a=$((W[n] + 1)) -v b=$((G[n] + 1)) '{lo = $1; hi = $1; for (i = 2; i <= NF; i++) { if ($i < lo) lo = $i; if ($i > hi) hi = $i }
+            m = $a - $b; printf "diverges at %d: reference margin %.4f of logit range %.2f -> %s", '"$n"', m, hi - lo, (m < 0.02 * (hi - lo)) ? "near-tie" : "NOT a near-tie"}' <<<"$row")
+        msg="$msg; $verdict"
+        check "[[ '$verdict' == *'-> near-tie' ]]" "golden case $c: $verdict"
+    fi
+    echo "$msg"
+done
+echo "  W8 greedy over the golden prompts: $same/$total tokens before any divergence"
+
+# perplexity: W8 within 1 % of fp32 (the first 20 KB of the dev text, windows of 256)
+head -c 20000 tests/data/corpora/kjv-dev.txt >"$tmp/dev.txt"
+p32=$("$qhx" perplexity models/q35-kjv "$tmp/dev.txt" --ctx 256 --json --kernels ref)
+p8=$("$qhx" perplexity "$tmp/one" "$tmp/dev.txt" --ctx 256 --json)
+echo "  perplexity fp32 $p32, W8 $p8"
+x32=$(sed -E 's/.*"perplexity": ([0-9.]+).*/\1/' <<<"$p32"); x8=$(sed -E 's/.*"perplexity": ([0-9.]+).*/\1/' <<<"$p8")
+check "awk 'BEGIN{exit !($x8 / $x32 < 1.01 && $x8 / $x32 > 0.99)}'" "W8 perplexity $x8 vs fp32 $x32"
+check "[[ \$(sed -E 's/.*\"tokens\": ([0-9]+).*/\1/' <<<'$p8') -gt 1000 ]]" "perplexity scored too few tokens: $p8"
+
+# context: a forge with --context-len 40 refuses what does not fit, before any work
+"$qhx" forge models/q35-kjv -o "$tmp/short" --context-len 40 --no-gate >/dev/null 2>&1 || bad "forge --context-len"
+expect_err 1 "exceed the context of 40" "$qhx" generate "$tmp/short" --tokens 1,2,3,4,5,6,7,8,9,10 -n 31
+"$qhx" generate "$tmp/short" --tokens 1,2,3,4,5,6,7,8,9,10 -n 30 --ids >/dev/null 2>&1 && ok || bad "10 + 30 tokens in a context of 40"
+
+# forge errors
+expect_err 1 "already exists" "$qhx" forge models/q35-kjv -o "$tmp/one"
+expect_err 1 "alone needs" "$qhx" forge models/q35-kjv -o "$tmp/x" --max-context-bytes 100000
+expect_err 1 "context-len" "$qhx" forge models/q35-kjv -o "$tmp/x" --context-len 999999999
+expect_err 1 "lmhead" "$qhx" forge models/q35-kjv -o "$tmp/x" --lmhead f8
+expect_err 2 "unknown option" "$qhx" forge models/q35-kjv -o "$tmp/x" --bogus
+expect_err 1 "is a bundle already" "$qhx" forge "$tmp/one" -o "$tmp/x"
+# --force that fails keeps the old bundle whole
+before=$(md5sum "$tmp/one"/* | md5sum)
+"$qhx" forge models/q35-kjv -o "$tmp/one" --force --max-context-bytes 100000 >/dev/null 2>&1 && bad "forge with a too-small ceiling succeeded"
+check "[[ '$before' == \"\$(md5sum $tmp/one/* | md5sum)\" ]]" "a failed --force forge changed the old bundle"
+check "! ls -d $tmp/*.tmp-* $tmp/*.old-* >/dev/null 2>&1" "failed forge left temporary directories"
+
+# damaged bundles: each refused with a message naming the problem
+"$qhx" forge models/q35-rand-tiny -o "$tmp/other" --no-gate >/dev/null 2>&1 || bad "forge q35-rand-tiny"
+"$qhx" forge models/q35-kjv -o "$tmp/again" --no-gate >/dev/null 2>&1 || bad "forge q35-kjv again"
+damaged() { rm -rf "$tmp/d"; cp -r "$tmp/one" "$tmp/d"; }
+edit_manifest() { damaged; sed -i "$1" "$tmp/d/manifest.json"; }
+edit_manifest 's/"schema_version":\t1/"schema_version":\t99/'
+expect_err 1 "schema version 99" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+edit_manifest '/"host_op"/d'
+expect_err 1 "field 'plan.host_op' is missing" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+edit_manifest 's/"context_length":\t[0-9]*/"context_length":\t"long"/'
+expect_err 1 "context_length" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+edit_manifest 's/"weight_layout":\t"w8-rows-f32scale"/"weight_layout":\t"w4-tiles"/'
+expect_err 1 "w4-tiles" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+edit_manifest 's/"hidden_size":\t256/"hidden_size":\t512/'
+expect_err 1 "model_hash" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+damaged; echo '{"format": "qhexrt-bundle", ' >"$tmp/d/manifest.json"
+expect_err 1 "not a JSON object" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+damaged; rm "$tmp/d/embed_f16.qhx"
+expect_err 1 "embed_f16.qhx" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+damaged; cp "$tmp/other/decode_s0_w8.qhx" "$tmp/d/"
+expect_err 1 "belongs to another model" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+damaged; cp "$tmp/again/decode_s0_w8.qhx" "$tmp/d/"
+expect_err 1 "belongs to another bundle" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+damaged; printf 'gpu-hexagon-v81\0' | dd of="$tmp/d/decode_s0_w8.qhx" bs=1 seek=16 conv=notrunc 2>/dev/null
+expect_err 1 "gpu-hexagon-v81" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+damaged; truncate -s 1000000 "$tmp/d/decode_s0_w8.qhx"
+expect_err 1 "truncated" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+damaged; truncate -s 50 "$tmp/d/decode_s0_w8.qhx"
+expect_err 1 "not a qhexrt bundle file" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+damaged; printf '\x55' | dd of="$tmp/d/decode_s0_w8.qhx" bs=1 seek=400000 conv=notrunc 2>/dev/null
+expect_err 1 "checksum mismatch" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+damaged; printf '\x02' | dd of="$tmp/d/embed_f16.qhx" bs=1 seek=8 conv=notrunc 2>/dev/null
+expect_err 1 "format version 2" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+damaged; cp "$tmp/d/embed_f16.qhx" "$tmp/d/decode_s0_w8.qhx"
+expect_err 1 "is a embedding file" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+
+echo "bundle: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
