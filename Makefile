@@ -5,6 +5,10 @@ BUILD   ?= build
 OPT     ?= -O2
 SAN     ?=
 CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -Iinclude -Isrc $(SAN) -MMD -MP
+# SIMD kernels are compiled in on x86-64 (through target attributes) and chosen at run time
+ifeq ($(shell uname -m),x86_64)
+CFLAGS  += -DQHX_HAVE_AVX2
+endif
 LDLIBS  += -lcjson -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread
 LDFLAGS += $(SAN)
 

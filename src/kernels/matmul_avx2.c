@@ -1,0 +1,115 @@
+/* AVX2 + FMA + F16C matmul, every dtype, fp32 activations: the weights are widened in registers
+ * (int8 -> fp32 with one scale per row, fp16/bf16 -> fp32), so results match the scalar twin up
+ * to FMA rounding. Tiles of 4 rows x 4 tokens reuse each widened weight vector 4 times in
+ * prefill; decode (1 token) streams 4 rows at once against one activation vector.
+ * Compiled for these instructions through target attributes, so the rest of the build stays
+ * baseline x86-64 and this code only runs when the CPU reports AVX2/FMA/F16C. */
+#include "kernels/kernels.h"
+
+#ifdef QHX_HAVE_AVX2
+#include <immintrin.h>
+#include <string.h>
+
+#define TARGET __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline)) TARGET
+
+/* the scalar twin's lane order: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) */
+INLINE float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+
+INLINE __m256 load_i8(const void *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
+INLINE __m256 load_f16(const void *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+INLINE __m256 load_bf16(const void *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+INLINE __m256 load_f32(const void *p) { return _mm256_loadu_ps((const float *)p); }
+
+/* One tile: NR rows x NT tokens, all columns. A ragged tail of columns goes through zero-padded
+ * copies, landing in the same lanes as in the scalar twin. */
+#define TILE(NAME, LOAD, ES)                                                                                           \
+    INLINE void NAME(const unsigned char *w, size_t wstride, const float *x, size_t xstride, size_t cols, int NR,      \
+                     int NT, float out[4][4]) {                                                                        \
+        __m256 acc[4][4];                                                                                              \
+        for (int i = 0; i < NR; i++)                                                                                   \
+            for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();                                              \
+        size_t c = 0;                                                                                                  \
+        for (; c + 8 <= cols; c += 8) {                                                                                \
+            __m256 wv[4], xv[4];                                                                                       \
+            for (int i = 0; i < NR; i++) wv[i] = LOAD(w + i * wstride + c * ES);                                       \
+            for (int j = 0; j < NT; j++) xv[j] = _mm256_loadu_ps(x + j * xstride + c);                                 \
+            for (int i = 0; i < NR; i++)                                                                               \
+                for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(wv[i], xv[j], acc[i][j]);                     \
+        }                                                                                                              \
+        if (c < cols) {                                                                                                \
+            unsigned char wt[4][8 * 4] = {{0}};                                                                        \
+            float xt[4][8] = {{0}};                                                                                    \
+            for (int i = 0; i < NR; i++) memcpy(wt[i], w + i * wstride + c * ES, (cols - c) * ES);                     \
+            for (int j = 0; j < NT; j++) memcpy(xt[j], x + j * xstride + c, (cols - c) * sizeof(float));               \
+            for (int i = 0; i < NR; i++)                                                                               \
+                for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(LOAD(wt[i]), _mm256_loadu_ps(xt[j]), acc[i][j]); \
+        }                                                                                                              \
+        for (int i = 0; i < NR; i++)                                                                                   \
+            for (int j = 0; j < NT; j++) out[i][j] = hsum(acc[i][j]);                                                  \
+    }
+
+TILE(tile_i8, load_i8, 1)
+TILE(tile_f16, load_f16, 2)
+TILE(tile_bf16, load_bf16, 2)
+TILE(tile_f32, load_f32, 4)
+
+/* Walks the output in 4x4 tiles; the tile sizes are compile-time constants in each call so the
+ * accumulators stay in registers. */
+#define MATMUL(NAME, TILEFN, ES)                                                                                       \
+    TARGET static void NAME(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {                    \
+        const size_t cols = (size_t)W->cols, ws = cols * ES;                                                           \
+        const unsigned char *base = W->data;                                                                           \
+        float out[4][4];                                                                                               \
+        for (int r = r0; r < r1; r += 4) {                                                                             \
+            const int nr = r1 - r < 4 ? r1 - r : 4;                                                                    \
+            const unsigned char *w = base + (size_t)r * ws;                                                            \
+            for (int t = 0; t < T; t += 4) {                                                                           \
+                const int nt = T - t < 4 ? T - t : 4;                                                                  \
+                const float *x = X + (size_t)t * cols;                                                                 \
+                if (nr == 4 && nt == 4) TILEFN(w, ws, x, cols, cols, 4, 4, out);                                       \
+                else if (nr == 4 && nt == 1) TILEFN(w, ws, x, cols, cols, 4, 1, out);                                  \
+                else if (nr == 4 && nt == 2) TILEFN(w, ws, x, cols, cols, 4, 2, out);                                  \
+                else if (nr == 4 && nt == 3) TILEFN(w, ws, x, cols, cols, 4, 3, out);                                  \
+                else                                                                                                   \
+                    for (int i = 0; i < nr; i++)                                                                       \
+                        for (int j = 0; j < nt; j++) {                                                                 \
+                            float o[4][4];                                                                             \
+                            TILEFN(w + i * ws, ws, x + j * cols, cols, cols, 1, 1, o);                                 \
+                            out[i][j] = o[0][0];                                                                       \
+                        }                                                                                              \
+                for (int i = 0; i < nr; i++) {                                                                         \
+                    const float s = W->dtype == QHX_I8 ? W->scale[r + i] : 1.0f;                                       \
+                    for (int j = 0; j < nt; j++) Y[(size_t)(t + j) * W->rows + r + i] = out[i][j] * s;                 \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+    }
+
+MATMUL(mm_i8, tile_i8, 1)
+MATMUL(mm_f16, tile_f16, 2)
+MATMUL(mm_bf16, tile_bf16, 2)
+MATMUL(mm_f32, tile_f32, 4)
+
+static void avx2_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    switch (W->dtype) {
+    case QHX_I8: mm_i8(W, X, T, Y, r0, r1); break;
+    case QHX_F16: mm_f16(W, X, T, Y, r0, r1); break;
+    case QHX_BF16: mm_bf16(W, X, T, Y, r0, r1); break;
+    default: mm_f32(W, X, T, Y, r0, r1); break;
+    }
+}
+
+static int avx2_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+const qhx_kernel_set qhx_kernels_avx2 = {"avx2", avx2_matmul, avx2_supported};
+#endif

@@ -1,0 +1,135 @@
+/* Every kernel set this CPU runs against the scalar twin (and the scalar twin against the double
+ * reference), on odd shapes in every dtype; the thread pool splits rows without changing a bit;
+ * the quantizer round-trips within half a step. */
+#include "forge/forge.h"
+#include "kernels/kernels.h"
+#include "testlib.h"
+#include "util/half.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 12345;
+static float frand(void) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng >> 40) / 16777216.0 * 2.0 - 1.0);
+}
+
+typedef struct {
+    qhx_tensor t;
+    void *data;
+    float *scale;
+    float *dense; /* the exact fp32 values W[r][c] */
+} matrix;
+
+static matrix make(qhx_dtype dt, int rows, int cols) {
+    matrix m = {{dt, rows, cols, NULL, NULL}, NULL, NULL, NULL};
+    const size_t n = (size_t)rows * cols;
+    m.data = malloc(n * qhx_dtype_size(dt) + 1);
+    m.dense = malloc(n * sizeof(float));
+    m.scale = malloc(sizeof(float) * (size_t)rows);
+    for (int r = 0; r < rows; r++) {
+        m.scale[r] = 0.01f + 0.001f * (float)(r % 7);
+        for (int c = 0; c < cols; c++) {
+            const size_t i = (size_t)r * cols + c;
+            const float v = frand();
+            switch (dt) {
+            case QHX_I8: ((int8_t *)m.data)[i] = (int8_t)lrintf(v * 127); m.dense[i] = ((int8_t *)m.data)[i] * m.scale[r]; break;
+            case QHX_F16: ((uint16_t *)m.data)[i] = qhx_f32_to_f16(v); m.dense[i] = qhx_f16_to_f32(((uint16_t *)m.data)[i]); break;
+            case QHX_BF16: ((uint16_t *)m.data)[i] = qhx_f32_to_bf16(v); m.dense[i] = qhx_bf16_to_f32(((uint16_t *)m.data)[i]); break;
+            default: ((float *)m.data)[i] = v; m.dense[i] = v;
+            }
+        }
+    }
+    m.t.data = m.data;
+    m.t.scale = dt == QHX_I8 ? m.scale : NULL;
+    return m;
+}
+
+static void drop(matrix *m) { free(m->data), free(m->scale), free(m->dense); }
+
+static const char *dt_name(qhx_dtype dt) { return dt == QHX_I8 ? "i8" : dt == QHX_F16 ? "f16" : dt == QHX_BF16 ? "bf16" : "f32"; }
+
+/* worst |a - b| / sum_c |W[r][c] x[c]| over all outputs: rounding error relative to the dot's size */
+static double compare(const matrix *m, const float *X, int T, const float *a, const float *b) {
+    double worst = 0;
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < m->t.rows; r++) {
+            double mag = 1e-30;
+            for (int c = 0; c < m->t.cols; c++) mag += fabs((double)m->dense[(size_t)r * m->t.cols + c] * X[(size_t)t * m->t.cols + c]);
+            const double d = fabs((double)a[(size_t)t * m->t.rows + r] - b[(size_t)t * m->t.rows + r]) / mag;
+            if (!(d <= worst)) worst = d;
+        }
+    return worst;
+}
+
+int main(void) {
+    const char *sets[] = {"ref", "scalar", "avx2", "avx512"};
+    const int rows[] = {1, 3, 4, 5, 17, 67}, cols[] = {1, 7, 8, 9, 31, 64, 100, 257}, Ts[] = {1, 2, 3, 4, 5, 9};
+    const qhx_dtype dts[] = {QHX_I8, QHX_F16, QHX_BF16, QHX_F32};
+    int variants = 0;
+    for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+        const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
+        if (!ks) { printf("  kernels %-7s not run: %s\n", sets[s], qhx_last_error()); continue; }
+        if (!strcmp(sets[s], "scalar")) continue; /* the twin itself */
+        variants++;
+        double worst = 0;
+        int cases = 0;
+        for (size_t d = 0; d < 4; d++)
+            for (size_t ri = 0; ri < 6; ri++)
+                for (size_t ci = 0; ci < 8; ci++)
+                    for (size_t ti = 0; ti < 6; ti++) {
+                        matrix m = make(dts[d], rows[ri], cols[ci]);
+                        const int T = Ts[ti];
+                        float *X = malloc(sizeof(float) * (size_t)T * cols[ci]);
+                        float *a = malloc(sizeof(float) * (size_t)T * rows[ri]), *b = malloc(sizeof(float) * (size_t)T * rows[ri]);
+                        for (int i = 0; i < T * cols[ci]; i++) X[i] = frand();
+                        qhx_kernels_scalar.matmul(&m.t, X, T, a, 0, rows[ri]);
+                        ks->matmul(&m.t, X, T, b, 0, rows[ri]);
+                        const double e = compare(&m, X, T, b, a);
+                        if (!(e <= worst)) worst = e;
+                        if (e > 1e-6)
+                            CHECK(0, "%s vs scalar: %s [%d x %d] T=%d: error %.2e", sets[s], dt_name(dts[d]), rows[ri], cols[ci], T, e);
+                        cases++;
+                        free(X), free(a), free(b);
+                        drop(&m);
+                    }
+        CHECK(worst <= 1e-6, "%s: worst %.2e", sets[s], worst);
+        printf("  kernels %-7s vs scalar twin: %d shapes x dtypes, worst error %.2e of sum|w x| (tolerance 1e-6)\n", sets[s], cases, worst);
+    }
+    CHECK(variants >= 1, "no kernel set besides scalar ran");
+
+    /* the pool splits rows; every row is still computed whole, so results are bit-identical */
+    const qhx_kernel_set *best = qhx_kernels_find("auto");
+    qhx_pool *pool = qhx_pool_new(3);
+    matrix m = make(QHX_I8, 1000, 333);
+    float *X = malloc(sizeof(float) * 5 * 333), *a = malloc(sizeof(float) * 5 * 1000), *b = malloc(sizeof(float) * 5 * 1000);
+    for (int i = 0; i < 5 * 333; i++) X[i] = frand();
+    qhx_exec one = {best, NULL}, three = {best, pool};
+    for (int rep = 0; rep < 50; rep++) {
+        qhx_matmul(&one, &m.t, X, 5, a);
+        qhx_matmul(&three, &m.t, X, 5, b);
+        if (memcmp(a, b, sizeof(float) * 5 * 1000)) { CHECK(0, "pooled matmul differs at repetition %d", rep); break; }
+    }
+    CHECK(qhx_pool_size(pool) == 3, "pool size %d", qhx_pool_size(pool));
+    qhx_pool_free(pool);
+    free(X), free(a), free(b);
+    drop(&m);
+
+    /* the quantizer: |w - q s| <= s / 2, the largest weight maps to +-127 exactly */
+    float w[300];
+    int8_t q[300];
+    for (int i = 0; i < 300; i++) w[i] = frand() * 3;
+    w[17] = -4.5f;
+    const float s = qhx_quantize_row(w, 300, q);
+    double worst = 0;
+    for (int i = 0; i < 300; i++) worst = fmax(worst, fabs(w[i] - q[i] * (double)s));
+    CHECK(worst <= s * 0.5 * (1 + 1e-6), "quantization error %.3e > half step %.3e", worst, s * 0.5);
+    CHECK(q[17] == -127 && fabsf(s - 4.5f / 127) < 1e-9f, "max weight -> %d, scale %g", q[17], s);
+    float zero[4] = {0};
+    CHECK(qhx_quantize_row(zero, 4, q) == 0.0f && q[0] == 0, "a zero row quantizes to zeros");
+
+    CHECK(qhx_kernels_find("nope") == NULL && strstr(qhx_last_error(), "unknown"), "unknown kernel set: %s", qhx_last_error());
+    return tl_finish("kernels");
+}
