@@ -57,6 +57,9 @@ qhx_status qhx_runtime_new(const qhx_runtime_opts *opts, qhx_runtime **out);
 void qhx_runtime_free(qhx_runtime *rt);
 const char *qhx_runtime_kernels(const qhx_runtime *rt);
 int qhx_runtime_threads(const qhx_runtime *rt);
+/* Measures this machine's memory read bandwidth in GB/s with the runtime's threads (best of a few
+ * passes over `bytes` of memory; 0 = 1 GiB). The yardstick for decode speed. */
+double qhx_runtime_read_bandwidth(qhx_runtime *rt, size_t bytes);
 
 typedef struct qhx_tokenizer qhx_tokenizer;
 
@@ -88,6 +91,7 @@ typedef struct {
     int is_bundle;
     int n_shards;          /* decode shards the host-op runs (1 for a checkpoint) */
     uint64_t weight_bytes; /* bytes of weights mapped */
+    uint64_t decode_bytes_per_token;  /* weight bytes one decode step reads: every layer + lm-head */
     uint64_t state_bytes;  /* conv FIFOs + delta-rule states of one session */
     uint64_t kv_bytes_per_token;  /* KV cache of one session, per token */
 } qhx_model_info;

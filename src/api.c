@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- runtime ---- */
@@ -41,6 +42,43 @@ void qhx_runtime_free(qhx_runtime *rt) {
 
 const char *qhx_runtime_kernels(const qhx_runtime *rt) { return rt->ex.ks->name; }
 int qhx_runtime_threads(const qhx_runtime *rt) { return qhx_pool_size(rt->ex.pool); }
+
+typedef struct {
+    const unsigned char *buf;
+    size_t bytes;
+    double sink[64];
+} bw_job;
+
+/* Sums 32-bit words with 4 independent accumulators: enough to keep the loads in flight, little
+ * enough compute that memory is the limit. */
+static void bw_part(void *arg, int i, int n) {
+    bw_job *j = arg;
+    const size_t words = j->bytes / 8, w0 = words * i / n, w1 = words * (i + 1) / n;
+    const uint64_t *p = (const uint64_t *)j->buf;
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    size_t k = w0;
+    for (; k + 4 <= w1; k += 4) a += p[k], b += p[k + 1], c += p[k + 2], d += p[k + 3];
+    j->sink[i % 64] += (double)(a ^ b ^ c ^ d);
+}
+
+double qhx_runtime_read_bandwidth(qhx_runtime *rt, size_t bytes) {
+    if (!bytes) bytes = (size_t)1 << 30;
+    unsigned char *buf = malloc(bytes);
+    if (!buf) return 0;
+    memset(buf, 1, bytes); /* fault every page in before timing */
+    bw_job j = {buf, bytes, {0}};
+    double best = 0;
+    for (int pass = 0; pass < 4; pass++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        qhx_pool_run(rt->ex.pool, bw_part, &j);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        if (s > 0 && bytes / s / 1e9 > best) best = bytes / s / 1e9;
+    }
+    free(buf);
+    return best;
+}
 
 /* ---- model ---- */
 
@@ -123,6 +161,7 @@ void qhx_model_get_info(const qhx_model *m, qhx_model_info *info) {
     info->is_bundle = m->manifest != NULL;
     info->n_shards = m->n_shards;
     info->weight_bytes = m->weight_bytes;
+    info->decode_bytes_per_token = qhx_weights_bytes_per_token(c, m->w);
     info->state_bytes = qhx_state_fixed_bytes(c, 0, c->n_layers);
     info->kv_bytes_per_token = qhx_state_kv_bytes_per_token(c, 0, c->n_layers);
 }

@@ -36,7 +36,7 @@ static int collect(int32_t tok, void *user) {
     return 0;
 }
 
-static void check_model(const char *dir) {
+static void check_model(const char *dir, const char *kernels) {
     char path[512];
     snprintf(path, sizeof path, "%s/golden/golden.json", dir);
     char *text = tl_read(path, NULL);
@@ -47,7 +47,8 @@ static void check_model(const char *dir) {
     qhx_runtime *rt;
     qhx_model *m;
     qhx_session *s;
-    qhx_runtime_opts ro = {"ref", 0}; /* the reference: double accumulation, every core */
+    qhx_runtime_opts ro = {kernels, 0};
+    printf("  %s on %s kernels\n", dir, kernels);
     CHECK(qhx_runtime_new(&ro, &rt) == QHX_OK, "%s", qhx_last_error());
     CHECK(qhx_model_open(rt, dir, &m) == QHX_OK, "%s", qhx_last_error());
     CHECK(qhx_session_new(m, &s) == QHX_OK, "%s", qhx_last_error());
@@ -135,8 +136,11 @@ static void check_model(const char *dir) {
 }
 
 int main(void) {
-    check_model("models/q35-kjv");
-    check_model("models/q35-rand-tiny");
+    /* the reference (double accumulation) and the fast path this CPU picks, same tolerance */
+    check_model("models/q35-kjv", "ref");
+    check_model("models/q35-rand-tiny", "ref");
+    check_model("models/q35-kjv", "auto");
+    check_model("models/q35-rand-tiny", "auto");
     printf("  worst deviation %.2e of logit std (tolerance %.0e)\n", worst_seen, TOL);
     return tl_finish("parity");
 }

@@ -503,9 +503,11 @@ qhx_status qhx_forge(const qhx_forge_opts *o, FILE *log) {
     qhx_model *b = NULL;
     cJSON *root = NULL;
     int first[QHX_MAX_LAYERS + 1], n_shards = 0;
-    qhx_runtime_opts ro = {"ref", 0};
-    qhx_status rc = qhx_runtime_new(&ro, &ref_rt);
-    if (!rc) rc = qhx_model_open(ref_rt, o->checkpoint, &f.src);
+    /* The reference: the checkpoint's own weights in fp32 arithmetic, on the same kernel set (its
+     * bf16/f32 kernels are tested against the double-accumulating "ref" set to ~1e-7). */
+    qhx_status rc = QHX_OK;
+    if (!o->rt) rc = qhx_runtime_new(NULL, &ref_rt);
+    if (!rc) rc = qhx_model_open(o->rt ? o->rt : ref_rt, o->checkpoint, &f.src);
     if (!rc && f.src->manifest) rc = qhx_fail(QHX_ERR_ARG, "%s: is a bundle already; forge needs a checkpoint", o->checkpoint);
     if (rc) goto out;
     const qhx_config *c = &f.src->cfg;
@@ -565,8 +567,7 @@ qhx_status qhx_forge(const qhx_forge_opts *o, FILE *log) {
             n_shards, n_shards > 1 ? "s" : "", (unsigned long long)ceiling, 100 * sqrt(f.qerr_num / (f.qerr_den > 0 ? f.qerr_den : 1)));
 
     if (o->gate) {
-        qhx_runtime *rt = o->rt;
-        if ((rc = qhx_model_open(rt, f.tmp, &b))) goto out;
+        if ((rc = qhx_model_open(f.src->rt, f.tmp, &b))) goto out;
         int ep = 0, et = 0, gm = 0, gt = 0, gok = 1;
         if ((rc = gate_export(&f, b, gates, &ep, &et)) || (rc = gate_greedy(&f, b, gates, &gm, &gt, &gok))) goto out;
         fprintf(log, "gates: oracle-gated export %d/%d, greedy %d/%d tokens%s\n", ep, et, gm, gt, gok ? "" : " (a divergence is not a near-tie)");

@@ -15,6 +15,8 @@ typedef void (*qhx_matmul_fn)(const qhx_tensor *W, const float *X, int T, float 
 typedef struct {
     const char *name;      /* "ref", "scalar", "avx2", "avx512" */
     qhx_matmul_fn matmul;  /* handles every dtype: F32, BF16, F16 and I8 */
+    float (*dot)(const float *a, const float *b, int n);
+    void (*axpy)(float *y, float a, const float *x, int n);  /* y += a x */
     int (*supported)(void);
 } qhx_kernel_set;
 

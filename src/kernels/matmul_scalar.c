@@ -72,7 +72,26 @@ static void ref_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int
     free(w);
 }
 
+static float ref_dot(const float *a, const float *b, int n) {
+    double acc = 0.0;
+    for (int i = 0; i < n; i++) acc += (double)a[i] * b[i];
+    return (float)acc;
+}
+
+static float scalar_dot(const float *a, const float *b, int n) {
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+    for (; i < n; i++) acc[i & 7] += a[i] * b[i];
+    return sum8(acc);
+}
+
+static void scalar_axpy(float *y, float a, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
 static int always(void) { return 1; }
 
-const qhx_kernel_set qhx_kernels_ref = {"ref", ref_matmul, always};
-const qhx_kernel_set qhx_kernels_scalar = {"scalar", scalar_matmul, always};
+const qhx_kernel_set qhx_kernels_ref = {"ref", ref_matmul, ref_dot, scalar_axpy, always};
+const qhx_kernel_set qhx_kernels_scalar = {"scalar", scalar_matmul, scalar_dot, scalar_axpy, always};

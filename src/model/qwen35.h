@@ -89,6 +89,10 @@ void qhx_qwen35_embed(const qhx_config *c, const qhx_weights *w, const int32_t *
 qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, qhx_state *s,
                              float *x, int n, int stepwise);
 
+/* Bytes of weights one token's forward reads: every layer, the final norm, one embedding row and
+ * the lm-head. */
+uint64_t qhx_weights_bytes_per_token(const qhx_config *c, const qhx_weights *w);
+
 /* logits[n][vocab] = lm_head · x for final-normed x. */
 void qhx_qwen35_head(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const float *x, int n,
                      float *logits);

@@ -32,11 +32,13 @@ static float *carve(carver *cv, size_t n) {
     return p;
 }
 
-static size_t scratch_need(const qhx_config *c, int n) {
+/* floats of scratch one call over n tokens at position pos needs, with `threads` work areas */
+static size_t scratch_need(const qhx_config *c, int n, int pos, int threads) {
     size_t T = (size_t)n, D = c->hidden, conv = qhx_config_conv_dim(c);
     size_t hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, attn = (size_t)c->n_heads * c->head_dim;
-    size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + CHUNK * CHUNK + CHUNK * (dv * 2 + dk + 1) + dv;
-    size_t att = T * attn * 3 + (size_t)c->n_kv_heads * c->head_dim * 2;
+    size_t work = ((size_t)CHUNK * CHUNK + CHUNK * (dv * 2 + dk + 1) + dv + 15) & ~(size_t)15;
+    size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + work * threads;
+    size_t att = T * attn * 3 + (((size_t)pos + T + 15) & ~(size_t)15) * threads;
     size_t mlp = T * (size_t)c->ffn * 2;
     size_t blk = gdn > att ? gdn : att;
     if (mlp > blk) blk = mlp;
@@ -69,28 +71,24 @@ static void l2norm(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-/* One token of the recurrent rule (§3.5.1) for one value head: decay, read, delta, write, output. */
-static void delta_step(float *S, const float *q, const float *k, const float *v, float beta, float g,
-                       int dk, int dv, float *o, float *kv) {
+/* One token of the recurrent rule (§3.5.1) for one value head: decay, read, delta, write, output.
+ * S is [dk][dv]; every inner loop runs along a row of S (axpy), the layout the SIMD kernels want. */
+static void delta_step(const qhx_kernel_set *ks, float *S, const float *q, const float *k, const float *v, float beta,
+                       float g, int dk, int dv, float *o, float *kv) {
     const float decay = expf(g);
     for (int i = 0; i < dk * dv; i++) S[i] *= decay;
     for (int j = 0; j < dv; j++) kv[j] = 0.0f;
-    for (int i = 0; i < dk; i++)
-        for (int j = 0; j < dv; j++) kv[j] += S[i * dv + j] * k[i];
-    for (int j = 0; j < dv; j++) kv[j] = (v[j] - kv[j]) * beta;
-    for (int i = 0; i < dk; i++)
-        for (int j = 0; j < dv; j++) S[i * dv + j] += k[i] * kv[j];
-    for (int j = 0; j < dv; j++) {
-        float acc = 0.0f;
-        for (int i = 0; i < dk; i++) acc += S[i * dv + j] * q[i];
-        o[j] = acc;
-    }
+    for (int i = 0; i < dk; i++) ks->axpy(kv, k[i], S + (size_t)i * dv, dv);        /* kv = S^T k */
+    for (int j = 0; j < dv; j++) kv[j] = (v[j] - kv[j]) * beta;                      /* delta */
+    for (int i = 0; i < dk; i++) ks->axpy(S + (size_t)i * dv, k[i], kv, dv);        /* S += k delta^T */
+    for (int j = 0; j < dv; j++) o[j] = 0.0f;
+    for (int i = 0; i < dk; i++) ks->axpy(o, q[i], S + (size_t)i * dv, dv);         /* o = S^T q */
 }
 
 /* The chunked rule (§3.5.2) over n <= CHUNK tokens for one value head; the same maths as n delta
  * steps. q/k/v rows are `stride` floats apart; o rows are `ostride` apart. */
-static void delta_chunk(float *S, const float *q, const float *k, const float *v, size_t stride,
-                        const float *beta, const float *g, size_t gstride, int n, int dk, int dv,
+static void delta_chunk(const qhx_kernel_set *ks, float *S, const float *q, const float *k, const float *v,
+                        size_t stride, const float *beta, const float *g, size_t gstride, int n, int dk, int dv,
                         float *o, size_t ostride, float *work) {
     float *L = work;                      /* [CHUNK][CHUNK] (kb_i · k_j) e^{G_i - G_j}, j < i */
     float *U = L + CHUNK * CHUNK;         /* [CHUNK][dv]   (I + L)^-1 (v β) */
@@ -102,48 +100,65 @@ static void delta_chunk(float *S, const float *q, const float *k, const float *v
 
     for (int i = 0; i < n; i++) {
         const float *ki = k + i * stride;
-        for (int j = 0; j < i; j++) {
-            double d = 0.0;
-            for (int e = 0; e < dk; e++) d += (double)ki[e] * k[j * stride + e];
-            L[i * CHUNK + j] = (float)d * beta[i * gstride] * expf(G[i] - G[j]);
-        }
+        for (int j = 0; j < i; j++) L[i * CHUNK + j] = ks->dot(ki, k + j * stride, dk) * beta[i * gstride] * expf(G[i] - G[j]);
         /* forward substitution: rows of (I + L)^-1 applied to v β and k β e^G */
         for (int e = 0; e < dv; e++) U[i * dv + e] = v[i * stride + e] * beta[i * gstride];
         for (int e = 0; e < dk; e++) Wk[i * dk + e] = ki[e] * beta[i * gstride] * expf(G[i]);
         for (int j = 0; j < i; j++) {
-            const float l = L[i * CHUNK + j];
-            for (int e = 0; e < dv; e++) U[i * dv + e] -= l * U[j * dv + e];
-            for (int e = 0; e < dk; e++) Wk[i * dk + e] -= l * Wk[j * dk + e];
+            ks->axpy(U + i * dv, -L[i * CHUNK + j], U + j * dv, dv);
+            ks->axpy(Wk + i * dk, -L[i * CHUNK + j], Wk + j * dk, dk);
         }
     }
-    for (int i = 0; i < n; i++)
-        for (int e = 0; e < dv; e++) {
-            double s = 0.0;
-            for (int d = 0; d < dk; d++) s += (double)Wk[i * dk + d] * S[d * dv + e];
-            Vn[i * dv + e] = U[i * dv + e] - (float)s;
-        }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) { /* Vn = U - W S */
+        memcpy(Vn + i * dv, U + i * dv, sizeof(float) * dv);
+        for (int d = 0; d < dk; d++) ks->axpy(Vn + i * dv, -Wk[i * dk + d], S + (size_t)d * dv, dv);
+    }
+    for (int i = 0; i < n; i++) { /* o_i = e^{G_i} q_i S + sum_{j <= i} (q_i · k_j) e^{G_i - G_j} Vn_j */
         const float *qi = q + i * stride;
         float *oi = o + i * ostride;
-        for (int e = 0; e < dv; e++) {
-            double s = 0.0;
-            for (int d = 0; d < dk; d++) s += (double)qi[d] * S[d * dv + e];
-            oi[e] = (float)s * expf(G[i]);
-        }
-        for (int j = 0; j <= i; j++) {
-            double d = 0.0;
-            for (int e = 0; e < dk; e++) d += (double)qi[e] * k[j * stride + e];
-            const float p = (float)d * expf(G[i] - G[j]);
-            for (int e = 0; e < dv; e++) oi[e] += p * Vn[j * dv + e];
-        }
+        for (int e = 0; e < dv; e++) oi[e] = 0.0f;
+        for (int d = 0; d < dk; d++) ks->axpy(oi, qi[d], S + (size_t)d * dv, dv);
+        const float gi = expf(G[i]);
+        for (int e = 0; e < dv; e++) oi[e] *= gi;
+        for (int j = 0; j <= i; j++) ks->axpy(oi, ks->dot(qi, k + j * stride, dk) * expf(G[i] - G[j]), Vn + j * dv, dv);
     }
     const float total = expf(G[n - 1]);
     for (int d = 0; d < dk * dv; d++) S[d] *= total;
     for (int j = 0; j < n; j++) {
         const float w = expf(G[n - 1] - G[j]);
-        for (int d = 0; d < dk; d++) {
-            const float kd = k[j * stride + d] * w;
-            for (int e = 0; e < dv; e++) S[d * dv + e] += kd * Vn[j * dv + e];
+        for (int d = 0; d < dk; d++) ks->axpy(S + (size_t)d * dv, k[j * stride + d] * w, Vn + j * dv, dv);
+    }
+}
+
+/* The value heads are independent: they run in parallel, each thread with its own work rows. */
+typedef struct {
+    const qhx_kernel_set *ks;
+    float *ssm, *xc, *beta, *g, *o, *work;
+    size_t work_floats;
+    int T, C, hk, hv, dk, dv, group, stepwise;
+} heads_job;
+
+static void deltanet_heads(void *arg, int th, int nth) {
+    const heads_job *J = arg;
+    const int C = J->C, hv = J->hv, dk = J->dk, dv = J->dv;
+    float *work = J->work + (size_t)th * J->work_floats;
+    for (int j = th; j < hv; j += nth) {
+        float *S = J->ssm + (size_t)j * dk * dv;
+        const float *q = J->xc + (size_t)(j / J->group) * dk;
+        const float *k = J->xc + (size_t)(J->hk + j / J->group) * dk;
+        const float *v = J->xc + (size_t)2 * J->hk * dk + (size_t)j * dv;
+        if (J->stepwise) {
+            for (int t = 0; t < J->T; t++)
+                delta_step(J->ks, S, q + (size_t)t * C, k + (size_t)t * C, v + (size_t)t * C, J->beta[(size_t)t * hv + j],
+                           J->g[(size_t)t * hv + j], dk, dv, J->o + ((size_t)t * hv + j) * dv, work);
+        } else {
+            for (int t0 = 0; t0 < J->T; t0 += CHUNK) {
+                const int n = J->T - t0 < CHUNK ? J->T - t0 : CHUNK;
+                const size_t off = (size_t)t0 * C;
+                delta_chunk(J->ks, S, q + off, k + off, v + off, (size_t)C, J->beta + (size_t)t0 * hv + j,
+                            J->g + (size_t)t0 * hv + j, (size_t)hv, n, dk, dv, J->o + ((size_t)t0 * hv + j) * dv,
+                            (size_t)hv * dv, work);
+            }
         }
     }
 }
@@ -157,7 +172,8 @@ static void gated_deltanet(const qhx_exec *ex, const qhx_config *c, const qhx_la
     float *z = carve(&cv, (size_t)T * hv * dv), *o = carve(&cv, (size_t)T * hv * dv);
     float *b = carve(&cv, (size_t)T * hv), *a = carve(&cv, (size_t)T * hv);
     float *beta = carve(&cv, (size_t)T * hv), *g = carve(&cv, (size_t)T * hv);
-    float *work = carve(&cv, CHUNK * CHUNK + CHUNK * (size_t)(2 * dv + dk + 1) + dv);
+    const size_t work_floats = ((size_t)CHUNK * CHUNK + CHUNK * (size_t)(2 * dv + dk + 1) + dv + 15) & ~(size_t)15;
+    float *work = carve(&cv, work_floats * (size_t)qhx_pool_size(ex->pool));
 
     qhx_matmul(ex, &lw->qkv, h, T, mixed);
     qhx_matmul(ex, &lw->z, h, T, z);
@@ -181,24 +197,8 @@ static void gated_deltanet(const qhx_exec *ex, const qhx_config *c, const qhx_la
         }
     }
 
-    for (int j = 0; j < hv; j++) {
-        float *S = ls->ssm + (size_t)j * dk * dv;
-        const float *q = xc + (size_t)(j / group) * dk;
-        const float *k = xc + (size_t)(hk + j / group) * dk;
-        const float *v = xc + (size_t)2 * hk * dk + (size_t)j * dv;
-        if (stepwise) {
-            for (int t = 0; t < T; t++)
-                delta_step(S, q + (size_t)t * C, k + (size_t)t * C, v + (size_t)t * C, beta[(size_t)t * hv + j],
-                           g[(size_t)t * hv + j], dk, dv, o + ((size_t)t * hv + j) * dv, work);
-        } else {
-            for (int t0 = 0; t0 < T; t0 += CHUNK) {
-                int n = T - t0 < CHUNK ? T - t0 : CHUNK;
-                size_t off = (size_t)t0 * C;
-                delta_chunk(S, q + off, k + off, v + off, (size_t)C, beta + (size_t)t0 * hv + j, g + (size_t)t0 * hv + j,
-                            (size_t)hv, n, dk, dv, o + ((size_t)t0 * hv + j) * dv, (size_t)hv * dv, work);
-            }
-        }
-    }
+    heads_job job = {ex->ks, ls->ssm, xc, beta, g, o, work, work_floats, T, C, hk, hv, dk, dv, group, stepwise};
+    qhx_pool_run(ex->pool, deltanet_heads, &job);
 
     /* gated RMSNorm per (token, value head): plain weight, then * silu(z) */
     for (size_t r = 0; r < (size_t)T * hv; r++) {
@@ -226,13 +226,45 @@ static void rope(float *x, int rot, int pos, float theta) {
     }
 }
 
+/* One (token, head) pair of causal attention over the cache; pairs run in parallel. */
+typedef struct {
+    const qhx_kernel_set *ks;
+    const float *qg, *kc, *vc;
+    float *att, *scores;
+    size_t scores_floats;
+    int T, pos0, hq, hd, kvdim, group;
+    float scale;
+} attn_job;
+
+static void attention_pairs(void *arg, int th, int nth) {
+    const attn_job *J = arg;
+    const int hd = J->hd;
+    float *scores = J->scores + (size_t)th * J->scores_floats;
+    for (int pair = th; pair < J->T * J->hq; pair += nth) {
+        const int t = pair / J->hq, j = pair % J->hq, kvh = j / J->group;
+        const int n = J->pos0 + t + 1; /* causal: this token sees the cache up to itself */
+        const float *qj = J->qg + ((size_t)t * J->hq + j) * hd * 2, *gate = qj + hd;
+        float mx = -INFINITY;
+        for (int p = 0; p < n; p++) {
+            scores[p] = J->ks->dot(qj, J->kc + (size_t)p * J->kvdim + (size_t)kvh * hd, hd) * J->scale;
+            if (scores[p] > mx) mx = scores[p];
+        }
+        float sum = 0.0f;
+        for (int p = 0; p < n; p++) sum += scores[p] = expf(scores[p] - mx);
+        float *o = J->att + ((size_t)t * J->hq + j) * hd;
+        for (int e = 0; e < hd; e++) o[e] = 0.0f;
+        for (int p = 0; p < n; p++) J->ks->axpy(o, scores[p] / sum, J->vc + (size_t)p * J->kvdim + (size_t)kvh * hd, hd);
+        for (int e = 0; e < hd; e++) o[e] *= qhx_sigmoid(gate[e]);
+    }
+}
+
 static void gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls,
                             int pos0, const float *h, float *out, int T, carver cv) {
     const int hq = c->n_heads, hkv = c->n_kv_heads, hd = c->head_dim;
     const int group = hq / hkv, kvdim = hkv * hd;
+    const size_t scores_floats = ((size_t)pos0 + T + 15) & ~(size_t)15;
     float *qg = carve(&cv, (size_t)T * hq * hd * 2), *att = carve(&cv, (size_t)T * hq * hd);
-    float *scores = carve(&cv, (size_t)(pos0 + T));
-    const float scale = 1.0f / sqrtf((float)hd);
+    float *scores = carve(&cv, scores_floats * (size_t)qhx_pool_size(ex->pool));
 
     qhx_matmul(ex, &lw->q, h, T, qg); /* per head: [query hd | gate hd] */
     qhx_matmul(ex, &lw->k, h, T, ls->k_cache + (size_t)pos0 * kvdim);
@@ -250,31 +282,9 @@ static void gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_l
             rope(k + (size_t)j * hd, c->rot_dim, pos0 + t, c->rope_theta);
         }
     }
-    for (int t = 0; t < T; t++) {
-        const int n = pos0 + t + 1; /* causal: this token sees the cache up to itself */
-        for (int j = 0; j < hq; j++) {
-            const float *qj = qg + ((size_t)t * hq + j) * hd * 2, *gate = qj + hd;
-            const int kvh = j / group;
-            float mx = -INFINITY;
-            for (int p = 0; p < n; p++) {
-                const float *kp = ls->k_cache + (size_t)p * kvdim + (size_t)kvh * hd;
-                double d = 0.0;
-                for (int e = 0; e < hd; e++) d += (double)qj[e] * kp[e];
-                scores[p] = (float)d * scale;
-                if (scores[p] > mx) mx = scores[p];
-            }
-            double sum = 0.0;
-            for (int p = 0; p < n; p++) sum += scores[p] = expf(scores[p] - mx);
-            float *o = att + ((size_t)t * hq + j) * hd;
-            for (int e = 0; e < hd; e++) o[e] = 0.0f;
-            for (int p = 0; p < n; p++) {
-                const float w = (float)(scores[p] / sum);
-                const float *vp = ls->v_cache + (size_t)p * kvdim + (size_t)kvh * hd;
-                for (int e = 0; e < hd; e++) o[e] += w * vp[e];
-            }
-            for (int e = 0; e < hd; e++) o[e] *= qhx_sigmoid(gate[e]);
-        }
-    }
+    attn_job job = {ex->ks, qg, ls->k_cache, ls->v_cache, att, scores, scores_floats, T, pos0, hq, hd, kvdim, group,
+                    1.0f / sqrtf((float)hd)};
+    qhx_pool_run(ex->pool, attention_pairs, &job);
     qhx_matmul(ex, &lw->o, att, T, out);
 }
 
@@ -320,7 +330,7 @@ qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_
                              int n, int stepwise) {
     qhx_status rc = grow_kv(s, s->pos + n);
     if (rc) return rc;
-    const size_t need = scratch_need(c, n) + (size_t)(s->pos + n);
+    const size_t need = scratch_need(c, n, s->pos, qhx_pool_size(ex->pool));
     if (need > s->scratch_floats) {
         float *p = realloc(s->scratch, need * sizeof(float));
         if (!p) return qhx_fail(QHX_ERR_NOMEM, "forward: out of memory for %d tokens", n);
@@ -351,6 +361,23 @@ qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_
 void qhx_qwen35_head(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const float *x, int n,
                      float *logits) {
     qhx_matmul(ex, &w->lm_head, x, n, logits);
+}
+
+static uint64_t tensor_bytes(const qhx_tensor *t) {
+    if (!t->data) return 0;
+    return (uint64_t)t->rows * t->cols * qhx_dtype_size(t->dtype) + (t->dtype == QHX_I8 ? 4 * (uint64_t)t->rows : 0);
+}
+
+uint64_t qhx_weights_bytes_per_token(const qhx_config *c, const qhx_weights *w) {
+    uint64_t n = tensor_bytes(&w->final_norm) + tensor_bytes(&w->lm_head) + (uint64_t)c->hidden * qhx_dtype_size(w->embed.dtype);
+    for (int l = 0; l < c->n_layers; l++) {
+        const qhx_layer_weights *lw = &w->layers[l];
+        const qhx_tensor *all[] = {&lw->in_norm, &lw->post_norm, &lw->gate, &lw->up, &lw->down, &lw->qkv, &lw->z,
+                                   &lw->b, &lw->a, &lw->conv, &lw->dt_bias, &lw->a_log, &lw->gnorm, &lw->out,
+                                   &lw->q, &lw->k, &lw->v, &lw->o, &lw->q_norm, &lw->k_norm};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) n += tensor_bytes(all[i]);
+    }
+    return n;
 }
 
 /* ---- state ---------------------------------------------------------------------------------- */
