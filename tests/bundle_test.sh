@@ -85,7 +85,7 @@ echo "  W8 greedy over the golden prompts: $same/$total tokens before any diverg
 
 # perplexity: W8 within 1 % of fp32 (the first 20 KB of the dev text, windows of 256)
 head -c 20000 tests/data/corpora/kjv-dev.txt >"$tmp/dev.txt"
-p32=$("$qhx" perplexity models/q35-kjv "$tmp/dev.txt" --ctx 256 --json --kernels ref)
+p32=$("$qhx" perplexity models/q35-kjv "$tmp/dev.txt" --ctx 256 --json)
 p8=$("$qhx" perplexity "$tmp/one" "$tmp/dev.txt" --ctx 256 --json)
 echo "  perplexity fp32 $p32, W8 $p8"
 x32=$(sed -E 's/.*"perplexity": ([0-9.]+).*/\1/' <<<"$p32"); x8=$(sed -E 's/.*"perplexity": ([0-9.]+).*/\1/' <<<"$p8")
