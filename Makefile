@@ -7,7 +7,7 @@ SAN     ?=
 CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -Iinclude -Isrc $(SAN) -MMD -MP
 # SIMD kernels are compiled in on x86-64 (through target attributes) and chosen at run time
 ifeq ($(shell uname -m),x86_64)
-CFLAGS  += -DQHX_HAVE_AVX2
+CFLAGS  += -DQHX_HAVE_AVX2 -DQHX_HAVE_AVX512
 endif
 LDLIBS  += -lcjson -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread
 LDFLAGS += $(SAN)

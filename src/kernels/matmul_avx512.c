@@ -1,0 +1,119 @@
+/* AVX-512F matmul, every dtype, fp32 activations: the AVX2 kernels' design at 16 lanes (see
+ * matmul_avx2.c). Weights widen in registers; tiles of 4 rows x 4 tokens in prefill, 4 rows x 1
+ * token in decode. VNNI would need int8 activations; decode is bandwidth-bound without it, so the
+ * exact fp32-activation path is the one kept. */
+#include "kernels/kernels.h"
+
+#ifdef QHX_HAVE_AVX512
+#include <immintrin.h>
+#include <string.h>
+
+#define TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline)) TARGET
+
+INLINE __m512 load_i8(const void *p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p))); }
+INLINE __m512 load_f16(const void *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+INLINE __m512 load_bf16(const void *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+INLINE __m512 load_f32(const void *p) { return _mm512_loadu_ps((const float *)p); }
+
+#define TILE(NAME, LOAD, ES)                                                                                           \
+    INLINE void NAME(const unsigned char *w, size_t wstride, const float *x, size_t xstride, size_t cols, int NR,      \
+                     int NT, float out[4][4]) {                                                                        \
+        __m512 acc[4][4];                                                                                              \
+        for (int i = 0; i < NR; i++)                                                                                   \
+            for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();                                              \
+        size_t c = 0;                                                                                                  \
+        for (; c + 16 <= cols; c += 16) {                                                                              \
+            __m512 wv[4], xv[4];                                                                                       \
+            for (int i = 0; i < NR; i++) wv[i] = LOAD(w + i * wstride + c * ES);                                       \
+            for (int j = 0; j < NT; j++) xv[j] = _mm512_loadu_ps(x + j * xstride + c);                                 \
+            for (int i = 0; i < NR; i++)                                                                               \
+                for (int j = 0; j < NT; j++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv[j], acc[i][j]);                     \
+        }                                                                                                              \
+        if (c < cols) {                                                                                                \
+            unsigned char wt[4][16 * 4] = {{0}};                                                                       \
+            float xt[4][16] = {{0}};                                                                                   \
+            for (int i = 0; i < NR; i++) memcpy(wt[i], w + i * wstride + c * ES, (cols - c) * ES);                     \
+            for (int j = 0; j < NT; j++) memcpy(xt[j], x + j * xstride + c, (cols - c) * sizeof(float));               \
+            for (int i = 0; i < NR; i++)                                                                               \
+                for (int j = 0; j < NT; j++) acc[i][j] = _mm512_fmadd_ps(LOAD(wt[i]), _mm512_loadu_ps(xt[j]), acc[i][j]); \
+        }                                                                                                              \
+        for (int i = 0; i < NR; i++)                                                                                   \
+            for (int j = 0; j < NT; j++) out[i][j] = _mm512_reduce_add_ps(acc[i][j]);                                  \
+    }
+
+TILE(tile_i8, load_i8, 1)
+TILE(tile_f16, load_f16, 2)
+TILE(tile_bf16, load_bf16, 2)
+TILE(tile_f32, load_f32, 4)
+
+#define MATMUL(NAME, TILEFN, ES)                                                                                       \
+    TARGET static void NAME(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {                    \
+        const size_t cols = (size_t)W->cols, ws = cols * ES;                                                           \
+        const unsigned char *base = W->data;                                                                           \
+        float out[4][4];                                                                                               \
+        for (int r = r0; r < r1; r += 4) {                                                                             \
+            const int nr = r1 - r < 4 ? r1 - r : 4;                                                                    \
+            const unsigned char *w = base + (size_t)r * ws;                                                            \
+            for (int t = 0; t < T; t += 4) {                                                                           \
+                const int nt = T - t < 4 ? T - t : 4;                                                                  \
+                const float *x = X + (size_t)t * cols;                                                                 \
+                if (nr == 4 && nt == 4) TILEFN(w, ws, x, cols, cols, 4, 4, out);                                       \
+                else if (nr == 4 && nt == 1) TILEFN(w, ws, x, cols, cols, 4, 1, out);                                  \
+                else if (nr == 4 && nt == 2) TILEFN(w, ws, x, cols, cols, 4, 2, out);                                  \
+                else if (nr == 4 && nt == 3) TILEFN(w, ws, x, cols, cols, 4, 3, out);                                  \
+                else                                                                                                   \
+                    for (int i = 0; i < nr; i++)                                                                       \
+                        for (int j = 0; j < nt; j++) {                                                                 \
+                            float o[4][4];                                                                             \
+                            TILEFN(w + i * ws, ws, x + j * cols, cols, cols, 1, 1, o);                                 \
+                            out[i][j] = o[0][0];                                                                       \
+                        }                                                                                              \
+                for (int i = 0; i < nr; i++) {                                                                         \
+                    const float s = W->dtype == QHX_I8 ? W->scale[r + i] : 1.0f;                                       \
+                    for (int j = 0; j < nt; j++) Y[(size_t)(t + j) * W->rows + r + i] = out[i][j] * s;                 \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+    }
+
+MATMUL(mm_i8, tile_i8, 1)
+MATMUL(mm_f16, tile_f16, 2)
+MATMUL(mm_bf16, tile_bf16, 2)
+MATMUL(mm_f32, tile_f32, 4)
+
+static void avx512_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    switch (W->dtype) {
+    case QHX_I8: mm_i8(W, X, T, Y, r0, r1); break;
+    case QHX_F16: mm_f16(W, X, T, Y, r0, r1); break;
+    case QHX_BF16: mm_bf16(W, X, T, Y, r0, r1); break;
+    default: mm_f32(W, X, T, Y, r0, r1); break;
+    }
+}
+
+TARGET static float avx512_dot(const float *a, const float *b, int n) {
+    __m512 acc = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+    float s = _mm512_reduce_add_ps(acc);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+TARGET static void avx512_axpy(float *y, float a, const float *x, int n) {
+    const __m512 av = _mm512_set1_ps(a);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+static int avx512_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+
+const qhx_kernel_set qhx_kernels_avx512 = {"avx512", avx512_matmul, avx512_dot, avx512_axpy, avx512_supported};
+#endif
