@@ -8,6 +8,7 @@
 
 #ifdef QHX_HAVE_AVX2
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TARGET __attribute__((target("avx2,fma,f16c")))
@@ -33,32 +34,103 @@ INLINE __m256 load_f32(const void *p) { return _mm256_loadu_ps((const float *)p)
     INLINE void NAME(const unsigned char *w, size_t wstride, const float *x, size_t xstride, size_t cols, int NR,      \
                      int NT, float out[4][4]) {                                                                        \
         __m256 acc[4][4];                                                                                              \
-        for (int i = 0; i < NR; i++)                                                                                   \
-            for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();                                              \
+        _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++)                                                                                   \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();                                              \
         size_t c = 0;                                                                                                  \
         for (; c + 8 <= cols; c += 8) {                                                                                \
             __m256 wv[4], xv[4];                                                                                       \
-            for (int i = 0; i < NR; i++) wv[i] = LOAD(w + i * wstride + c * ES);                                       \
-            for (int j = 0; j < NT; j++) xv[j] = _mm256_loadu_ps(x + j * xstride + c);                                 \
-            for (int i = 0; i < NR; i++)                                                                               \
-                for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(wv[i], xv[j], acc[i][j]);                     \
+            _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++) wv[i] = LOAD(w + i * wstride + c * ES);                                       \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) xv[j] = _mm256_loadu_ps(x + j * xstride + c);                                 \
+            _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++)                                                                               \
+                _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(wv[i], xv[j], acc[i][j]);                     \
         }                                                                                                              \
         if (c < cols) {                                                                                                \
             unsigned char wt[4][8 * 4] = {{0}};                                                                        \
             float xt[4][8] = {{0}};                                                                                    \
-            for (int i = 0; i < NR; i++) memcpy(wt[i], w + i * wstride + c * ES, (cols - c) * ES);                     \
-            for (int j = 0; j < NT; j++) memcpy(xt[j], x + j * xstride + c, (cols - c) * sizeof(float));               \
-            for (int i = 0; i < NR; i++)                                                                               \
-                for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(LOAD(wt[i]), _mm256_loadu_ps(xt[j]), acc[i][j]); \
+            _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++) memcpy(wt[i], w + i * wstride + c * ES, (cols - c) * ES);                     \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) memcpy(xt[j], x + j * xstride + c, (cols - c) * sizeof(float));               \
+            _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++)                                                                               \
+                _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(LOAD(wt[i]), _mm256_loadu_ps(xt[j]), acc[i][j]); \
         }                                                                                                              \
-        for (int i = 0; i < NR; i++)                                                                                   \
-            for (int j = 0; j < NT; j++) out[i][j] = hsum(acc[i][j]);                                                  \
+        _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++)                                                                                   \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) out[i][j] = hsum(acc[i][j]);                                                  \
     }
 
 TILE(tile_i8, load_i8, 1)
 TILE(tile_f16, load_f16, 2)
 TILE(tile_bf16, load_bf16, 2)
 TILE(tile_f32, load_f32, 4)
+
+/* Prefill (T >= 4): widen 4 rows to fp32 once, then sweep every token 3 at a time, so the FMAs
+ * run from registers (12 accumulators + 3 activations + 1 weight = the 16 ymm registers) and the
+ * widening cost is shared by all T tokens. */
+TARGET static void prefill_rows(const float *wf, size_t cols, int nr, const float *X, int T, float *Y, size_t ystride,
+                                int r, const float *scale) {
+    const size_t c8 = cols & ~(size_t)7;
+    for (int t = 0; t < T; t += 3) {
+        const int nt = T - t < 3 ? T - t : 3;
+        const float *x0 = X + (size_t)t * cols, *x1 = nt > 1 ? x0 + cols : x0, *x2 = nt > 2 ? x0 + 2 * cols : x0;
+        __m256 acc[4][3];
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = acc[i][2] = _mm256_setzero_ps();
+        for (size_t c = 0; c < c8; c += 8) {
+            const __m256 a = _mm256_loadu_ps(x0 + c), b = _mm256_loadu_ps(x1 + c), d = _mm256_loadu_ps(x2 + c);
+            _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+                const __m256 w = _mm256_loadu_ps(wf + i * cols + c);
+                acc[i][0] = _mm256_fmadd_ps(w, a, acc[i][0]);
+                acc[i][1] = _mm256_fmadd_ps(w, b, acc[i][1]);
+                acc[i][2] = _mm256_fmadd_ps(w, d, acc[i][2]);
+            }
+        }
+        for (int i = 0; i < nr; i++) {
+            const float *xs[3] = {x0, x1, x2};
+            for (int j = 0; j < nt; j++) {
+                float v = hsum(acc[i][j]);
+                for (size_t c = c8; c < cols; c++) v += wf[i * cols + c] * xs[j][c];
+                Y[(size_t)(t + j) * ystride + r + i] = scale ? v * scale[r + i] : v;
+            }
+        }
+    }
+}
+
+#define WIDEN(NAME, LOAD, ES)                                                                                          \
+    TARGET static void NAME(const unsigned char *w, size_t cols, float *out) {                                         \
+        size_t c = 0;                                                                                                  \
+        for (; c + 8 <= cols; c += 8) _mm256_store_ps(out + c, LOAD(w + c * ES));                                      \
+        if (c < cols) {                                                                                                \
+            unsigned char t[8 * 4] = {0};                                                                              \
+            float o[8];                                                                                                \
+            memcpy(t, w + c * ES, (cols - c) * ES);                                                                    \
+            _mm256_storeu_ps(o, LOAD(t));                                                                              \
+            memcpy(out + c, o, (cols - c) * sizeof(float));                                                            \
+        }                                                                                                              \
+    }
+
+WIDEN(widen_i8, load_i8, 1)
+WIDEN(widen_f16, load_f16, 2)
+WIDEN(widen_bf16, load_bf16, 2)
+WIDEN(widen_f32, load_f32, 4)
+
+static void prefill(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, es = qhx_dtype_size(W->dtype), stride = (cols + 7) & ~(size_t)7;
+    float *wf = aligned_alloc(32, sizeof(float) * 4 * stride);
+    if (!wf) abort(); /* 4 rows of weights: nothing sensible to do without them */
+    for (int r = r0; r < r1; r += 4) {
+        const int nr = r1 - r < 4 ? r1 - r : 4;
+        for (int i = 0; i < 4; i++) {
+            const unsigned char *w = (const unsigned char *)W->data + (size_t)(r + (i < nr ? i : 0)) * cols * es;
+            switch (W->dtype) {
+            case QHX_I8: widen_i8(w, cols, wf + i * stride); break;
+            case QHX_F16: widen_f16(w, cols, wf + i * stride); break;
+            case QHX_BF16: widen_bf16(w, cols, wf + i * stride); break;
+            default: widen_f32(w, cols, wf + i * stride); break;
+            }
+        }
+        if (stride != cols) /* rows padded to 8: compact them so wf + i * cols is row i */
+            for (int i = 1; i < 4; i++) memmove(wf + i * cols, wf + i * stride, sizeof(float) * cols);
+        prefill_rows(wf, cols, nr, X, T, Y, (size_t)W->rows, r, W->dtype == QHX_I8 ? W->scale : NULL);
+    }
+    free(wf);
+}
 
 /* Walks the output in 4x4 tiles; the tile sizes are compile-time constants in each call so the
  * accumulators stay in registers. */
@@ -98,6 +170,7 @@ MATMUL(mm_bf16, tile_bf16, 2)
 MATMUL(mm_f32, tile_f32, 4)
 
 static void avx2_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    if (T >= 4) { prefill(W, X, T, Y, r0, r1); return; }
     switch (W->dtype) {
     case QHX_I8: mm_i8(W, X, T, Y, r0, r1); break;
     case QHX_F16: mm_f16(W, X, T, Y, r0, r1); break;

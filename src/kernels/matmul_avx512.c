@@ -22,26 +22,26 @@ INLINE __m512 load_f32(const void *p) { return _mm512_loadu_ps((const float *)p)
     INLINE void NAME(const unsigned char *w, size_t wstride, const float *x, size_t xstride, size_t cols, int NR,      \
                      int NT, float out[4][4]) {                                                                        \
         __m512 acc[4][4];                                                                                              \
-        for (int i = 0; i < NR; i++)                                                                                   \
-            for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();                                              \
+        _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++)                                                                                   \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();                                              \
         size_t c = 0;                                                                                                  \
         for (; c + 16 <= cols; c += 16) {                                                                              \
             __m512 wv[4], xv[4];                                                                                       \
-            for (int i = 0; i < NR; i++) wv[i] = LOAD(w + i * wstride + c * ES);                                       \
-            for (int j = 0; j < NT; j++) xv[j] = _mm512_loadu_ps(x + j * xstride + c);                                 \
-            for (int i = 0; i < NR; i++)                                                                               \
-                for (int j = 0; j < NT; j++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv[j], acc[i][j]);                     \
+            _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++) wv[i] = LOAD(w + i * wstride + c * ES);                                       \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) xv[j] = _mm512_loadu_ps(x + j * xstride + c);                                 \
+            _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++)                                                                               \
+                _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv[j], acc[i][j]);                     \
         }                                                                                                              \
         if (c < cols) {                                                                                                \
             unsigned char wt[4][16 * 4] = {{0}};                                                                       \
             float xt[4][16] = {{0}};                                                                                   \
-            for (int i = 0; i < NR; i++) memcpy(wt[i], w + i * wstride + c * ES, (cols - c) * ES);                     \
-            for (int j = 0; j < NT; j++) memcpy(xt[j], x + j * xstride + c, (cols - c) * sizeof(float));               \
-            for (int i = 0; i < NR; i++)                                                                               \
-                for (int j = 0; j < NT; j++) acc[i][j] = _mm512_fmadd_ps(LOAD(wt[i]), _mm512_loadu_ps(xt[j]), acc[i][j]); \
+            _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++) memcpy(wt[i], w + i * wstride + c * ES, (cols - c) * ES);                     \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) memcpy(xt[j], x + j * xstride + c, (cols - c) * sizeof(float));               \
+            _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++)                                                                               \
+                _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[i][j] = _mm512_fmadd_ps(LOAD(wt[i]), _mm512_loadu_ps(xt[j]), acc[i][j]); \
         }                                                                                                              \
-        for (int i = 0; i < NR; i++)                                                                                   \
-            for (int j = 0; j < NT; j++) out[i][j] = _mm512_reduce_add_ps(acc[i][j]);                                  \
+        _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++)                                                                                   \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) out[i][j] = _mm512_reduce_add_ps(acc[i][j]);                                  \
     }
 
 TILE(tile_i8, load_i8, 1)
