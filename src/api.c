@@ -186,9 +186,10 @@ void qhx_model_get_info(const qhx_model *m, qhx_model_info *info) {
 const char *qhx_model_manifest(const qhx_model *m) { return m->manifest; }
 
 qhx_status qhx_model_tokenizer(qhx_model *m, qhx_tokenizer **out) {
-    if (!m->tok) {
+    if (!m->tok) { /* a bundle's compact form when there is one: it loads without parsing JSON */
         char path[1100];
-        snprintf(path, sizeof path, "%s/tokenizer.json", m->dir);
+        snprintf(path, sizeof path, "%s/tokenizer.qhxtok", m->dir);
+        if (!m->manifest || !is_file(path)) snprintf(path, sizeof path, "%s/tokenizer.json", m->dir);
         qhx_status rc = qhx_tokenizer_load(path, &m->tok);
         if (rc) return rc;
     }

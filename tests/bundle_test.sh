@@ -30,7 +30,7 @@ check "grep -q '^gates: oracle-gated export 5/5' $tmp/forge1.log" "export gate n
 check "grep -q '^gates: oracle-gated export 10/10' $tmp/forge2.log" "export gate not 10/10 on two shards"
 check "[[ \$(grep -c '^shard ' $tmp/forge2.log) -eq 2 ]]" "3.5 MB ceiling did not give 2 shards"
 check "grep -q 'shard 0: layers 0-3' $tmp/forge2.log && grep -q 'shard 1: layers 4-7' $tmp/forge2.log" "shards not balanced 4/4"
-for f in manifest.json decode_s0_w8.qhx embed_f16.qhx tokenizer.json; do check "[[ -s $tmp/one/$f ]]" "bundle lacks $f"; done
+for f in manifest.json decode_s0_w8.qhx embed_f16.qhx tokenizer.json tokenizer.qhxtok; do check "[[ -s $tmp/one/$f ]]" "bundle lacks $f"; done
 check "[[ ! -e $tmp/one/lm_head_f16.qhx ]]" "a tied fp16 head was stored twice"
 check "! ls -d $tmp/*.tmp-* >/dev/null 2>&1" "forge left a temporary directory"
 "$qhx" inspect "$tmp/two" >"$tmp/inspect" 2>&1
@@ -143,6 +143,8 @@ damaged; printf '\x55' | dd of="$tmp/d/decode_s0_w8.qhx" bs=1 seek=400000 conv=n
 expect_err 1 "checksum mismatch" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 damaged; printf '\x02' | dd of="$tmp/d/embed_f16.qhx" bs=1 seek=8 conv=notrunc 2>/dev/null
 expect_err 1 "format version 2" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+damaged; printf 'x' >>"$tmp/d/tokenizer.qhxtok"
+expect_err 1 "tokenizer.qhxtok" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 damaged; cp "$tmp/d/embed_f16.qhx" "$tmp/d/decode_s0_w8.qhx"
 expect_err 1 "is a embedding file" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
+#include <time.h>
 #include <utf8proc.h>
 
 static const char *data_dir(void) {
@@ -115,6 +116,12 @@ static void bad_tokenizer(const char *json, const char *needle) {
     remove(path);
 }
 
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
 int main(void) {
     char path[512];
     const char *toks[] = {"qwen3", "qwen3-qwen35regex"};
@@ -127,6 +134,49 @@ int main(void) {
             snprintf(path, sizeof path, "tests/data/tokenizer/%s.%s.jsonl", toks[k], sets[s]);
             golden_file(t, path);
         }
+        /* the compact form: written from the loaded tables, loaded back, every golden again */
+        char cpath[600];
+        snprintf(cpath, sizeof cpath, "%s/%s.qhxtok", data_dir(), toks[k]);
+        CHECK(qhx_tokenizer_save_compact(t, cpath) == QHX_OK, "%s", qhx_last_error());
+        snprintf(path, sizeof path, "%s/tokenizers/%s/tokenizer.json", data_dir(), toks[k]);
+        double t0 = now_ms();
+        qhx_tokenizer *tj, *tc;
+        CHECK(qhx_tokenizer_load(path, &tj) == QHX_OK, "%s", qhx_last_error());
+        double t1 = now_ms();
+        CHECK(qhx_tokenizer_load(cpath, &tc) == QHX_OK, "%s", qhx_last_error());
+        double t2 = now_ms();
+        printf("  %s: load tokenizer.json %.0f ms, compact form %.0f ms\n", toks[k], t1 - t0, t2 - t1);
+        qhx_tokenizer_free(tj);
+        if (tc) {
+            for (int s = 0; s < 3; s++) {
+                snprintf(path, sizeof path, "tests/data/tokenizer/%s.%s.jsonl", toks[k], sets[s]);
+                golden_file(tc, path);
+            }
+            CHECK(qhx_tokenizer_n_ids(tc) == qhx_tokenizer_n_ids(t), "compact n_ids %d vs %d", qhx_tokenizer_n_ids(tc), qhx_tokenizer_n_ids(t));
+            qhx_tokenizer_free(tc);
+        }
+        /* a damaged compact file: truncated anywhere, or a future version, is refused by name */
+        size_t clen;
+        unsigned char *cbytes = tl_read(cpath, &clen);
+        const size_t cuts[] = {4, 20, clen / 3, clen / 2, clen - 1};
+        for (size_t i = 0; cbytes && i < 5; i++) {
+            FILE *f = fopen(cpath, "wb");
+            fwrite(cbytes, 1, cuts[i], f);
+            fclose(f);
+            qhx_tokenizer *bad = NULL;
+            CHECK(qhx_tokenizer_load(cpath, &bad) != QHX_OK && strstr(qhx_last_error(), cpath), "truncated at %zu: %s", cuts[i], qhx_last_error());
+            qhx_tokenizer_free(bad);
+        }
+        if (cbytes) {
+            cbytes[8] = 9; /* version */
+            FILE *f = fopen(cpath, "wb");
+            fwrite(cbytes, 1, clen, f);
+            fclose(f);
+            qhx_tokenizer *bad = NULL;
+            CHECK(qhx_tokenizer_load(cpath, &bad) == QHX_ERR_UNSUPPORTED && strstr(qhx_last_error(), "version 9"), "%s", qhx_last_error());
+            qhx_tokenizer_free(bad);
+        }
+        free(cbytes);
         if (k == 0) {
             /* special tokens: matched only when allowed; non-special added tokens always */
             expect_ids(t, "<|im_start|>user", QHX_ENCODE_SPECIAL, (int32_t[]){151644, 872}, 2, "special allowed");

@@ -404,14 +404,25 @@ static qhx_status copy_tokenizer(forge *f) {
     snprintf(dst, sizeof dst, "%s/tokenizer.json", f->tmp);
     rc = write_text(dst, text);
     free(text);
-    uint64_t hash;
-    if (!rc) rc = qhxf_hash_file(dst, &hash);
+    qhx_tokenizer *tok;
+    if (!rc) rc = qhx_model_tokenizer(f->src, &tok);
     if (rc) return rc;
-    char hex[17];
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
-    cJSON *fe = cJSON_AddObjectToObject(f->files, "tokenizer.json");
-    cJSON_AddNumberToObject(fe, "bytes", (double)len);
-    cJSON_AddStringToObject(fe, "xxh3", hex);
+    snprintf(dst, sizeof dst, "%s/tokenizer.qhxtok", f->tmp);
+    if ((rc = qhx_tokenizer_save_compact(tok, dst))) return rc;
+    const char *names[] = {"tokenizer.json", "tokenizer.qhxtok"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(dst, sizeof dst, "%s/%s", f->tmp, names[i]);
+        uint64_t hash, size = 0;
+        if ((rc = qhxf_hash_file(dst, &hash))) return rc;
+        FILE *fp = fopen(dst, "rb");
+        if (fp && !fseek(fp, 0, SEEK_END)) size = (uint64_t)ftell(fp);
+        if (fp) fclose(fp);
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
+        cJSON *fe = cJSON_AddObjectToObject(f->files, names[i]);
+        cJSON_AddNumberToObject(fe, "bytes", (double)size);
+        cJSON_AddStringToObject(fe, "xxh3", hex);
+    }
     return QHX_OK;
 }
 
@@ -551,6 +562,7 @@ qhx_status qhx_forge(const qhx_forge_opts *o, FILE *log) {
     if (cJSON_GetObjectItem(f.files, "tokenizer.json")) {
         cJSON *tk = cJSON_AddObjectToObject(plan_json, "tokenizer");
         cJSON_AddStringToObject(tk, "json", "tokenizer.json");
+        cJSON_AddStringToObject(tk, "compact", "tokenizer.qhxtok");
     }
     cJSON *q = cJSON_AddObjectToObject(root, "quantization");
     cJSON_AddStringToObject(q, "matrices", "int8, symmetric, one fp32 scale per output row (max|w|/127)");

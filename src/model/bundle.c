@@ -230,6 +230,27 @@ static qhx_status load(qhx_model *m, manifest *mf) {
                 &m->w->lm_head);
 }
 
+/* Files the loader does not map (the tokenizer) are checked here, at open, like the rest. */
+static qhx_status verify_other_files(qhx_model *m, const manifest *mf) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, get(mf, "files", cJSON_Object)) {
+        int mapped = 0;
+        for (int i = 0; i < m->n_files && !mapped; i++) mapped = !strcmp(strrchr(m->files[i].map.path, '/') + 1, e->string);
+        if (mapped) continue;
+        qhx_status rc = plain_name(mf, e->string);
+        if (rc) return rc;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", m->dir, e->string);
+        qhx_mapfile f;
+        if ((rc = qhx_map_open(&f, path))) return rc;
+        qhxf_file view = {.map = f};
+        rc = verify(m, mf, &view, e->string);
+        qhx_map_close(&f);
+        if (rc) return rc;
+    }
+    return QHX_OK;
+}
+
 qhx_status qhx_bundle_open(qhx_model *m, const char *manifest_path) {
     const char *slash = strrchr(manifest_path, '/');
     if (slash) snprintf(m->dir, sizeof m->dir, "%.*s", (int)(slash - manifest_path), manifest_path);
@@ -239,7 +260,7 @@ qhx_status qhx_bundle_open(qhx_model *m, const char *manifest_path) {
     if (rc) return rc;
     manifest mf = {manifest_path, cJSON_ParseWithLength(m->manifest, len)};
     if (!mf.root || !cJSON_IsObject(mf.root)) rc = qhx_fail(QHX_ERR_FORMAT, "%s: not a JSON object", manifest_path);
-    else rc = load(m, &mf);
+    else if (!(rc = load(m, &mf))) rc = verify_other_files(m, &mf);
     cJSON_Delete(mf.root);
     return rc;
 }

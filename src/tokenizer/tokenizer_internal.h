@@ -29,6 +29,7 @@ struct qhx_tokenizer {
     uint8_t added_first[256]; /* 1 if some added token starts with this byte */
     int norm;                 /* utf8proc options, or QHX_NORM_NONE */
     pcre2_code *split;        /* the pre-tokenizer regex (NULL: no split) */
+    char *split_pattern;      /* its source, for the compact form */
     int add_prefix_space, ignore_merges;
     /* word cache: piece bytes -> offset into cache_ids ([count, ids...]) */
     pthread_mutex_t lock;
@@ -41,5 +42,12 @@ struct qhx_tokenizer {
 void qhx_bytelevel_tables(uint32_t byte_to_cp[256]);
 
 qhx_status qhx_tokenizer_parse(const char *json, size_t len, const char *name, qhx_tokenizer **out);
+qhx_status qhx_tokenizer_compile_split(qhx_tokenizer *t, const char *pattern, const char *name);
+/* An empty tokenizer with id tables for n_ids ids (the loaders fill it). */
+qhx_tokenizer *qhx_tokenizer_alloc(int n_ids);
+
+/* The compact binary form (tokenizer_compact.c): the same tables, loaded without JSON parsing. */
+#define QHX_TOK_MAGIC "QHXTOK\r\n"
+qhx_status qhx_tokenizer_parse_compact(const unsigned char *p, size_t len, const char *name, qhx_tokenizer **out);
 
 #endif

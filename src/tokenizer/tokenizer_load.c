@@ -78,7 +78,7 @@ static qhx_status read_normalizer(qhx_tokenizer *t, const cJSON *n, const char *
 /* GPT-2's split, used by ByteLevel when use_regex is true. */
 static const char gpt2_regex[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-static qhx_status compile_split(qhx_tokenizer *t, const char *pattern, const char *name) {
+qhx_status qhx_tokenizer_compile_split(qhx_tokenizer *t, const char *pattern, const char *name) {
     if (t->split) return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: more than one regex split in the pre-tokenizer", name);
     int err;
     PCRE2_SIZE off;
@@ -89,7 +89,8 @@ static qhx_status compile_split(qhx_tokenizer *t, const char *pattern, const cha
         return qhx_fail(QHX_ERR_FORMAT, "%s: pre-tokenizer regex does not compile at offset %zu: %s", name, (size_t)off, (char *)msg);
     }
     pcre2_jit_compile(t->split, PCRE2_JIT_COMPLETE); /* falls back to the interpreter if JIT is unavailable */
-    return QHX_OK;
+    t->split_pattern = strdup(pattern);
+    return t->split_pattern ? QHX_OK : qhx_fail(QHX_ERR_NOMEM, "out of memory");
 }
 
 static qhx_status read_pretokenizer(qhx_tokenizer *t, const cJSON *p, const char *name) {
@@ -112,12 +113,12 @@ static qhx_status read_pretokenizer(qhx_tokenizer *t, const cJSON *p, const char
         if (!cJSON_IsString(re)) return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: Split pre-tokenizer without a Regex pattern", name);
         if (!cJSON_IsString(beh) || strcmp(beh->valuestring, "Isolated") || cJSON_IsTrue(inv))
             return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: Split behavior must be Isolated, not inverted", name);
-        return compile_split(t, re->valuestring, name);
+        return qhx_tokenizer_compile_split(t, re->valuestring, name);
     }
     if (!strcmp(ty, "ByteLevel")) {
         t->add_prefix_space = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "add_prefix_space"));
         const cJSON *ur = cJSON_GetObjectItemCaseSensitive(p, "use_regex");
-        if (!ur || cJSON_IsTrue(ur)) return compile_split(t, gpt2_regex, name);
+        if (!ur || cJSON_IsTrue(ur)) return qhx_tokenizer_compile_split(t, gpt2_regex, name);
         return QHX_OK;
     }
     return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: pre-tokenizer '%.40s' is not supported (Split, ByteLevel, Sequence)", name, ty);
@@ -244,9 +245,6 @@ qhx_status qhx_tokenizer_parse(const char *json, size_t len, const char *name, q
         cJSON_Delete(root);
         return qhx_fail(QHX_ERR_FORMAT, "%s: not a JSON object", name);
     }
-    qhx_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) { cJSON_Delete(root); return qhx_fail(QHX_ERR_NOMEM, "out of memory"); }
-    pthread_mutex_init(&t->lock, NULL);
     /* size the id tables from the largest id in the vocab and the added tokens */
     double max_id = -1;
     const cJSON *e;
@@ -257,10 +255,9 @@ qhx_status qhx_tokenizer_parse(const char *json, size_t len, const char *name, q
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
         if (cJSON_IsNumber(id) && id->valuedouble > max_id) max_id = id->valuedouble;
     }
-    t->id_cap = max_id >= MAX_IDS ? MAX_IDS : (int)max_id + 1;
-    t->piece = calloc((size_t)t->id_cap + 1, sizeof *t->piece);
-    t->piece_len = calloc((size_t)t->id_cap + 1, sizeof *t->piece_len);
-    qhx_status rc = t->piece && t->piece_len && !qhx_strmap_init(&t->cache, 1 << 14) ? QHX_OK : qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    qhx_tokenizer *t = qhx_tokenizer_alloc(max_id >= MAX_IDS ? MAX_IDS : (int)max_id + 1);
+    if (!t) { cJSON_Delete(root); return qhx_fail(QHX_ERR_NOMEM, "out of memory"); }
+    qhx_status rc = QHX_OK;
     uint32_t b2c[256];
     int16_t c2b[512];
     qhx_bytelevel_tables(b2c);
@@ -282,6 +279,20 @@ qhx_status qhx_tokenizer_parse(const char *json, size_t len, const char *name, q
     return QHX_OK;
 }
 
+qhx_tokenizer *qhx_tokenizer_alloc(int n_ids) {
+    qhx_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    pthread_mutex_init(&t->lock, NULL);
+    t->id_cap = n_ids;
+    t->piece = calloc((size_t)n_ids + 1, sizeof *t->piece);
+    t->piece_len = calloc((size_t)n_ids + 1, sizeof *t->piece_len);
+    if (!t->piece || !t->piece_len || qhx_strmap_init(&t->cache, 1 << 14)) {
+        qhx_tokenizer_free(t);
+        return NULL;
+    }
+    return t;
+}
+
 qhx_status qhx_tokenizer_load(const char *path, qhx_tokenizer **out) {
     *out = NULL;
     if (!path) return qhx_fail(QHX_ERR_ARG, "tokenizer path is NULL");
@@ -293,7 +304,8 @@ qhx_status qhx_tokenizer_load(const char *path, qhx_tokenizer **out) {
     size_t len;
     qhx_status rc = qhx_read_file(full, 512u << 20, &buf, &len);
     if (rc) return rc;
-    rc = qhx_tokenizer_parse(buf, len, full, out);
+    if (len >= 8 && !memcmp(buf, QHX_TOK_MAGIC, 8)) rc = qhx_tokenizer_parse_compact((const unsigned char *)buf, len, full, out);
+    else rc = qhx_tokenizer_parse(buf, len, full, out);
     free(buf);
     return rc;
 }
@@ -311,6 +323,7 @@ void qhx_tokenizer_free(qhx_tokenizer *t) {
     qhx_strmap_free(&t->cache);
     free(t->cache_ids);
     if (t->split) pcre2_code_free(t->split);
+    free(t->split_pattern);
     pthread_mutex_destroy(&t->lock);
     free(t);
 }
