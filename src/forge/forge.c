@@ -182,9 +182,10 @@ static qhx_status plan(forge *f, int *n_shards, int *first, uint64_t ceiling) {
     if (!n) {
         int worst = 0;
         for (int l = 1; l < c->n_layers; l++) worst = bytes[l] > bytes[worst] ? l : worst;
+        const unsigned long long need = bytes[worst];
         free(bytes);
         return qhx_fail(QHX_ERR_RANGE, "--max-context-bytes %llu: layer %d alone needs %llu bytes", (unsigned long long)ceiling,
-                        worst, (unsigned long long)bytes[worst]);
+                        worst, need);
     }
     uint64_t lo = 1, hi = ceiling; /* smallest cap that still packs into n shards */
     while (lo < hi) {

@@ -11,14 +11,14 @@ static const qhx_kernel_set *const all_sets[] = {
     &qhx_kernels_avx512,
 #endif
 #ifdef QHX_HAVE_AVX2
-    &qhx_kernels_avx2,
+    &qhx_kernels_avx2, &qhx_kernels_avx2_q8,
 #endif
-    &qhx_kernels_scalar, &qhx_kernels_ref,
+    &qhx_kernels_scalar, &qhx_kernels_scalar_q8, &qhx_kernels_ref,
 };
 #define N_SETS (sizeof all_sets / sizeof all_sets[0])
 
 const char *qhx_kernels_names(void) {
-    static char names[64];
+    static char names[128];
     if (!names[0])
         for (size_t i = N_SETS; i-- > 0;)
             snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? " " : "", all_sets[i]->name);
@@ -32,7 +32,8 @@ const qhx_kernel_set *qhx_kernels_find(const char *name) {
         /* avx512 is opt-in (by name) until it has been run against its scalar twin on real
          * AVX-512 hardware; decode is bandwidth-bound, so AVX2 gives up little meanwhile */
         for (size_t i = 0; i < N_SETS; i++)
-            if (strcmp(all_sets[i]->name, "avx512") && all_sets[i]->supported()) return all_sets[i];
+            if (strcmp(all_sets[i]->name, "avx512") && !strstr(all_sets[i]->name, "-q8") && all_sets[i]->supported())
+                return all_sets[i];
     }
     for (size_t i = 0; i < N_SETS; i++) {
         if (strcmp(all_sets[i]->name, name)) continue;

@@ -13,7 +13,7 @@ typedef struct qhx_pool qhx_pool;
 typedef void (*qhx_matmul_fn)(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1);
 
 typedef struct {
-    const char *name;      /* "ref", "scalar", "avx2", "avx512" */
+    const char *name;      /* "ref", "scalar", "avx2", "avx512"; "-q8": int8 activations for W8 */
     qhx_matmul_fn matmul;  /* handles every dtype: F32, BF16, F16 and I8 */
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n);  /* y += a x */
@@ -31,9 +31,15 @@ const qhx_kernel_set *qhx_kernels_find(const char *name);
 /* Names of every kernel set compiled in, for help texts: "ref scalar avx2 avx512". */
 const char *qhx_kernels_names(void);
 
+/* the AVX2 vector ops, shared by the AVX2 sets */
+float qhx_avx2_dot(const float *a, const float *b, int n);
+void qhx_avx2_axpy(float *y, float a, const float *x, int n);
+int qhx_avx2_supported(void);
+
 void qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, float *Y);
 
-extern const qhx_kernel_set qhx_kernels_ref, qhx_kernels_scalar, qhx_kernels_avx2, qhx_kernels_avx512;
+extern const qhx_kernel_set qhx_kernels_ref, qhx_kernels_scalar, qhx_kernels_avx2, qhx_kernels_avx512,
+    qhx_kernels_scalar_q8, qhx_kernels_avx2_q8;
 
 /* ---- thread pool: persistent workers, one parallel-for at a time -------------------------- */
 

@@ -179,7 +179,7 @@ static void avx2_matmul(const qhx_tensor *W, const float *X, int T, float *Y, in
     }
 }
 
-TARGET static float avx2_dot(const float *a, const float *b, int n) {
+TARGET float qhx_avx2_dot(const float *a, const float *b, int n) {
     __m256 acc = _mm256_setzero_ps();
     int i = 0;
     for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
@@ -188,17 +188,17 @@ TARGET static float avx2_dot(const float *a, const float *b, int n) {
     return s;
 }
 
-TARGET static void avx2_axpy(float *y, float a, const float *x, int n) {
+TARGET void qhx_avx2_axpy(float *y, float a, const float *x, int n) {
     const __m256 av = _mm256_set1_ps(a);
     int i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
 }
 
-static int avx2_supported(void) {
+int qhx_avx2_supported(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
-const qhx_kernel_set qhx_kernels_avx2 = {"avx2", avx2_matmul, avx2_dot, avx2_axpy, avx2_supported};
+const qhx_kernel_set qhx_kernels_avx2 = {"avx2", avx2_matmul, qhx_avx2_dot, qhx_avx2_axpy, qhx_avx2_supported};
 #endif

@@ -2,6 +2,7 @@
  * the twin every SIMD variant is tested against: fp32 accumulation in the same blocked order the
  * SIMD kernels use (8 lanes, summed pairwise at the end), so the comparison tolerance stays tight. */
 #include "kernels/kernels.h"
+#include "kernels/q8.h"
 #include "model/ops.h"
 #include "util/half.h"
 
@@ -91,7 +92,34 @@ static void scalar_axpy(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+/* the twin of the -q8 SIMD sets: the same rounding of the activations, integer block sums */
+static void scalar_q8_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    if (W->dtype != QHX_I8) { scalar_matmul(W, X, T, Y, r0, r1); return; }
+    const size_t cols = (size_t)W->cols, pad = qhx_q8_padded(cols), nb = pad / QHX_Q8_BLOCK;
+    int8_t *q = malloc(pad * (size_t)T);
+    float *s = malloc(sizeof(float) * nb * (size_t)T);
+    if (!q || !s) abort();
+    for (int t = 0; t < T; t++) qhx_q8_quantize(X + (size_t)t * cols, cols, q + (size_t)t * pad, s + (size_t)t * nb);
+    for (int r = r0; r < r1; r++) {
+        const int8_t *w = (const int8_t *)W->data + (size_t)r * cols;
+        for (int t = 0; t < T; t++) {
+            const int8_t *qt = q + (size_t)t * pad;
+            float acc = 0.0f;
+            for (size_t b = 0; b < nb; b++) {
+                int32_t d = 0;
+                const size_t c0 = b * QHX_Q8_BLOCK, c1 = c0 + QHX_Q8_BLOCK < cols ? c0 + QHX_Q8_BLOCK : cols;
+                for (size_t c = c0; c < c1; c++) d += (int32_t)w[c] * qt[c];
+                acc += (float)d * s[(size_t)t * nb + b];
+            }
+            Y[(size_t)t * W->rows + r] = acc * W->scale[r];
+        }
+    }
+    free(q);
+    free(s);
+}
+
 static int always(void) { return 1; }
 
 const qhx_kernel_set qhx_kernels_ref = {"ref", ref_matmul, ref_dot, scalar_axpy, always};
 const qhx_kernel_set qhx_kernels_scalar = {"scalar", scalar_matmul, scalar_dot, scalar_axpy, always};
+const qhx_kernel_set qhx_kernels_scalar_q8 = {"scalar-q8", scalar_q8_matmul, scalar_dot, scalar_axpy, always};

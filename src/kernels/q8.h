@@ -1,0 +1,27 @@
+/* Int8 activations for W8 matrices (the "-q8" kernel sets): each activation row is rounded to int8
+ * in blocks of 32 with one fp32 scale per block (max|x| / 127), so a block's dot product with an
+ * int8 weight row is exact integer arithmetic: y[r] = sw[r] * sum_b sx[b] * sum_{i in b} w[i] q[i].
+ * The rounding error is at most half a step of each block, ~0.4 % of its largest value. */
+#ifndef QHX_Q8_H
+#define QHX_Q8_H
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define QHX_Q8_BLOCK 32
+
+/* q: cols rounded up to a whole block (the tail zero); s: one scale per block */
+static inline void qhx_q8_quantize(const float *x, size_t cols, int8_t *q, float *s) {
+    for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q8_BLOCK, b++) {
+        const size_t n = cols - c0 < QHX_Q8_BLOCK ? cols - c0 : QHX_Q8_BLOCK;
+        float mx = 0.0f;
+        for (size_t i = 0; i < n; i++) mx = fmaxf(mx, fabsf(x[c0 + i]));
+        const float inv = mx > 0 ? 127.0f / mx : 0.0f;
+        s[b] = mx / 127.0f;
+        for (size_t i = 0; i < QHX_Q8_BLOCK; i++) q[c0 + i] = (int8_t)(i < n ? lrintf(x[c0 + i] * inv) : 0);
+    }
+}
+
+static inline size_t qhx_q8_padded(size_t cols) { return (cols + QHX_Q8_BLOCK - 1) / QHX_Q8_BLOCK * QHX_Q8_BLOCK; }
+
+#endif
