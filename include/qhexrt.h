@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -191,6 +192,31 @@ int qhx_detok_flush(qhx_detok_stream *st, char *out, size_t cap);
  *  "add_generation_prompt"?: bool (default true), "enable_thinking"?: bool (default: thinking on)}.
  * *out is malloc'd and NUL-terminated; *out_len (may be NULL) is its length. */
 qhx_status qhx_chat_render(const char *request, size_t len, char **out, size_t *out_len);
+
+/* ---- the forge and synthetic checkpoints (what `qhx forge` and `qhx synth` run) ------------ */
+
+typedef struct {
+    const char *checkpoint, *out;  /* a Hugging Face checkpoint directory -> a bundle directory */
+    uint64_t max_context_bytes;    /* per-shard byte ceiling; 0: 2 GiB (the 4B shape -> 2 shards) */
+    int context_len;               /* 0: min(max_position_embeddings, 4096) */
+    const char *lmhead;            /* "f16" (default) or "w8" */
+    int force;                     /* replace an existing bundle (only once the new one is complete) */
+    int gate;                      /* run the gates; a failed gate fails the forge */
+    int gate_tokens;               /* greedy gate: tokens per prompt (0: 64) */
+    int gate_trials;               /* export gate: random inputs per shard (0: 5) */
+    int progress;                  /* progress on stderr */
+    qhx_runtime *rt;               /* kernels and threads for the gates (NULL: defaults) */
+} qhx_forge_opts;
+
+/* Forges a checkpoint into a W8 bundle (docs/bundle.md), reporting plan, sizes and gate results on
+ * `log`. Written under a temporary name and renamed: a failure leaves nothing behind. */
+qhx_status qhx_forge(const qhx_forge_opts *opts, FILE *log);
+
+/* The i-th synthetic preset's name and description; returns 0 past the last one. */
+int qhx_synth_preset_info(int i, const char **name, const char **about);
+/* Writes a Hugging Face checkpoint of a preset shape with seeded random weights to dir
+ * (atomically; an existing dir only with force). */
+qhx_status qhx_synth(const char *preset, uint64_t seed, const char *dir, int force, int progress);
 
 #ifdef __cplusplus
 }

@@ -3,8 +3,6 @@
  * (include/qhexrt.h) plus the forge and tokenizer entry points.
  */
 #include "qhexrt.h"
-#include "forge/forge.h"
-#include "forge/synth.h"
 
 #include <jansson.h>
 

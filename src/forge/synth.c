@@ -4,7 +4,7 @@
  * sane and logits peaked: matrices N(0, 1/fan_in), embeddings N(0, 0.35^2), zero-centred norms
  * N(0, 0.3^2), gated norm 1 + N(0, 0.3^2), conv N(0, 0.5^2), A_log U(-1.5, 1), dt_bias N(0, 0.5^2).
  */
-#include "forge/synth.h"
+#include "qhexrt.h"
 #include "format/hfconfig.h"
 #include "format/safetensors_write.h"
 #include "model/qwen35.h"
