@@ -43,6 +43,9 @@ void qhx_bytelevel_tables(uint32_t byte_to_cp[256]);
 
 qhx_status qhx_tokenizer_parse(const char *json, size_t len, const char *name, qhx_tokenizer **out);
 qhx_status qhx_tokenizer_compile_split(qhx_tokenizer *t, const char *pattern, const char *name);
+/* The pattern with each \p{X} widened to what X means in utf8proc's newer Unicode (unicode_props.c);
+ * malloc'd, NULL when out of memory. */
+char *qhx_regex_newer_unicode(const char *pattern);
 /* An empty tokenizer with id tables for n_ids ids (the loaders fill it). */
 qhx_tokenizer *qhx_tokenizer_alloc(int n_ids);
 

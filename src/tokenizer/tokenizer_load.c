@@ -93,6 +93,16 @@ qhx_status qhx_tokenizer_compile_split(qhx_tokenizer *t, const char *pattern, co
     return t->split_pattern ? QHX_OK : qhx_fail(QHX_ERR_NOMEM, "out of memory");
 }
 
+/* A pattern from tokenizer.json, with \p{..} brought up to utf8proc's Unicode version (the compact
+ * form stores the widened pattern, so it is widened once). */
+static qhx_status compile_widened(qhx_tokenizer *t, const char *pattern, const char *name) {
+    char *widened = qhx_regex_newer_unicode(pattern);
+    if (!widened) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    qhx_status rc = qhx_tokenizer_compile_split(t, widened, name);
+    free(widened);
+    return rc;
+}
+
 static qhx_status read_pretokenizer(qhx_tokenizer *t, const cJSON *p, const char *name) {
     if (!p || cJSON_IsNull(p)) return QHX_OK;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type");
@@ -113,12 +123,12 @@ static qhx_status read_pretokenizer(qhx_tokenizer *t, const cJSON *p, const char
         if (!cJSON_IsString(re)) return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: Split pre-tokenizer without a Regex pattern", name);
         if (!cJSON_IsString(beh) || strcmp(beh->valuestring, "Isolated") || cJSON_IsTrue(inv))
             return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: Split behavior must be Isolated, not inverted", name);
-        return qhx_tokenizer_compile_split(t, re->valuestring, name);
+        return compile_widened(t, re->valuestring, name);
     }
     if (!strcmp(ty, "ByteLevel")) {
         t->add_prefix_space = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "add_prefix_space"));
         const cJSON *ur = cJSON_GetObjectItemCaseSensitive(p, "use_regex");
-        if (!ur || cJSON_IsTrue(ur)) return qhx_tokenizer_compile_split(t, gpt2_regex, name);
+        if (!ur || cJSON_IsTrue(ur)) return compile_widened(t, gpt2_regex, name);
         return QHX_OK;
     }
     return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: pre-tokenizer '%.40s' is not supported (Split, ByteLevel, Sequence)", name, ty);

@@ -1,0 +1,126 @@
+/* Debian 12's PCRE2 (10.42) carries Unicode 14 tables; tokenizers are made with newer ones (Hugging
+ * Face's regex engine: Unicode 15+), so `\p{L}` there also matches letters PCRE2 has never heard
+ * of (Kaktovik numerals, the Egyptian hieroglyph extensions, ...). utf8proc knows Unicode 15. For
+ * each `\p{X}` of a general category in a pre-tokenizer pattern, the code points utf8proc puts in
+ * X and PCRE2 does not are listed next to it, inside the same character class, so the pattern means
+ * what its authors meant. The lists are computed once per process. */
+#include "tokenizer/tokenizer_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#define C(x) (1u << UTF8PROC_CATEGORY_##x)
+static const struct {
+    const char *name;
+    uint32_t mask;
+} props[] = {
+    {"L", C(LU) | C(LL) | C(LT) | C(LM) | C(LO)}, {"Lu", C(LU)}, {"Ll", C(LL)}, {"Lt", C(LT)}, {"Lm", C(LM)}, {"Lo", C(LO)},
+    {"N", C(ND) | C(NL) | C(NO)}, {"Nd", C(ND)}, {"Nl", C(NL)}, {"No", C(NO)},
+    {"M", C(MN) | C(MC) | C(ME)}, {"Mn", C(MN)}, {"Mc", C(MC)}, {"Me", C(ME)},
+    {"P", C(PC) | C(PD) | C(PS) | C(PE) | C(PI) | C(PF) | C(PO)},
+    {"S", C(SM) | C(SC) | C(SK) | C(SO)},
+};
+#define N_PROPS (sizeof props / sizeof props[0])
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static char *extras[N_PROPS]; /* "\x{..}-\x{..}..." or "" once computed */
+
+/* 1 if PCRE2's own \p{name} matches code point cp */
+static int pcre2_has(pcre2_code *re, pcre2_match_data *md, uint32_t cp) {
+    unsigned char buf[4];
+    const size_t n = (size_t)utf8proc_encode_char((utf8proc_int32_t)cp, buf);
+    return pcre2_match(re, buf, n, 0, PCRE2_ANCHORED, md, NULL) >= 0;
+}
+
+static void append(char **s, size_t *len, size_t *cap, uint32_t a, uint32_t b) {
+    char item[40];
+    const int n = a == b ? snprintf(item, sizeof item, "\\x{%x}", a) : snprintf(item, sizeof item, "\\x{%x}-\\x{%x}", a, b);
+    if (*len + (size_t)n + 1 > *cap) {
+        size_t nc = (*cap + (size_t)n + 1) * 2;
+        char *p = realloc(*s, nc);
+        if (!p) return; /* out of memory: fewer extras, the pattern stays valid */
+        *s = p;
+        *cap = nc;
+    }
+    memcpy(*s + *len, item, (size_t)n + 1);
+    *len += (size_t)n;
+}
+
+static const char *extras_of(size_t k) {
+    pthread_mutex_lock(&lock);
+    if (!extras[k]) {
+        char pat[16];
+        snprintf(pat, sizeof pat, "\\p{%s}", props[k].name);
+        int err;
+        PCRE2_SIZE off;
+        pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &err, &off, NULL);
+        pcre2_match_data *md = re ? pcre2_match_data_create_from_pattern(re, NULL) : NULL;
+        char *s = calloc(1, 1);
+        size_t len = 0, cap = 1;
+        uint32_t run = UINT32_MAX; /* start of the current run of missing code points */
+        for (uint32_t cp = 0; md && s && cp <= 0x110000; cp++) {
+            int missing = 0;
+            if (cp < 0x110000 && !(cp >= 0xd800 && cp <= 0xdfff) && (props[k].mask >> utf8proc_category((utf8proc_int32_t)cp) & 1))
+                missing = !pcre2_has(re, md, cp);
+            if (missing && run == UINT32_MAX) run = cp;
+            if (!missing && run != UINT32_MAX) append(&s, &len, &cap, run, cp - 1), run = UINT32_MAX;
+        }
+        pcre2_match_data_free(md);
+        pcre2_code_free(re);
+        extras[k] = s ? s : calloc(1, 1);
+    }
+    const char *e = extras[k];
+    pthread_mutex_unlock(&lock);
+    return e ? e : "";
+}
+
+char *qhx_regex_newer_unicode(const char *pattern) {
+    size_t cap = strlen(pattern) * 2 + 64, len = 0;
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    int in_class = 0;
+    for (const char *p = pattern; *p;) {
+        const char *start = p;
+        const char *name = NULL;
+        size_t name_len = 0;
+        if (p[0] == '\\' && p[1] == 'p' && p[2] == '{') {
+            const char *end = strchr(p + 3, '}');
+            if (end) name = p + 3, name_len = (size_t)(end - name), p = end + 1;
+            else p += 2;
+        } else if (p[0] == '\\' && p[1]) {
+            p += 2; /* any other escape, copied as is */
+        } else {
+            if (*p == '[' && !in_class) {
+                in_class = 1;
+                p++;
+                if (*p == '^') p++;
+                if (*p == ']') p++; /* a leading ']' is literal */
+            } else if (*p == ']' && in_class) {
+                in_class = 0;
+                p++;
+            } else {
+                p++;
+            }
+        }
+        const char *add = "";
+        for (size_t k = 0; name && k < N_PROPS; k++)
+            if (strlen(props[k].name) == name_len && !memcmp(props[k].name, name, name_len)) add = extras_of(k);
+        const size_t n = (size_t)(p - start), extra = strlen(add);
+        if (len + n + extra + 4 > cap) {
+            cap = (len + n + extra + 4) * 2;
+            char *q = realloc(out, cap);
+            if (!q) { free(out); return NULL; }
+            out = q;
+        }
+        if (*add && !in_class) out[len++] = '['; /* \p{L} alone becomes [\p{L}...] */
+        memcpy(out + len, start, n);
+        len += n;
+        memcpy(out + len, add, extra);
+        len += extra;
+        if (*add && !in_class) out[len++] = ']';
+    }
+    out[len] = 0;
+    return out;
+}
