@@ -44,6 +44,13 @@ for mode in "" --stepwise; do
     check "cmp -s $tmp/l1 $tmp/l2" "2-shard and 1-shard logits differ ($mode)"
 done
 
+# on one bundle: prompt processing as a batch (chunked delta rule) == token by token (recurrent)
+"$qhx" logits "$tmp/one" --tokens "$ids" --out "$tmp/seq" && "$qhx" logits "$tmp/one" --tokens "$ids" --out "$tmp/step" --stepwise
+dev=$(paste <(od -An -v -f -w4 "$tmp/seq") <(od -An -v -f -w4 "$tmp/step") |
+    awk '{d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; a = $1 < 0 ? -$1 : $1; if (a > s) s = a} END {printf "%.2e", m / s}')
+echo "  bundle: batched prefill vs token by token over $(tr -cd , <<<"$ids" | wc -c) tokens: max deviation $dev of max |logit|"
+check "awk 'BEGIN{exit !($dev < 1e-4)}'" "batched vs token-by-token logits deviate by $dev"
+
 # the seed's positional CLI gives what qhx generate gives
 "$qhx" generate "$tmp/two" "And God said" -n 20 >"$tmp/g1" 2>/dev/null
 "$build/qhx_generate" "$tmp/two/manifest.json" cpu - "$tmp/two" 20 "And God said" >"$tmp/g2" 2>/dev/null

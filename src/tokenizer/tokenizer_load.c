@@ -170,6 +170,8 @@ static qhx_status read_model(qhx_tokenizer *t, const cJSON *model, const char *n
         else rc = set_piece(t, (int32_t)e->valuedouble, buf, len, name);
     }
     int rank = 0;
+    char *mbuf = NULL;
+    size_t mcap = 0;
     for (const cJSON *e = merges->child; e && !rc; e = e->next, rank++) {
         const char *a, *b;
         char *sp = NULL;
@@ -189,14 +191,19 @@ static qhx_status read_model(qhx_tokenizer *t, const cJSON *model, const char *n
             rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d is neither \"a b\" nor [\"a\", \"b\"]", name, rank);
             break;
         }
-        char *ra = strdup(a), *rb = strdup(b);
-        size_t la = ra ? unbytelevel(ra, strlen(ra), cp_to_byte) : 0, lb = rb ? unbytelevel(rb, strlen(rb), cp_to_byte) : 0;
-        char *ab = ra && rb ? malloc(la + lb + 1) : NULL;
-        if (!ab) { free(ra); free(rb); rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); break; }
-        memcpy(ab, ra, la);
-        memcpy(ab + la, rb, lb);
-        int32_t ia = qhx_strmap_find(&t->vocab, ra, la), ib = qhx_strmap_find(&t->vocab, rb, lb);
-        int32_t im = qhx_strmap_find(&t->vocab, ab, la + lb);
+        /* a and b un-byte-levelled side by side in one reusable buffer: ab is their concatenation */
+        const size_t na = strlen(a), nb = strlen(b);
+        if (na + nb + 1 > mcap) {
+            mcap = 2 * (na + nb) + 64;
+            free(mbuf);
+            if (!(mbuf = malloc(mcap))) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); break; }
+        }
+        memcpy(mbuf, a, na);
+        const size_t la = unbytelevel(mbuf, na, cp_to_byte);
+        memcpy(mbuf + la, b, nb);
+        const size_t lb = unbytelevel(mbuf + la, nb, cp_to_byte);
+        int32_t ia = qhx_strmap_find(&t->vocab, mbuf, la), ib = qhx_strmap_find(&t->vocab, mbuf + la, lb);
+        int32_t im = qhx_strmap_find(&t->vocab, mbuf, la + lb);
         if (ia < 0 || ib < 0 || im < 0) {
             rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d ('%.30s' + '%.30s') uses or makes a token not in the vocab", name, rank, a, b);
         } else {
@@ -206,11 +213,9 @@ static qhx_status read_model(qhx_tokenizer *t, const cJSON *model, const char *n
             if (!qhx_u64map_get(&t->merges, key, &old))
                 qhx_u64map_put(&t->merges, key, (uint64_t)rank << 32 | (uint32_t)t->vocab.value[im]);
         }
-        free(ra);
-        free(rb);
-        free(ab);
     }
     free(buf);
+    free(mbuf);
     if (rc) return rc;
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
