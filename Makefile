@@ -16,8 +16,10 @@ LIB_SRC  := $(wildcard src/*.c src/*/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
+FUZZERS  := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
+FUZZ_REPLAY := $(FUZZERS:%=$(BUILD)/fuzz/%)
 
-all: $(BUILD)/qhx $(BUILD)/qhx_generate $(TEST_BIN)
+all: $(BUILD)/qhx $(BUILD)/qhx_generate $(TEST_BIN) $(FUZZ_REPLAY)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -33,6 +35,29 @@ $(BUILD)/qhx: $(BUILD)/tools/qhx.o $(BUILD)/libqhexrt.a
 $(BUILD)/qhx_generate: $(BUILD)/qhx
 	ln -sf qhx $@
 
+# the fuzz harnesses built with the normal compiler and a file-replaying main (tests/fuzz_regress.sh)
+$(BUILD)/fuzz/fuzz_%: $(BUILD)/fuzz/fuzz_%.o $(BUILD)/fuzz/driver.o $(BUILD)/libqhexrt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# libFuzzer: `make fuzz` runs each harness for FUZZ_TIME seconds (clang needed; scripts/deps.sh
+# installs it with QHX_TEST_DEPS=1). New inputs go to build-fuzz/corpus; crashes to build-fuzz/.
+FUZZ_TIME ?= 60
+FUZZ_SAN = -fsanitize=address,undefined
+fuzz: $(BUILD)/qhx
+	$(MAKE) CC=clang BUILD=build-fuzz/obj OPT=-O1 SAN="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" build-fuzz/obj/libqhexrt.a
+	@set -e; for f in $(FUZZERS); do \
+	    clang -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc $(filter -DQHX_%,$(CFLAGS)) $(FUZZ_SAN) -fsanitize=fuzzer \
+	        fuzz/$$f.c build-fuzz/obj/libqhexrt.a -o build-fuzz/$$f $(LDLIBS); \
+	done
+	@set -e; for f in $(FUZZERS); do \
+	    n=$${f#fuzz_}; mkdir -p build-fuzz/corpus/$$n; \
+	    QHX_FUZZ_TOKENIZER=$(BUILD)/data/tokenizers/qwen3/tokenizer.json \
+	    build-fuzz/$$f build-fuzz/corpus/$$n fuzz/corpus/$$n -max_total_time=$(FUZZ_TIME) -timeout=20 \
+	        -rss_limit_mb=2048 -close_fd_mask=3 -artifact_prefix=build-fuzz/$$n- 2>build-fuzz/$$n.log \
+	        || { echo "fuzz_$$n: FAILED, see build-fuzz/$$n.log and build-fuzz/$$n-*"; exit 1; }; \
+	    echo "fuzz_$$n: $$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' build-fuzz/$$n.log)"; \
+	done
+
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testlib.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -43,10 +68,10 @@ test-asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
 
-.PHONY: all test test-asan clean
--include $(LIB_OBJ:.o=.d) $(BUILD)/tools/qhx.d $(TEST_BIN:%=$(BUILD)/tests/%.d)
+.PHONY: all test test-asan clean fuzz
+-include $(LIB_OBJ:.o=.d) $(BUILD)/tools/qhx.d $(TEST_BIN:%=$(BUILD)/tests/%.d) $(FUZZ_REPLAY:%=%.d)
 
 # The README's two commands: install what is missing, build, then run.
 deps:
@@ -56,10 +81,13 @@ demo: deps
 	$(MAKE) $(BUILD)/qhx
 	$(BUILD)/qhx generate models/q35-kjv "In the beginning" -n 64
 
+# the fuzzers get a short budget here; `make fuzz FUZZ_TIME=3600` for real runs
+CHECK_FUZZ_TIME ?= 10
 check:
 	QHX_TEST_DEPS=1 scripts/deps.sh
 	$(MAKE) test
 	$(MAKE) test-asan
+	$(MAKE) fuzz FUZZ_TIME=$(CHECK_FUZZ_TIME)
 
 .PHONY: deps demo check
 

@@ -5,6 +5,7 @@ pkgs=(gcc make libcjson-dev libjansson-dev libpcre2-dev libutf8proc-dev libxxhas
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 [[ ${QHX_TEST_DEPS:-0} == 1 ]] && ! command -v npm >/dev/null && missing+=(npm)
+[[ ${QHX_TEST_DEPS:-0} == 1 ]] && ! command -v clang >/dev/null && missing+=(clang)  # libFuzzer
 if [[ ${#missing[@]} -gt 0 ]]; then
     echo "installing: ${missing[*]}" >&2
     sudo=; [[ $(id -u) -ne 0 ]] && sudo=sudo

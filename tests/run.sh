@@ -28,6 +28,7 @@ for t in "$build"/test_*; do
 done
 run tests/cli_test.sh "$build"
 run tests/bundle_test.sh "$build"
+run tests/fuzz_regress.sh "$build"
 run tests/oracle_test.sh "$build"
 echo "$passed passed, $failed failed"
 exit $status

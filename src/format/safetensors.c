@@ -92,6 +92,12 @@ qhx_status qhx_st_parse(qhx_safetensors *st, const char *path, const char *json,
         if (rc == QHX_OK) st->n_tensors++;
     }
     cJSON_Delete(root);
+    if (rc) { /* a failed parse leaves nothing behind (found by fuzz_safetensors) */
+        for (size_t i = 0; i < st->n_tensors; i++) free(st->tensors[i].name);
+        free(st->tensors);
+        st->tensors = NULL;
+        st->n_tensors = 0;
+    }
     return rc;
 }
 

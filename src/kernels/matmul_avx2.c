@@ -7,6 +7,7 @@
 #include "kernels/kernels.h"
 
 #ifdef QHX_HAVE_AVX2
+#include <cpuid.h>
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,9 +196,15 @@ TARGET void qhx_avx2_axpy(float *y, float a, const float *x, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* CPUID leaf 1, ECX bit 29 (not every compiler's __builtin_cpu_supports knows "f16c") */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+}
+
 int qhx_avx2_supported(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 }
 
 const qhx_kernel_set qhx_kernels_avx2 = {"avx2", avx2_matmul, qhx_avx2_dot, qhx_avx2_axpy, qhx_avx2_supported};

@@ -5,6 +5,7 @@
 #include "kernels/kernels.h"
 
 #ifdef QHX_HAVE_AVX512
+#include <cpuid.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -109,10 +110,16 @@ TARGET static void avx512_axpy(float *y, float a, const float *x, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* CPUID leaf 1, ECX bit 29 (not every compiler's __builtin_cpu_supports knows "f16c") */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+}
+
 static int avx512_supported(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+           has_f16c();
 }
 
 const qhx_kernel_set qhx_kernels_avx512 = {"avx512", avx512_matmul, avx512_dot, avx512_axpy, avx512_supported};

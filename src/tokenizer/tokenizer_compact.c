@@ -172,8 +172,8 @@ static qhx_status parse(qhx_tokenizer **out_t, const unsigned char *data, size_t
         if (!b) return QHX_ERR_FORMAT;
         if ((uint32_t)a->id >= h.n_ids || !a->len) return qhx_fail(QHX_ERR_FORMAT, "%s: added token %u is invalid", name, i);
         if (!(a->content = strndup((const char *)b, a->len))) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+        t->n_added++; /* owned by t from here on, freed with it (a leak fuzz_tokenizer_compact found) */
         if (strlen(a->content) != a->len) return qhx_fail(QHX_ERR_FORMAT, "%s: added token %u contains a NUL", name, i);
-        t->n_added++;
         t->added_first[b[0]] = 1;
     }
     const unsigned char *bytes = take(&r, 1024);
