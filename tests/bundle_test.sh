@@ -163,7 +163,7 @@ expect_err 1 "not a JSON object" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 mkdir -p "$tmp/deep" && cp models/q35-kjv/model.safetensors "$tmp/deep/" && head -c 1000000 /dev/zero | tr '\0' '{' >"$tmp/deep/config.json"
 expect_err 1 "config.json: not a JSON object" "$qhx" generate "$tmp/deep" --tokens 1 -n 1
 expect_err 2 "--context-len: '1099511627776' is not an integer in" "$qhx" forge models/q35-kjv -o "$tmp/x" --context-len 1099511627776
-( ulimit -v 4000000; "$qhx" generate "$tmp/one" --tokens 1 -n 1073741824 >/dev/null 2>"$tmp/err" ); rc=$?
+"$qhx" generate "$tmp/one" --tokens 1 -n 1073741824 >/dev/null 2>"$tmp/err"; rc=$?
 check "[[ $rc -eq 1 ]] && grep -q 'exceed the context of 4096' $tmp/err" "a 2^30-token generation was not refused up front (exit $rc)"
 
 echo "bundle: $pass passed, $fail failed"
