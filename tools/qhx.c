@@ -98,9 +98,9 @@ static int write_atomic(const char *path, const void *data, size_t len) {
 /* ---- shared option parsing ------------------------------------------------------------------- */
 
 typedef struct {
-    const char *model, *tokens, *out, *prompt, *kernels;
-    long long n, threads;
-    int greedy, ids, stepwise, special, help;
+    const char *model, *tokens, *out, *prompt, *kernels, *prompts;
+    long long n, threads, ctx, decode;
+    int greedy, ids, stepwise, special, json, help;
 } opts;
 
 static int want_value(int argc, char **argv, int *i) {
@@ -122,6 +122,14 @@ static int parse_common(int argc, char **argv, opts *o) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 1024, &o->threads)) return -1;
         }
         else if (!strcmp(a, "--kernels") || !strcmp(a, "--backend")) { if (want_value(argc, argv, &i)) return -1; o->kernels = argv[i]; }
+        else if (!strcmp(a, "--ctx")) {
+            if (want_value(argc, argv, &i) || parse_long("--ctx", argv[i], 2, 1 << 20, &o->ctx)) return -1;
+        }
+        else if (!strcmp(a, "--decode")) {
+            if (want_value(argc, argv, &i) || parse_long("--decode", argv[i], 1, 1 << 20, &o->decode)) return -1;
+        }
+        else if (!strcmp(a, "--prompts")) { if (want_value(argc, argv, &i)) return -1; o->prompts = argv[i]; }
+        else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--greedy")) o->greedy = 1;
         else if (!strcmp(a, "--ids")) o->ids = 1;
         else if (!strcmp(a, "--stepwise")) o->stepwise = 1;
@@ -652,20 +660,11 @@ static const char perplexity_help[] =
     "  --json   print {\"tokens\": scored tokens, \"perplexity\": X} only\n" RUNTIME_HELP;
 
 static int cmd_perplexity(int argc, char **argv) {
-    opts o = {0};
-    int json = 0;
-    long long ctx = 512;
-    char *rest[64];
-    int nrest = 0;
-    for (int i = 0; i < argc; i++) { /* take --ctx and --json out, the rest is common */
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--ctx")) {
-            if (want_value(argc, argv, &i) || parse_long("--ctx", argv[i], 2, 1 << 20, &ctx)) return 2;
-        } else if (nrest < 64) rest[nrest++] = argv[i];
-        else return die("too many arguments"), 2;
-    }
-    if (parse_common(nrest, rest, &o)) return 2;
+    opts o = {.ctx = 512};
+    if (parse_common(argc, argv, &o)) return 2;
     if (o.help) return fputs(perplexity_help, stdout), 0;
+    const int json = o.json;
+    const long long ctx = o.ctx;
     if (!o.model || !o.prompt) return die("needs MODEL and FILE (see qhx perplexity --help)"), 2;
     const char *file = o.prompt;
     FILE *fp = fopen(file, "rb");
@@ -743,24 +742,12 @@ static const char bench_help[] =
     "(the 512-token prompt, or the largest below it) and peak RSS.\n" RUNTIME_HELP;
 
 static int cmd_bench(int argc, char **argv) {
-    opts o = {0};
-    int json = 0;
-    long long n_decode = 128;
-    const char *sizes_arg = "128,512,1024";
-    char *rest[64];
-    int nrest = 0;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--decode")) {
-            if (want_value(argc, argv, &i) || parse_long("--decode", argv[i], 1, 1 << 20, &n_decode)) return 2;
-        } else if (!strcmp(argv[i], "--prompts")) {
-            if (want_value(argc, argv, &i)) return 2;
-            sizes_arg = argv[i];
-        } else if (nrest < 64) rest[nrest++] = argv[i];
-        else return die("too many arguments"), 2;
-    }
-    if (parse_common(nrest, rest, &o)) return 2;
+    opts o = {.decode = 128, .prompts = "128,512,1024"};
+    if (parse_common(argc, argv, &o)) return 2;
     if (o.help) return fputs(bench_help, stdout), 0;
+    const int json = o.json;
+    const long long n_decode = o.decode;
+    const char *sizes_arg = o.prompts;
     if (!o.model || o.prompt) return die("needs one MODEL (see qhx bench --help)"), 2;
     int32_t *sizes;
     int n_sizes;

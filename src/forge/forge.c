@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -103,6 +104,19 @@ static void progress(uint64_t bytes, void *user) {
                 f->total_bytes / 1e9);
 }
 
+/* Adds a written file's size and XXH3 to the manifest's "files"; returns the size. */
+static uint64_t record_file(forge *f, const char *name, uint64_t hash) {
+    char path[4400], hex[17];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", f->tmp, name);
+    const uint64_t size = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
+    cJSON *fe = cJSON_AddObjectToObject(f->files, name);
+    cJSON_AddNumberToObject(fe, "bytes", (double)size);
+    cJSON_AddStringToObject(fe, "xxh3", hex);
+    return size;
+}
+
 static qhx_status write_file(forge *f, const char *name, qhxf_kind kind, int l0, int l1, const qhxf_entry *e,
                              const qhx_tensor *const *src, int n, uint64_t *bytes) {
     char path[4400];
@@ -124,17 +138,8 @@ static qhx_status write_file(forge *f, const char *name, qhxf_kind kind, int l0,
     qhx_status rc = qhxf_write(path, &h, e, n, fill_entry, &w, &hash, progress);
     free(w.row);
     if (rc) return rc;
-    uint64_t size = 0;
-    FILE *fp = fopen(path, "rb");
-    if (fp && !fseek(fp, 0, SEEK_END)) size = (uint64_t)ftell(fp);
-    if (fp) fclose(fp);
-    f->done_bytes += size;
-    *bytes = size;
-    char hex[17];
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
-    cJSON *fe = cJSON_AddObjectToObject(f->files, name);
-    cJSON_AddNumberToObject(fe, "bytes", (double)size);
-    cJSON_AddStringToObject(fe, "xxh3", hex);
+    *bytes = record_file(f, name, hash);
+    f->done_bytes += *bytes;
     return QHX_OK;
 }
 
@@ -413,16 +418,9 @@ static qhx_status copy_tokenizer(forge *f) {
     const char *names[] = {"tokenizer.json", "tokenizer.qhxtok"};
     for (int i = 0; i < 2; i++) {
         snprintf(dst, sizeof dst, "%s/%s", f->tmp, names[i]);
-        uint64_t hash, size = 0;
+        uint64_t hash;
         if ((rc = qhxf_hash_file(dst, &hash))) return rc;
-        FILE *fp = fopen(dst, "rb");
-        if (fp && !fseek(fp, 0, SEEK_END)) size = (uint64_t)ftell(fp);
-        if (fp) fclose(fp);
-        char hex[17];
-        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
-        cJSON *fe = cJSON_AddObjectToObject(f->files, names[i]);
-        cJSON_AddNumberToObject(fe, "bytes", (double)size);
-        cJSON_AddStringToObject(fe, "xxh3", hex);
+        record_file(f, names[i], hash);
     }
     return QHX_OK;
 }

@@ -83,8 +83,7 @@ static qhx_status bind(qhx_checkpoint *ck, const qhx_tensor_spec *s) {
         return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' has shape [%s], config needs [%s]", file_of(ck, t), s->name, got, want);
     }
     s->dst->dtype = t->dtype;
-    s->dst->rows = s->ndim >= 2 ? (int)s->shape[0] : 1;
-    s->dst->cols = s->ndim == 1 ? (int)s->shape[0] : (int)s->shape[s->ndim - 1];
+    qhx_spec_dims(s, &s->dst->rows, &s->dst->cols);
     s->dst->data = t->data;
     return QHX_OK;
 }

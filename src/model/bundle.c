@@ -117,11 +117,6 @@ static qhx_status bind(const manifest *mf, const qhxf_file *f, const char *name,
 /* How the forge stores each decoder tensor: matrices W8, everything small fp32. */
 qhx_dtype qhx_bundle_dtype(const qhx_tensor_spec *s) { return s->init == QHX_INIT_MATRIX ? QHX_I8 : QHX_F32; }
 
-static void spec_dims(const qhx_tensor_spec *s, int *rows, int *cols) {
-    *rows = s->ndim >= 2 ? (int)s->shape[0] : 1;
-    *cols = s->ndim == 1 ? (int)s->shape[0] : (int)s->shape[s->ndim - 1];
-}
-
 static qhx_status load(qhx_model *m, manifest *mf) {
     qhx_status rc;
     const cJSON *fmt = get(mf, "format", cJSON_String), *ver = get(mf, "schema_version", cJSON_Number);
@@ -208,7 +203,7 @@ static qhx_status load(qhx_model *m, manifest *mf) {
             const int mine = s->layer >= d->l0 && s->layer < d->l1;
             if (!mine && !(last && s->dst == &m->w->final_norm)) continue;
             int rows, cols;
-            spec_dims(s, &rows, &cols);
+            qhx_spec_dims(s, &rows, &cols);
             rc = bind(mf, f, s->name, qhx_bundle_dtype(s), rows, cols, s->dst);
         }
     }

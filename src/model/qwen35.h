@@ -47,6 +47,12 @@ typedef struct {
  * call). The one list the loader checks against and the synthesizer writes. */
 int qhx_qwen35_specs(const qhx_config *c, const char *prefix, qhx_weights *w, qhx_tensor_spec *out);
 
+/* A spec's shape as the forward sees it: [rows, cols], a vector being one row ([C, 1, K] conv: C x K). */
+static inline void qhx_spec_dims(const qhx_tensor_spec *s, int *rows, int *cols) {
+    *rows = s->ndim >= 2 ? (int)s->shape[0] : 1;
+    *cols = s->ndim == 1 ? (int)s->shape[0] : (int)s->shape[s->ndim - 1];
+}
+
 /* ---- per-sequence state of a range of layers ----------------------------------------------- */
 
 typedef struct {
