@@ -9,7 +9,7 @@ CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GN
 ifeq ($(shell uname -m),x86_64)
 CFLAGS  += -DQHX_HAVE_AVX2 -DQHX_HAVE_AVX512
 endif
-LDLIBS  += -lcjson -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread
+LDLIBS  += -lmicrohttpd -lcjson -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread
 LDFLAGS += $(SAN)
 
 LIB_SRC  := $(wildcard src/*.c src/*/*.c)
@@ -28,7 +28,9 @@ $(BUILD)/%.o: %.c
 $(BUILD)/libqhexrt.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/qhx: $(BUILD)/tools/qhx.o $(BUILD)/libqhexrt.a
+TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/*.c))
+
+$(BUILD)/qhx: $(TOOL_OBJ) $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # the seed's positional CLI: the same binary under another name
@@ -71,7 +73,7 @@ clean:
 	rm -rf build build-asan build-fuzz
 
 .PHONY: all test test-asan clean fuzz
--include $(LIB_OBJ:.o=.d) $(BUILD)/tools/qhx.d $(TEST_BIN:%=$(BUILD)/tests/%.d) $(FUZZ_REPLAY:%=%.d)
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_BIN:%=$(BUILD)/tests/%.d) $(FUZZ_REPLAY:%=%.d)
 
 # The README's two commands: install what is missing, build, then run.
 deps:

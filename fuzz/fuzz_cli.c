@@ -1,12 +1,15 @@
 /* the CLI's argument parsing (numbers, id lists, flags): the input, split at NUL bytes, is the
- * argument list of a model command whose MODEL does not exist, so parsing is all that runs.
+ * argument list of a model command (the CLI's sources are compiled in) whose MODEL does not exist, so parsing is all that runs.
  * Run with -close_fd_mask=3: nearly every input ends in a one-line error on stderr. */
 #define main qhx_cli_main
 #include "../tools/qhx.c"
 #undef main
+#include "../tools/cli.c"
+#include "../tools/chat.c"
+#include "../tools/serve.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *p, size_t n) {
-    static const char *const cmds[] = {"generate", "logits", "inspect", "perplexity", "bench"};
+    static const char *const cmds[] = {"generate", "logits", "inspect", "perplexity", "bench", "chat", "serve"};
     if (n < 1 || n > 4096) return 0;
     char *buf = malloc(n + 1);
     char *args[64];
@@ -15,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *p, size_t n) {
     memcpy(buf, p + 1, n - 1);
     buf[n - 1] = 0;
     args[argc++] = "qhx";
-    args[argc++] = (char *)cmds[p[0] % 5];
+    args[argc++] = (char *)cmds[p[0] % 7];
     args[argc++] = "/nonexistent/qhx-fuzz-model";
     for (char *s = buf; s < buf + n - 1 && argc < 63; s += strlen(s) + 1)
         if (*s && strcmp(s, "-h") && strcmp(s, "--help")) args[argc++] = s; /* help prints to stdout, no news */

@@ -10,7 +10,7 @@
  *     qhx_runtime_new(NULL, &rt);                        // best kernels for this CPU, all cores
  *     if (qhx_model_open(rt, "bundles/q35-kjv", &m) != QHX_OK) { fprintf(stderr, "%s\n", qhx_last_error()); ... }
  *     qhx_session_new(m, &s);
- *     qhx_generate(s, prompt_ids, n_prompt, &opts, on_token, user);
+ *     qhx_generate(s, prompt_ids, n_prompt, &opts, on_token, user, NULL);
  *     qhx_session_free(s);  qhx_model_close(m);  qhx_runtime_free(rt);
  */
 #ifndef QHEXRT_H
@@ -127,21 +127,60 @@ typedef enum {
 qhx_status qhx_session_eval(qhx_session *s, const int32_t *tokens, int n, qhx_eval_mode mode,
                             float *logits, float *last_logits);
 
-/* ---- generation ----------------------------------------------------------------------------- */
+/* ---- generation and sampling ------------------------------------------------------------- */
 
-/* Called once per generated token; return non-zero to stop (qhx_generate then returns
- * QHX_ERR_CANCELLED after the token is counted). */
-typedef int (*qhx_token_cb)(int32_t token, void *user);
+/* The model a session runs. */
+qhx_model *qhx_session_model(const qhx_session *s);
 
+/* Called once per generated token with the text it releases: complete UTF-8 only, and never any
+ * part of a stop string (text that could still turn into one is held back until it cannot). text
+ * is NULL when the model has no tokenizer. When generation ends, text still held back arrives in
+ * one last call with token -1. Return non-zero to stop: qhx_generate then returns
+ * QHX_ERR_CANCELLED with the token counted. */
+typedef int (*qhx_token_cb)(int32_t token, const char *text, size_t len, void *user);
+
+#define QHX_MAX_STOP 16          /* stop strings per request */
+#define QHX_MAX_STOP_BYTES 256   /* bytes per stop string */
+
+/* Zero-initialised options are greedy decoding that stops at the model's end-of-turn ids. The
+ * steps run in Hugging Face's order: penalties on the raw logits, temperature, top-k, top-p,
+ * min-p, then a draw from the rest with a generator seeded by `seed` (same seed and inputs, same
+ * tokens). */
 typedef struct {
-    int max_tokens;        /* tokens to generate at most */
-    int stop_at_eos;       /* stop (without reporting it) when the model emits one of its eos ids */
+    int max_tokens;            /* tokens to generate at most */
+    float temperature;         /* 0: greedy (argmax after penalties) */
+    int top_k;                 /* keep the k most probable tokens; 0: off (1: greedy) */
+    float top_p;               /* keep the smallest most-probable set holding top_p of the mass; 0 or 1: off */
+    float min_p;               /* drop tokens less probable than min_p x the most probable; 0: off */
+    float repeat_penalty;      /* HF repetition penalty on tokens in the window (>1 discourages); 0 or 1: off */
+    float presence_penalty;    /* subtracted once from the logit of every token in the window */
+    float frequency_penalty;   /* subtracted per occurrence in the window */
+    int penalty_window;        /* last N tokens (prompt and generated) the penalties see; 0: 64; -1: all */
+    uint64_t seed;
+    const int32_t *stop_ids;   /* ids that end generation (not reported), besides the model's eos ids */
+    int n_stop_ids;
+    int ignore_eos;            /* do not stop at the model's eos ids */
+    const char *const *stop;   /* stop strings: generation ends where one appears in the text, even across
+                                  tokens; the stop string and anything after it are never emitted */
+    int n_stop;
 } qhx_generate_opts;
 
-/* Greedy generation: evaluates the prompt, then emits up to max_tokens tokens through cb. */
-qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt,
-                        const qhx_generate_opts *opts, qhx_token_cb cb, void *user);
+typedef enum {
+    QHX_FINISH_LENGTH = 0,     /* max_tokens reached */
+    QHX_FINISH_STOP,           /* an eos/stop id or a stop string */
+    QHX_FINISH_CANCELLED       /* the callback asked to stop */
+} qhx_finish;
 
+typedef struct {
+    int n_prompt, n_generated; /* tokens evaluated from the prompt; tokens reported through the callback */
+    qhx_finish finish;
+} qhx_generate_result;
+
+/* Evaluates the prompt (after whatever the session already holds), then samples up to max_tokens
+ * tokens, reporting each through cb (may be NULL). result may be NULL. The prompt plus max_tokens
+ * must fit in the context left; this is checked before anything runs. */
+qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, const qhx_generate_opts *opts,
+                        qhx_token_cb cb, void *user, qhx_generate_result *result);
 
 /* ---- tokenizer: byte-level BPE from a Hugging Face tokenizer.json --------------------------- */
 
@@ -156,15 +195,20 @@ void qhx_tokenizer_free(qhx_tokenizer *t);
 qhx_status qhx_tokenizer_save_compact(const qhx_tokenizer *t, const char *path);
 /* One past the largest id the tokenizer knows. */
 int qhx_tokenizer_n_ids(const qhx_tokenizer *t);
+/* The longest token's text in bytes: qhx_detok_push never needs more than 3 x this + 16. */
+size_t qhx_tokenizer_max_piece(const qhx_tokenizer *t);
 /* The id of an added token's exact content ("<|im_end|>"), or -1. */
 int32_t qhx_tokenizer_find_added(const qhx_tokenizer *t, const char *content);
+
+#define QHX_MAX_TEXT_BYTES (64u << 20)  /* one encode call; longer text fails with QHX_ERR_RANGE */
 
 enum {
     QHX_ENCODE_SPECIAL = 1,        /* match special added tokens in the text (otherwise plain text) */
     QHX_ENCODE_REPLACE_INVALID = 2 /* replace invalid UTF-8 with U+FFFD instead of failing */
 };
 
-/* Encodes len bytes of UTF-8 text. *ids is malloc'd (free() it); *n_ids its length. Invalid
+/* Encodes len bytes of UTF-8 text (at most QHX_MAX_TEXT_BYTES). A tokenizer memoises words as it
+ * encodes: calls on one tokenizer from several threads must be serialised. *ids is malloc'd (free() it); *n_ids its length. Invalid
  * UTF-8 fails with the byte offset unless QHX_ENCODE_REPLACE_INVALID. */
 qhx_status qhx_tokenizer_encode(qhx_tokenizer *t, const char *text, size_t len, int flags,
                                 int32_t **ids, size_t *n_ids);

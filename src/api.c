@@ -3,6 +3,7 @@
 #include "model/model.h"
 #include "util/error.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,15 +187,18 @@ void qhx_model_get_info(const qhx_model *m, qhx_model_info *info) {
 const char *qhx_model_manifest(const qhx_model *m) { return m->manifest; }
 
 qhx_status qhx_model_tokenizer(qhx_model *m, qhx_tokenizer **out) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* sessions on several threads share it */
+    pthread_mutex_lock(&lock);
+    qhx_status rc = QHX_OK;
     if (!m->tok) { /* a bundle's compact form when there is one: it loads without parsing JSON */
         char path[1100];
         snprintf(path, sizeof path, "%s/tokenizer.qhxtok", m->dir);
         if (!m->manifest || !is_file(path)) snprintf(path, sizeof path, "%s/tokenizer.json", m->dir);
-        qhx_status rc = qhx_tokenizer_load(path, &m->tok);
-        if (rc) return rc;
+        rc = qhx_tokenizer_load(path, &m->tok);
     }
     *out = m->tok;
-    return QHX_OK;
+    pthread_mutex_unlock(&lock);
+    return rc;
 }
 
 /* ---- session ---- */
@@ -202,7 +206,6 @@ qhx_status qhx_model_tokenizer(qhx_model *m, qhx_tokenizer **out) {
 struct qhx_session {
     qhx_model *model;
     qhx_hostop_state hs;
-    float *logits; /* [vocab] scratch for generation */
 };
 
 qhx_status qhx_session_new(qhx_model *m, qhx_session **out) {
@@ -210,9 +213,8 @@ qhx_status qhx_session_new(qhx_model *m, qhx_session **out) {
     qhx_session *s = calloc(1, sizeof *s);
     if (!s) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     s->model = m;
-    s->logits = malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
-    qhx_status rc = s->logits ? qhx_hostop_init(&s->hs, m) : qhx_fail(QHX_ERR_NOMEM, "out of memory");
-    if (rc) { free(s->logits); free(s); return rc; }
+    qhx_status rc = qhx_hostop_init(&s->hs, m);
+    if (rc) { free(s); return rc; }
     *out = s;
     return QHX_OK;
 }
@@ -220,7 +222,6 @@ qhx_status qhx_session_new(qhx_model *m, qhx_session **out) {
 void qhx_session_free(qhx_session *s) {
     if (!s) return;
     qhx_hostop_free(&s->hs, s->model);
-    free(s->logits);
     free(s);
 }
 
@@ -243,30 +244,4 @@ qhx_status qhx_session_eval(qhx_session *s, const int32_t *tokens, int n, qhx_ev
     return QHX_OK;
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i; /* first index wins ties, like torch.argmax */
-    return best;
-}
-
-qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, const qhx_generate_opts *opts,
-                        qhx_token_cb cb, void *user) {
-    if (!s || !opts || opts->max_tokens < 0) return qhx_fail(QHX_ERR_ARG, "generate: bad arguments");
-    const qhx_config *c = &s->model->cfg;
-    if (n_prompt < 1) return qhx_fail(QHX_ERR_ARG, "generate: the prompt is empty");
-    const long long need = (long long)n_prompt + opts->max_tokens;
-    if (need > s->model->context - s->hs.pos)
-        return qhx_fail(QHX_ERR_RANGE, "prompt (%d tokens) plus %d new tokens exceed the context of %d", n_prompt,
-                        opts->max_tokens, s->model->context - s->hs.pos);
-    qhx_status rc = qhx_session_eval(s, prompt, n_prompt, QHX_EVAL_SEQUENCE, NULL, s->logits);
-    for (int i = 0; rc == QHX_OK && i < opts->max_tokens; i++) {
-        int32_t tok = argmax(s->logits, c->vocab_size);
-        if (opts->stop_at_eos)
-            for (int e = 0; e < c->n_eos; e++)
-                if (tok == c->eos[e]) return QHX_OK;
-        if (cb && cb(tok, user)) return qhx_fail(QHX_ERR_CANCELLED, "generation cancelled by the callback");
-        if (i + 1 < opts->max_tokens) rc = qhx_session_eval(s, &tok, 1, QHX_EVAL_STEPWISE, NULL, s->logits);
-    }
-    return rc;
-}
+qhx_model *qhx_session_model(const qhx_session *s) { return s->model; }

@@ -30,9 +30,9 @@ static double row_dev(const float *a, const float *g, int V) {
 
 typedef struct { int32_t *ids; int n; } idlist;
 
-static int collect(int32_t tok, void *user) {
+static int collect(int32_t tok, const char *text, size_t len, void *user) {
     idlist *l = user;
-    l->ids[l->n++] = tok;
+    if (tok >= 0) l->ids[l->n++] = tok;
     return 0;
 }
 
@@ -117,8 +117,8 @@ static void check_model(const char *dir, const char *kernels) {
 
         qhx_session_reset(s);
         idlist got = {malloc(sizeof(int32_t) * G), 0};
-        qhx_generate_opts go = {.max_tokens = G};
-        CHECK(qhx_generate(s, ids, T, &go, collect, &got) == QHX_OK, "%s", qhx_last_error());
+        qhx_generate_opts go = {.max_tokens = G, .ignore_eos = 1};
+        CHECK(qhx_generate(s, ids, T, &go, collect, &got, NULL) == QHX_OK, "%s", qhx_last_error());
         int match = 0;
         while (match < got.n && got.ids[match] == gold_greedy[match]) match++;
         printf("  %s %s greedy %d/%d\n", dir, name, match, G);

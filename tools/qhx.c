@@ -17,143 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *cmd_name = "qhx";
-
-static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", cmd_name);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 1;
-}
-
-static int api_error(void) { return die("%s", qhx_last_error()); }
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Strict integer parsing: the whole argument, in [lo, hi]. */
-static int parse_long(const char *flag, const char *s, long long lo, long long hi, long long *out) {
-    char *end;
-    errno = 0;
-    long long v = s ? strtoll(s, &end, 10) : 0;
-    if (!s || !*s || *end || errno || v < lo || v > hi) {
-        die("%s: '%s' is not an integer in [%lld, %lld]", flag, s ? s : "", lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-/* "1,2,3" -> ids; refuses empty items, signs, junk and anything beyond int32. */
-static int parse_tokens(const char *s, int32_t **ids, int *n) {
-    *ids = NULL;
-    *n = 0;
-    if (!s || !*s) return die("--tokens: empty token list"), -1;
-    size_t cap = 1;
-    for (const char *p = s; *p; p++) cap += *p == ',';
-    if (cap > (1u << 24)) return die("--tokens: more than %u ids", 1u << 24), -1;
-    int32_t *out = malloc(cap * sizeof *out);
-    if (!out) return die("out of memory"), -1;
-    const char *p = s;
-    for (;;) {
-        char *end;
-        errno = 0;
-        if (*p < '0' || *p > '9') break;
-        long long v = strtoll(p, &end, 10);
-        if (errno || v > INT32_MAX) break;
-        out[(*n)++] = (int32_t)v;
-        if (*end == 0) { *ids = out; return 0; }
-        if (*end != ',') break;
-        p = end + 1;
-    }
-    free(out);
-    *n = 0;
-    return die("--tokens: '%s' is not a comma-separated list of token ids", s), -1;
-}
-
-/* Writes a whole file under a temporary name and renames it into place. */
-static int write_atomic(const char *path, const void *data, size_t len) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return die("%s: %s", path, strerror(errno));
-    int ok = fwrite(data, 1, len, f) == len;
-    ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return die("%s: write failed: %s", path, strerror(e));
-    }
-    return 0;
-}
-
-/* ---- shared option parsing ------------------------------------------------------------------- */
-
-typedef struct {
-    const char *model, *tokens, *out, *prompt, *kernels, *prompts;
-    long long n, threads, ctx, decode;
-    int greedy, ids, stepwise, special, json, help;
-} opts;
-
-static int want_value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) return die("%s: needs a value", argv[*i]), -1;
-    (*i)++;
-    return 0;
-}
-
-static int parse_common(int argc, char **argv, opts *o) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) o->help = 1;
-        else if (!strcmp(a, "--tokens")) { if (want_value(argc, argv, &i)) return -1; o->tokens = argv[i]; }
-        else if (!strcmp(a, "--out") || !strcmp(a, "-o")) { if (want_value(argc, argv, &i)) return -1; o->out = argv[i]; }
-        else if (!strcmp(a, "-n")) {
-            if (want_value(argc, argv, &i) || parse_long("-n", argv[i], 0, 1 << 30, &o->n)) return -1;
-        }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 1024, &o->threads)) return -1;
-        }
-        else if (!strcmp(a, "--kernels") || !strcmp(a, "--backend")) { if (want_value(argc, argv, &i)) return -1; o->kernels = argv[i]; }
-        else if (!strcmp(a, "--ctx")) {
-            if (want_value(argc, argv, &i) || parse_long("--ctx", argv[i], 2, 1 << 20, &o->ctx)) return -1;
-        }
-        else if (!strcmp(a, "--decode")) {
-            if (want_value(argc, argv, &i) || parse_long("--decode", argv[i], 1, 1 << 20, &o->decode)) return -1;
-        }
-        else if (!strcmp(a, "--prompts")) { if (want_value(argc, argv, &i)) return -1; o->prompts = argv[i]; }
-        else if (!strcmp(a, "--json")) o->json = 1;
-        else if (!strcmp(a, "--greedy")) o->greedy = 1;
-        else if (!strcmp(a, "--ids")) o->ids = 1;
-        else if (!strcmp(a, "--stepwise")) o->stepwise = 1;
-        else if (!strcmp(a, "--special")) o->special = 1;
-        else if (a[0] == '-' && a[1]) return die("unknown option '%s' (see %s --help)", a, cmd_name), -1;
-        else if (!o->model) o->model = a;
-        else if (!o->prompt) o->prompt = a;
-        else return die("unexpected argument '%s'", a), -1;
-    }
-    return 0;
-}
-
-#define RUNTIME_HELP \
-    "  -t N         threads (default: every core)\n" \
-    "  --kernels K  auto (default), ref (the fp32 reference), scalar, avx2, avx512\n"
-
-/* The runtime the options ask for, and the model on it. */
-static int open_model(const opts *o, qhx_runtime **rt, qhx_model **m) {
-    qhx_runtime_opts ro = {o->kernels, (int)o->threads};
-    *m = NULL;
-    if (qhx_runtime_new(&ro, rt)) return api_error();
-    if (qhx_model_open(*rt, o->model, m)) return api_error();
-    return 0;
-}
+#include "cli.h"
 
 /* ---- qhx logits ------------------------------------------------------------------------------ */
 
@@ -197,83 +61,128 @@ done:
 /* ---- qhx generate ---------------------------------------------------------------------------- */
 
 static const char generate_help[] =
-    "usage: qhx generate MODEL (PROMPT | --tokens 1,2,3) [-n N] [--greedy] [--ids] [--special]\n"
-    "Greedy generation. With a text PROMPT the output streams as text and ends with token counts,\n"
-    "time to first token and prefill/decode speed on stderr; generation stops at an end-of-turn id.\n"
-    "  -n N       tokens to generate at most (default 64)\n"
-    "  --tokens   the prompt as comma-separated token ids instead of text\n"
-    "  --greedy   greedy decoding (the only mode for now)\n"
-    "  --ids      print the generated ids space-separated on one line of stdout, nothing else\n"
-    "  --special  match special tokens such as <|im_start|> in the prompt text\n" RUNTIME_HELP;
+    "usage: qhx generate MODEL (PROMPT | --file F | --tokens 1,2,3) [-n N] [sampling] [--ids | --json]\n"
+    "Generates from a prompt, greedy unless told otherwise. The prompt and the output stream to stdout as\n"
+    "text; token counts, time to first token and prefill/decode speed go to stderr. Generation stops at\n"
+    "the model's end-of-turn ids, a --stop string or -n tokens.\n"
+    "  -n N          tokens to generate at most (default 64)\n"
+    "  --file F      read the prompt text from F (- for stdin; at most 64 MiB)\n"
+    "  --tokens      the prompt as comma-separated token ids instead of text\n"
+    "  --special     match special tokens such as <|im_start|> in the prompt text\n"
+    "  --ids         print only the generated ids, space-separated, on one line\n"
+    "  --json        print one JSON object: text, ids, counts, finish reason, seed and timings\n"
+    "  --greedy      greedy decoding (the default; overrides --temp)\n" SAMPLING_HELP RUNTIME_HELP;
 
 typedef struct {
-    int ids, count;
-    qhx_tokenizer *tok;
-    qhx_detok_stream stream;
+    int ids, json, count;
+    json_t *id_list;
+    char *text;
+    size_t len, cap;
     double t_first;
 } gen_out;
 
-static int on_token(int32_t tok, void *user) {
+static int on_token(int32_t tok, const char *text, size_t len, void *user) {
     gen_out *g = user;
-    if (!g->count++) g->t_first = now_s();
-    if (g->tok && !g->ids) {
-        char buf[4096];
-        int k = qhx_detok_push(g->tok, &g->stream, tok, buf, sizeof buf);
-        if (k > 0) fwrite(buf, 1, (size_t)k, stdout);
-    } else {
+    if (tok >= 0 && !g->count++) g->t_first = now_s();
+    if (g->json) {
+        if (tok >= 0) json_array_append_new(g->id_list, json_integer(tok));
+        if (g->len + len > g->cap) {
+            size_t cap = (g->len + len) * 2 + 256;
+            char *t = realloc(g->text, cap);
+            if (!t) return 1;
+            g->text = t;
+            g->cap = cap;
+        }
+        if (len) memcpy(g->text + g->len, text, len);
+        g->len += len;
+        return 0;
+    }
+    if (g->ids) {
+        if (tok >= 0) printf(g->count > 1 ? " %d" : "%d", tok);
+    } else if (text) {
+        fwrite(text, 1, len, stdout);
+    } else if (tok >= 0) {
         printf(g->count > 1 ? " %d" : "%d", tok);
     }
     fflush(stdout);
     return 0;
 }
 
+static const char *finish_name(qhx_finish f) {
+    return f == QHX_FINISH_STOP ? "stop" : f == QHX_FINISH_LENGTH ? "length" : "cancelled";
+}
+
 static int cmd_generate(int argc, char **argv) {
     opts o = {.n = 64};
     if (parse_common(argc, argv, &o)) return 2;
     if (o.help) return fputs(generate_help, stdout), 0;
-    if (!o.model || (!o.tokens == !o.prompt)) return die("needs MODEL and either PROMPT or --tokens (see qhx generate --help)"), 2;
+    if (!o.model || (!!o.tokens + !!o.prompt + !!o.file) != 1)
+        return die("needs MODEL and one of PROMPT, --file or --tokens (see qhx generate --help)"), 2;
+    if (o.ids && o.json) return die("--ids and --json: choose one"), 2;
+    if (o.greedy) o.gen.temperature = 0;
+    default_seed(&o);
+    o.gen.max_tokens = (int)o.n;
     int32_t *ids = NULL;
     size_t n = 0;
-    int ni;
+    char *file_text = NULL;
+    const char *prompt = o.prompt;
+    size_t prompt_len = prompt ? strlen(prompt) : 0;
     if (o.tokens) {
+        int ni;
         if (parse_tokens(o.tokens, &ids, &ni)) return 2;
         n = (size_t)ni;
     }
+    if (o.file && !(prompt = file_text = read_text(o.file, &prompt_len))) return 1;
     qhx_runtime *rt = NULL;
     qhx_model *m = NULL;
     qhx_session *s = NULL;
-    gen_out g = {.ids = o.ids};
+    gen_out g = {.ids = o.ids, .json = o.json, .id_list = json_array()};
     int rc = 1;
     if (open_model(&o, &rt, &m)) goto done;
     if (qhx_session_new(m, &s)) { api_error(); goto done; }
-    if (o.prompt) {
-        if (qhx_model_tokenizer(m, &g.tok) ||
-            qhx_tokenizer_encode(g.tok, o.prompt, strlen(o.prompt), o.special ? QHX_ENCODE_SPECIAL : 0, &ids, &n)) {
+    if (prompt) {
+        qhx_tokenizer *tok;
+        if (qhx_model_tokenizer(m, &tok) ||
+            qhx_tokenizer_encode(tok, prompt, prompt_len, o.special ? QHX_ENCODE_SPECIAL : 0, &ids, &n)) {
             api_error();
             goto done;
         }
         if (!n) { die("the prompt encodes to no tokens"); goto done; }
-        if (!o.ids) fputs(o.prompt, stdout);
+        if (!o.ids && !o.json) fwrite(prompt, 1, prompt_len, stdout);
     }
-    qhx_generate_opts go = {.max_tokens = (int)o.n, .stop_at_eos = o.prompt != NULL};
+    qhx_generate_result res;
     double t0 = now_s();
-    qhx_status st = qhx_generate(s, ids, (int)n, &go, on_token, &g);
+    qhx_status st = qhx_generate(s, ids, (int)n, &o.gen, on_token, &g, &res);
     double t1 = now_s();
-    if (g.tok && !o.ids) {
-        char tail[16];
-        int k = qhx_detok_flush(&g.stream, tail, sizeof tail);
-        if (k > 0) fwrite(tail, 1, (size_t)k, stdout);
+    if (st) {
+        if (g.count && !o.json) printf("\n");
+        api_error();
+        goto done;
     }
-    if (g.count || (o.prompt && !o.ids)) printf("\n");
-    if (st) { api_error(); goto done; }
-    if (!o.ids) {
-        double ttft = g.count ? g.t_first - t0 : t1 - t0;
-        fprintf(stderr, "prompt %zu tokens, generated %d; time to first token %.1f ms; prefill %.1f tok/s; decode %.1f tok/s\n",
-                n, g.count, ttft * 1e3, n / ttft, g.count > 1 ? (g.count - 1) / (t1 - g.t_first) : 0.0);
+    double ttft = g.count ? g.t_first - t0 : t1 - t0;
+    double decode = g.count > 1 ? (g.count - 1) / (t1 - g.t_first) : 0.0;
+    if (o.json) {
+        json_t *j = json_pack("{s:s%, s:O, s:i, s:i, s:s, s:I, s:f, s:f, s:f}", "text", g.text ? g.text : "", g.len,
+                              "ids", g.id_list, "prompt_tokens", (int)n, "completion_tokens", res.n_generated,
+                              "finish_reason", finish_name(res.finish), "seed", (json_int_t)o.gen.seed, "ttft_ms",
+                              ttft * 1e3, "prefill_tok_s", n / ttft, "decode_tok_s", decode);
+        char *out = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        if (!out) { die("the generated text is not valid UTF-8"); json_decref(j); goto done; }
+        printf("%s\n", out);
+        free(out);
+        json_decref(j);
+    } else {
+        if (g.count || (prompt && !o.ids)) printf("\n");
+        if (!o.ids)
+            fprintf(stderr, "prompt %zu tokens, generated %d (%s); time to first token %.1f ms; prefill %.1f tok/s; decode %.1f tok/s\n",
+                    n, g.count, finish_name(res.finish), ttft * 1e3, n / ttft, decode);
     }
     rc = 0;
 done:
     free(ids);
+    free(file_text);
+    free(g.text);
+    json_decref(g.id_list);
     qhx_session_free(s);
     qhx_model_close(m);
     qhx_runtime_free(rt);
@@ -295,23 +204,6 @@ static const char detokenize_help[] =
     "Reads token ids (separated by spaces, commas or newlines) on stdin and prints the text.\n"
     "  --jsonl  read lines {\"ids\": [...]}; write one line {\"text\": ...} per input line\n";
 
-static char *read_stdin(size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t k;
-    while (buf && (k = fread(buf + n, 1, cap - n, stdin)) > 0) {
-        n += k;
-        if (n == cap) {
-            char *p = cap > ((size_t)1 << 31) ? NULL : realloc(buf, cap *= 2);
-            if (!p) { free(buf); return NULL; }
-            buf = p;
-        }
-    }
-    if (buf) buf[n] = 0; /* the loop keeps n < cap */
-    *len = n;
-    return buf;
-}
-
 static int print_ids_line(const int32_t *ids, size_t n) {
     for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
     return printf("\n") < 0;
@@ -330,19 +222,6 @@ static int tok_flags(int argc, char **argv, const char **path, int *jsonl, int *
     }
     if (!*path) return die("needs TOKENIZER (see %s --help)", cmd_name), 2;
     return 0;
-}
-
-/* Calls fn on every line of stdin (with its 1-based number) until fn fails; returns fn's code. */
-typedef int (*line_fn)(const char *line, size_t len, long lineno, void *user);
-
-static int each_stdin_line(line_fn fn, void *user) {
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int rc = 0;
-    for (long lineno = 1; !rc && (len = getline(&line, &cap, stdin)) > 0; lineno++) rc = fn(line, (size_t)len, lineno, user);
-    free(line);
-    return rc;
 }
 
 typedef struct {
@@ -378,10 +257,10 @@ static int cmd_tokenize(int argc, char **argv) {
     int rc = 0;
     if (!jsonl) {
         size_t len;
-        char *text = read_stdin(&len);
+        char *text = read_text(NULL, &len);
         int32_t *ids;
         size_t n;
-        if (!text) rc = die("stdin: out of memory");
+        if (!text) rc = 1;
         else if (qhx_tokenizer_encode(t, text, len, flags, &ids, &n)) rc = api_error();
         else { print_ids_line(ids, n); free(ids); }
         free(text);
@@ -438,11 +317,12 @@ static int cmd_detokenize(int argc, char **argv) {
     int rc = 0;
     if (!jsonl) {
         size_t len;
-        char *text = read_stdin(&len);
+        char *text = read_text(NULL, &len);
         int32_t *ids = text ? malloc(sizeof *ids * (len / 2 + 1)) : NULL;
         size_t n = 0;
         char *p = text, *end = text + len;
-        if (!ids) rc = die("stdin: out of memory");
+        if (!text) rc = 1;
+        else if (!ids) rc = die("stdin: out of memory");
         while (!rc && p < end) {
             if (*p == ' ' || *p == ',' || *p == '\n' || *p == '\t' || *p == '\r') { p++; continue; }
             char *e;
@@ -864,6 +744,8 @@ static const struct {
     {"logits", cmd_logits, "write the logits of every prompt position"},
     {"tokenize", cmd_tokenize, "text to token ids"},
     {"detokenize", cmd_detokenize, "token ids to text"},
+    {"chat", cmd_chat, "talk to a model in the terminal"},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP server"},
     {"template", cmd_template, "render conversations in the Qwen3.5 chat format"},
     {"synth", cmd_synth, "write a random-weight checkpoint of a preset shape"},
     {"forge", cmd_forge, "forge a checkpoint into a gated W8 bundle"},

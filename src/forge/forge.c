@@ -288,9 +288,9 @@ typedef struct {
     int n;
 } collected;
 
-static int collect(int32_t tok, void *user) {
+static int collect(int32_t tok, const char *text, size_t len, void *user) {
     collected *c = user;
-    c->ids[c->n++] = tok;
+    if (tok >= 0) c->ids[c->n++] = tok;
     return 0;
 }
 
@@ -299,8 +299,8 @@ static qhx_status greedy(qhx_model *m, const int32_t *prompt, int n, int gen, co
     qhx_status rc = qhx_session_new(m, &s);
     if (rc) return rc;
     out->n = 0;
-    qhx_generate_opts go = {gen, 0};
-    rc = qhx_generate(s, prompt, n, &go, collect, out);
+    qhx_generate_opts go = {.max_tokens = gen, .ignore_eos = 1};
+    rc = qhx_generate(s, prompt, n, &go, collect, out, NULL);
     qhx_session_free(s);
     return rc;
 }

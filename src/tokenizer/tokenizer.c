@@ -30,6 +30,13 @@ static int push(idvec *v, int32_t id) {
 
 int qhx_tokenizer_n_ids(const qhx_tokenizer *t) { return t->n_ids; }
 
+size_t qhx_tokenizer_max_piece(const qhx_tokenizer *t) {
+    size_t m = 0;
+    for (int i = 0; i < t->n_ids; i++)
+        if (t->piece[i] && t->piece_len[i] > m) m = t->piece_len[i];
+    return m;
+}
+
 int32_t qhx_tokenizer_find_added(const qhx_tokenizer *t, const char *content) {
     for (int i = 0; i < t->n_added; i++)
         if (!strcmp(t->added[i].content, content)) return t->added[i].id;
@@ -262,6 +269,8 @@ qhx_status qhx_tokenizer_encode(qhx_tokenizer *t, const char *text, size_t n, in
     *ids = NULL;
     *n_ids = 0;
     if (!text && n) return qhx_fail(QHX_ERR_ARG, "text is NULL");
+    if (n > QHX_MAX_TEXT_BYTES)
+        return qhx_fail(QHX_ERR_RANGE, "text of %zu bytes is over the %u MiB limit of one encode", n, QHX_MAX_TEXT_BYTES >> 20);
     char *fixed;
     size_t fixed_len;
     qhx_status rc = check_utf8(text, n, flags & QHX_ENCODE_REPLACE_INVALID, &fixed, &fixed_len);

@@ -1,0 +1,190 @@
+/* Generation: the prompt, then one sampled token at a time, with the text each token releases.
+ * Text that might be the start of a stop string is held back until it is either a stop (dropped,
+ * generation ends) or cannot become one (released), so a stop string split across tokens never
+ * leaks out. Built on the public session API. */
+#include "qhexrt.h"
+#include "sample/sampler.h"
+#include "util/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const qhx_generate_opts *o;
+    qhx_tokenizer *tok;
+    qhx_detok_stream ds;
+    char *piece;        /* one token's text */
+    size_t piece_cap;
+    char held[4 * QHX_MAX_STOP_BYTES];  /* released text never reaches this size: see hold() */
+    size_t n_held;
+} text_state;
+
+/* Where the first stop string starts in held, or -1. */
+static long find_stop(const text_state *ts) {
+    long best = -1;
+    for (int i = 0; i < ts->o->n_stop; i++) {
+        const char *hit = memmem(ts->held, ts->n_held, ts->o->stop[i], strlen(ts->o->stop[i]));
+        if (hit && (best < 0 || hit - ts->held < best)) best = hit - ts->held;
+    }
+    return best;
+}
+
+/* How many trailing bytes of held could still grow into a stop string. */
+static size_t could_stop(const text_state *ts) {
+    size_t keep = 0;
+    for (int i = 0; i < ts->o->n_stop; i++) {
+        size_t L = strlen(ts->o->stop[i]);
+        for (size_t k = L - 1 < ts->n_held ? L - 1 : ts->n_held; k > keep; k--)
+            if (!memcmp(ts->held + ts->n_held - k, ts->o->stop[i], k)) { keep = k; break; }
+    }
+    return keep;
+}
+
+/* Adds a token's text; out, len: what may be released now. Returns 1 when a stop string appeared
+ * (the release then ends just before it). held is drained to < QHX_MAX_STOP_BYTES after every call,
+ * and one call adds at most a piece: the piece is fed through in slices to keep that true. */
+static int push_text(text_state *ts, const char *text, size_t n, char **out, size_t *len, char **acc, size_t *acc_len,
+                     size_t *acc_cap) {
+    *acc_len = 0;
+    while (n) {
+        size_t take = sizeof ts->held - ts->n_held;
+        if (take > n) take = n;
+        memcpy(ts->held + ts->n_held, text, take);
+        ts->n_held += take;
+        text += take;
+        n -= take;
+        long at = find_stop(ts);
+        size_t release = at >= 0 ? (size_t)at : ts->n_held - could_stop(ts);
+        if (*acc_len + release > *acc_cap) {
+            size_t cap = (*acc_len + release) * 2 + 64;
+            char *a = realloc(*acc, cap);
+            if (!a) return -1;
+            *acc = a;
+            *acc_cap = cap;
+        }
+        memcpy(*acc + *acc_len, ts->held, release);
+        *acc_len += release;
+        if (at >= 0) { ts->n_held = 0; *out = *acc; *len = *acc_len; return 1; }
+        memmove(ts->held, ts->held + release, ts->n_held - release);
+        ts->n_held -= release;
+    }
+    *out = *acc;
+    *len = *acc_len;
+    return 0;
+}
+
+static qhx_status check_opts(const qhx_generate_opts *o) {
+    if (o->max_tokens < 0) return qhx_fail(QHX_ERR_ARG, "generate: max_tokens %d is negative", o->max_tokens);
+    if (o->n_stop < 0 || o->n_stop > QHX_MAX_STOP || (o->n_stop && !o->stop))
+        return qhx_fail(QHX_ERR_ARG, "generate: %d stop strings (at most %d)", o->n_stop, QHX_MAX_STOP);
+    for (int i = 0; i < o->n_stop; i++) {
+        size_t L = o->stop[i] ? strlen(o->stop[i]) : 0;
+        if (L == 0 || L > QHX_MAX_STOP_BYTES)
+            return qhx_fail(QHX_ERR_ARG, "generate: stop string %d is empty or longer than %d bytes", i, QHX_MAX_STOP_BYTES);
+    }
+    if (o->n_stop_ids < 0 || o->n_stop_ids > 1024 || (o->n_stop_ids && !o->stop_ids))
+        return qhx_fail(QHX_ERR_ARG, "generate: %d stop ids (at most 1024)", o->n_stop_ids);
+    return QHX_OK;
+}
+
+static int is_stop_id(const qhx_generate_opts *o, const qhx_model_info *mi, int32_t tok) {
+    for (int i = 0; i < o->n_stop_ids; i++)
+        if (tok == o->stop_ids[i]) return 1;
+    if (!o->ignore_eos)
+        for (int e = 0; e < mi->n_eos; e++)
+            if (tok == mi->eos[e]) return 1;
+    return 0;
+}
+
+qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, const qhx_generate_opts *o,
+                        qhx_token_cb cb, void *user, qhx_generate_result *result) {
+    qhx_generate_result res = {0};
+    if (result) *result = res;
+    if (!s || !o || !prompt) return qhx_fail(QHX_ERR_ARG, "generate: needs a session, a prompt and options");
+    if (n_prompt < 1) return qhx_fail(QHX_ERR_ARG, "generate: the prompt is empty");
+    qhx_status rc = check_opts(o);
+    if (rc) return rc;
+    qhx_model *m = qhx_session_model(s);
+    qhx_model_info mi;
+    qhx_model_get_info(m, &mi);
+    const long long room = (long long)mi.max_context - qhx_session_pos(s);
+    if ((long long)n_prompt + o->max_tokens > room)
+        return qhx_fail(QHX_ERR_RANGE, "prompt (%d tokens) plus %d new tokens exceed the context left (%lld of %d)",
+                        n_prompt, o->max_tokens, room, mi.max_context);
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= mi.vocab_size)
+            return qhx_fail(QHX_ERR_RANGE, "prompt token %d (%d) is not in [0, %d)", i, prompt[i], mi.vocab_size);
+
+    text_state ts = {.o = o};
+    if (qhx_model_tokenizer(m, &ts.tok) != QHX_OK) {
+        if (o->n_stop) return rc = qhx_fail(QHX_ERR_ARG, "generate: stop strings need a tokenizer: %s", qhx_last_error());
+        ts.tok = NULL; /* ids only */
+    }
+    qhx_sampler sp;
+    float *logits = malloc(sizeof(float) * (size_t)mi.vocab_size);
+    char *acc = NULL;
+    size_t acc_len = 0, acc_cap = 0;
+    if (ts.tok) {
+        ts.piece_cap = 3 * qhx_tokenizer_max_piece(ts.tok) + 16;
+        ts.piece = malloc(ts.piece_cap);
+    }
+    if (!logits || (ts.tok && !ts.piece)) {
+        free(logits);
+        free(ts.piece);
+        return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    }
+    if ((rc = qhx_sampler_init(&sp, o, mi.vocab_size))) goto done;
+    for (int i = 0; i < n_prompt && !rc; i++) rc = qhx_sampler_accept(&sp, prompt[i]);
+    if (!rc) rc = qhx_session_eval(s, prompt, n_prompt, QHX_EVAL_SEQUENCE, NULL, logits);
+    if (rc) goto done;
+    res.n_prompt = n_prompt;
+    for (int i = 0; i < o->max_tokens; i++) {
+        int32_t tok = qhx_sampler_sample(&sp, logits);
+        if (is_stop_id(o, &mi, tok)) { res.finish = QHX_FINISH_STOP; break; }
+        char *text = NULL;
+        size_t len = 0;
+        int stopped = 0;
+        if (ts.tok) {
+            int k = qhx_detok_push(ts.tok, &ts.ds, tok, ts.piece, ts.piece_cap);
+            if (k < 0) { rc = qhx_fail(QHX_ERR_RANGE, "generate: sampled id %d has no text", tok); goto done; }
+            stopped = push_text(&ts, ts.piece, (size_t)k, &text, &len, &acc, &acc_len, &acc_cap);
+            if (stopped < 0) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
+        }
+        res.n_generated++;
+        if (cb && cb(tok, text, len, user)) {
+            res.finish = QHX_FINISH_CANCELLED;
+            rc = qhx_fail(QHX_ERR_CANCELLED, "generation cancelled by the callback");
+            goto done;
+        }
+        if (stopped) { res.finish = QHX_FINISH_STOP; goto done; }
+        if (i + 1 == o->max_tokens) break;
+        if ((rc = qhx_sampler_accept(&sp, tok)) ||
+            (rc = qhx_session_eval(s, &tok, 1, QHX_EVAL_STEPWISE, NULL, logits)))
+            goto done;
+    }
+    if (ts.tok) { /* the end: whatever was held back is text after all */
+        char tail[16];
+        int k = qhx_detok_flush(&ts.ds, tail, sizeof tail);
+        char *text = NULL;
+        size_t len = 0;
+        int stopped = k > 0 ? push_text(&ts, tail, (size_t)k, &text, &len, &acc, &acc_len, &acc_cap) : 0;
+        if (stopped < 0) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
+        if (stopped) res.finish = QHX_FINISH_STOP;
+        size_t n = len + (stopped ? 0 : ts.n_held);
+        if (n && cb) {
+            char *all = malloc(n);
+            if (!all) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
+            memcpy(all, text, len);
+            if (!stopped) memcpy(all + len, ts.held, ts.n_held);
+            cb(-1, all, n, user);
+            free(all);
+        }
+    }
+done:
+    if (result) *result = res;
+    qhx_sampler_free(&sp);
+    free(logits);
+    free(ts.piece);
+    free(acc);
+    return rc;
+}

@@ -1,0 +1,264 @@
+/* The helpers every qhx subcommand shares (tools/cli.h). */
+#include "cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *cmd_name = "qhx";
+
+int die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", cmd_name);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+int api_error(void) { return die("%s", qhx_last_error()); }
+
+double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Strict integer parsing: the whole argument, in [lo, hi]. */
+int parse_long(const char *flag, const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || !*s || *end || errno || v < lo || v > hi) {
+        die("%s: '%s' is not an integer in [%lld, %lld]", flag, s ? s : "", lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Strict float parsing: the whole argument, finite, in [lo, hi]. */
+int parse_float(const char *flag, const char *s, double lo, double hi, float *out) {
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || !*s || *end || errno || !(v >= lo && v <= hi)) {
+        die("%s: '%s' is not a number in [%g, %g]", flag, s ? s : "", lo, hi);
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
+}
+
+/* "1,2,3" -> ids; refuses empty items, signs, junk and anything beyond int32. */
+int parse_tokens(const char *s, int32_t **ids, int *n) {
+    *ids = NULL;
+    *n = 0;
+    if (!s || !*s) return die("--tokens: empty token list"), -1;
+    size_t cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    if (cap > (1u << 24)) return die("--tokens: more than %u ids", 1u << 24), -1;
+    int32_t *out = malloc(cap * sizeof *out);
+    if (!out) return die("out of memory"), -1;
+    const char *p = s;
+    for (;;) {
+        char *end;
+        errno = 0;
+        if (*p < '0' || *p > '9') break;
+        long long v = strtoll(p, &end, 10);
+        if (errno || v > INT32_MAX) break;
+        out[(*n)++] = (int32_t)v;
+        if (*end == 0) { *ids = out; return 0; }
+        if (*end != ',') break;
+        p = end + 1;
+    }
+    free(out);
+    *n = 0;
+    return die("--tokens: '%s' is not a comma-separated list of token ids", s), -1;
+}
+
+/* Writes a whole file under a temporary name and renames it into place. */
+int write_atomic(const char *path, const void *data, size_t len) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return die("%s: %s", path, strerror(errno));
+    int ok = fwrite(data, 1, len, f) == len;
+    ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return die("%s: write failed: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+/* ---- shared option parsing ------------------------------------------------------------------- */
+
+int want_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) return die("%s: needs a value", argv[*i]), -1;
+    (*i)++;
+    return 0;
+}
+
+int parse_common(int argc, char **argv, opts *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) o->help = 1;
+        else if (!strcmp(a, "--tokens")) { if (want_value(argc, argv, &i)) return -1; o->tokens = argv[i]; }
+        else if (!strcmp(a, "--out") || !strcmp(a, "-o")) { if (want_value(argc, argv, &i)) return -1; o->out = argv[i]; }
+        else if (!strcmp(a, "-n")) {
+            if (want_value(argc, argv, &i) || parse_long("-n", argv[i], 0, 1 << 30, &o->n)) return -1;
+        }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 1024, &o->threads)) return -1;
+        }
+        else if (!strcmp(a, "--kernels") || !strcmp(a, "--backend")) { if (want_value(argc, argv, &i)) return -1; o->kernels = argv[i]; }
+        else if (!strcmp(a, "--ctx")) {
+            if (want_value(argc, argv, &i) || parse_long("--ctx", argv[i], 2, 1 << 20, &o->ctx)) return -1;
+        }
+        else if (!strcmp(a, "--decode")) {
+            if (want_value(argc, argv, &i) || parse_long("--decode", argv[i], 1, 1 << 20, &o->decode)) return -1;
+        }
+        else if (!strcmp(a, "--prompts")) { if (want_value(argc, argv, &i)) return -1; o->prompts = argv[i]; }
+        else if (!strcmp(a, "--file") || !strcmp(a, "-f")) { if (want_value(argc, argv, &i)) return -1; o->file = argv[i]; }
+        else if (!strcmp(a, "--system")) { if (want_value(argc, argv, &i)) return -1; o->system = argv[i]; }
+        else if (!strcmp(a, "--host")) { if (want_value(argc, argv, &i)) return -1; o->host = argv[i]; }
+        else if (!strcmp(a, "--port")) {
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 0, 65535, &o->port)) return -1;
+        }
+        else if (!strcmp(a, "--parallel")) {
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 64, &o->parallel)) return -1;
+        }
+        else if (!strcmp(a, "--think")) o->think = 1;
+        else if (!strcmp(a, "--no-think")) o->think = 0;
+        else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) {
+            if (want_value(argc, argv, &i) || parse_float(a, argv[i], 0, 100, &o->gen.temperature)) return -1;
+        }
+        else if (!strcmp(a, "--top-k")) {
+            long long v;
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 0, INT_MAX, &v)) return -1;
+            o->gen.top_k = (int)v;
+        }
+        else if (!strcmp(a, "--top-p")) { if (want_value(argc, argv, &i) || parse_float(a, argv[i], 0, 1, &o->gen.top_p)) return -1; }
+        else if (!strcmp(a, "--min-p")) { if (want_value(argc, argv, &i) || parse_float(a, argv[i], 0, 1, &o->gen.min_p)) return -1; }
+        else if (!strcmp(a, "--repeat-penalty")) {
+            if (want_value(argc, argv, &i) || parse_float(a, argv[i], 0, 100, &o->gen.repeat_penalty)) return -1;
+        }
+        else if (!strcmp(a, "--presence-penalty")) {
+            if (want_value(argc, argv, &i) || parse_float(a, argv[i], -100, 100, &o->gen.presence_penalty)) return -1;
+        }
+        else if (!strcmp(a, "--frequency-penalty")) {
+            if (want_value(argc, argv, &i) || parse_float(a, argv[i], -100, 100, &o->gen.frequency_penalty)) return -1;
+        }
+        else if (!strcmp(a, "--repeat-last-n")) {
+            long long v;
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], -1, 1 << 24, &v)) return -1;
+            o->gen.penalty_window = v == 0 ? 1 : (int)v;
+        }
+        else if (!strcmp(a, "--seed")) {
+            long long v;
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 0, LLONG_MAX, &v)) return -1;
+            o->gen.seed = (uint64_t)v;
+            o->seed_set = 1;
+        }
+        else if (!strcmp(a, "--stop")) {
+            if (want_value(argc, argv, &i)) return -1;
+            if (o->gen.n_stop == QHX_MAX_STOP) return die("--stop: at most %d stop strings", QHX_MAX_STOP), -1;
+            size_t L = strlen(argv[i]);
+            if (!L || L > QHX_MAX_STOP_BYTES) return die("--stop: a stop string has 1 to %d bytes", QHX_MAX_STOP_BYTES), -1;
+            o->stop[o->gen.n_stop++] = argv[i];
+            o->gen.stop = o->stop;
+        }
+        else if (!strcmp(a, "--ignore-eos")) o->gen.ignore_eos = 1;
+        else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--greedy")) o->greedy = 1;
+        else if (!strcmp(a, "--ids")) o->ids = 1;
+        else if (!strcmp(a, "--stepwise")) o->stepwise = 1;
+        else if (!strcmp(a, "--special")) o->special = 1;
+        else if (a[0] == '-' && a[1]) return die("unknown option '%s' (see %s --help)", a, cmd_name), -1;
+        else if (!o->model) o->model = a;
+        else if (!o->prompt) o->prompt = a;
+        else return die("unexpected argument '%s'", a), -1;
+    }
+    return 0;
+}
+
+void default_seed(opts *o) {
+    if (o->seed_set) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    o->gen.seed = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 32;
+    o->gen.seed &= (uint64_t)LLONG_MAX; /* so --seed can repeat it */
+}
+
+/* The runtime the options ask for, and the model on it. */
+int open_model(const opts *o, qhx_runtime **rt, qhx_model **m) {
+    qhx_runtime_opts ro = {o->kernels, (int)o->threads};
+    *m = NULL;
+    if (qhx_runtime_new(&ro, rt)) return api_error();
+    if (qhx_model_open(*rt, o->model, m)) return api_error();
+    return 0;
+}
+
+
+/* ---- bounded input ---- */
+
+char *read_text(const char *path, size_t *len) {
+    const char *name = path && strcmp(path, "-") ? path : "stdin";
+    FILE *f = path && strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) return die("%s: %s", name, strerror(errno)), NULL;
+    size_t cap = 1 << 16, n = 0, k;
+    char *buf = malloc(cap + 1);
+    while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += k;
+        if (n > QHX_MAX_TEXT_BYTES) break;
+        if (n == cap) {
+            cap = cap * 2 > (size_t)QHX_MAX_TEXT_BYTES + 1 ? (size_t)QHX_MAX_TEXT_BYTES + 1 : cap * 2;
+            char *p = realloc(buf, cap + 1);
+            if (!p) { free(buf); buf = NULL; }
+            buf = p;
+        }
+    }
+    int err = f != stdin && ferror(f);
+    if (f != stdin) fclose(f);
+    if (!buf) return die("%s: out of memory", name), NULL;
+    if (err) return free(buf), die("%s: read error", name), NULL;
+    if (n > QHX_MAX_TEXT_BYTES)
+        return free(buf), die("%s: more than %u MiB of text (the limit of one prompt)", name, QHX_MAX_TEXT_BYTES >> 20), NULL;
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+int each_stdin_line(line_fn fn, void *user) {
+    size_t cap = 1 << 12, n = 0;
+    char *line = malloc(cap);
+    int rc = 0, c = 0;
+    long lineno = 1;
+    if (!line) return die("stdin: out of memory");
+    while (!rc && c != EOF) {
+        n = 0;
+        while ((c = getchar()) != EOF) {
+            if (n + 1 >= cap) {
+                if (cap > QHX_MAX_TEXT_BYTES) { rc = die("stdin line %ld: longer than %u MiB", lineno, QHX_MAX_TEXT_BYTES >> 20); break; }
+                char *p = realloc(line, cap *= 2);
+                if (!p) { rc = die("stdin: out of memory"); break; }
+                line = p;
+            }
+            line[n++] = (char)c;
+            if (c == '\n') break;
+        }
+        if (!rc && n) rc = fn(line, n, lineno++, user);
+    }
+    free(line);
+    return rc;
+}

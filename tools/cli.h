@@ -1,0 +1,67 @@
+/* What the qhx subcommands share: error reporting, strict argument parsing, the common options
+ * and bounded input readers. Built only on the public API. */
+#ifndef QHX_CLI_H
+#define QHX_CLI_H
+
+#include "qhexrt.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+extern const char *cmd_name;
+
+int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int api_error(void);
+double now_s(void);
+int parse_long(const char *flag, const char *s, long long lo, long long hi, long long *out);
+int parse_float(const char *flag, const char *s, double lo, double hi, float *out);
+int parse_tokens(const char *s, int32_t **ids, int *n);
+/* Steps *i to the value of flag argv[*i]; fails (reported) when there is none. */
+int want_value(int argc, char **argv, int *i);
+int write_atomic(const char *path, const void *data, size_t len);
+
+typedef struct {
+    const char *model, *tokens, *out, *prompt, *kernels, *prompts, *file, *system, *host;
+    long long n, threads, ctx, decode, port, parallel;
+    int greedy, ids, stepwise, special, json, help, think, seed_set;
+    qhx_generate_opts gen;                /* sampling flags */
+    const char *stop[QHX_MAX_STOP];
+} opts;
+
+/* Parses every flag the subcommands know into o; non-flags fill model, then prompt. */
+int parse_common(int argc, char **argv, opts *o);
+/* A seed from the clock unless --seed gave one. */
+void default_seed(opts *o);
+int open_model(const opts *o, qhx_runtime **rt, qhx_model **m);
+
+#define RUNTIME_HELP \
+    "  -t N         threads (default: every core)\n" \
+    "  --kernels K  auto (default), ref (the fp32 reference), scalar, avx2, avx512\n"
+
+#define SAMPLING_HELP \
+    "sampling (default greedy):\n" \
+    "  --temp F               temperature; 0 = greedy\n" \
+    "  --top-k N              keep the N most probable tokens (0 = off)\n" \
+    "  --top-p F              nucleus: the smallest set holding F of the probability (1 = off)\n" \
+    "  --min-p F              drop tokens below F x the top token's probability (0 = off)\n" \
+    "  --repeat-penalty F     penalise tokens in the last --repeat-last-n (1 = off)\n" \
+    "  --repeat-last-n N      window of the penalties (default 64; -1 = everything)\n" \
+    "  --presence-penalty F   subtract F once per token in the window\n" \
+    "  --frequency-penalty F  subtract F per occurrence in the window\n" \
+    "  --seed N               random seed (default: from the clock; printed with --json)\n" \
+    "  --stop S               stop where the text S appears (repeatable, up to 16)\n" \
+    "  --ignore-eos           keep going past the model's end-of-turn tokens\n"
+
+/* Reads all of stdin (or a file), at most QHX_MAX_TEXT_BYTES: a larger input fails with a message
+ * naming it, after reading no more than the limit. NULL on failure (reported). */
+char *read_text(const char *path, size_t *len);
+
+/* Calls fn on every line of stdin (1-based numbers) until fn fails; lines over QHX_MAX_TEXT_BYTES
+ * fail. Returns fn's code or 1. */
+typedef int (*line_fn)(const char *line, size_t len, long lineno, void *user);
+int each_stdin_line(line_fn fn, void *user);
+
+int cmd_chat(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+
+#endif

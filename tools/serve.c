@@ -1,0 +1,738 @@
+/*
+ * qhx serve: an OpenAI-compatible HTTP server (libmicrohttpd does the HTTP).
+ *
+ * One thread per connection parses and validates a request completely (JSON, types, chat
+ * rendering, tokens, context) before anything is generated, so every client error is a 4xx in
+ * OpenAI's error shape. Generation runs on one of --parallel sessions ("slots"); requests beyond
+ * that wait in a bounded queue. Slots take turns on the model one token at a time, in arrival
+ * order, so concurrent streams interleave; each has its own session and sampler, which is why a
+ * stream's tokens do not depend on what runs beside it. A streaming response is a pipe that a
+ * worker thread writes server-sent events into: when the client goes away, libmicrohttpd closes
+ * the pipe, the next write fails, and the worker cancels and frees its slot.
+ */
+#include "cli.h"
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_BODY (1u << 20)   /* request bodies over 1 MiB get 413 */
+#define MAX_QUEUE 64          /* requests waiting for a slot beyond this get 503 */
+
+typedef struct {
+    qhx_model *m;
+    qhx_tokenizer *tok;
+    qhx_model_info mi;
+    char model_id[256];
+    int max_tokens;             /* the largest max_tokens a request may ask for */
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    qhx_session **slot;
+    int *slot_busy, n_slots, n_waiting, n_running;
+    unsigned long turn_next, turn_now;  /* a ticket lock: whose turn on the model it is */
+    pthread_mutex_t tok_lock;   /* encode memoises: one caller at a time */
+    volatile sig_atomic_t stopping;
+    unsigned long n_requests;
+} server;
+
+/* ---- slots and turns ---- */
+
+/* A place in the queue for a slot, or -1 when the queue is full (503). */
+static int queue_enter(server *sv) {
+    pthread_mutex_lock(&sv->lock);
+    int ok = sv->n_waiting < MAX_QUEUE && !sv->stopping;
+    if (ok) sv->n_waiting++;
+    pthread_mutex_unlock(&sv->lock);
+    return ok ? 0 : -1;
+}
+
+/* Waits (in the queue) for a free slot; -1 if the server is stopping. */
+static int slot_take(server *sv) {
+    pthread_mutex_lock(&sv->lock);
+    int k = -1;
+    for (;;) {
+        for (int i = 0; i < sv->n_slots && k < 0; i++)
+            if (!sv->slot_busy[i]) k = i;
+        if (k >= 0 || sv->stopping) break;
+        pthread_cond_wait(&sv->cv, &sv->lock);
+    }
+    sv->n_waiting--;
+    if (k >= 0) { sv->slot_busy[k] = 1; sv->n_running++; }
+    pthread_mutex_unlock(&sv->lock);
+    return k;
+}
+
+static void slot_give(server *sv, int k) {
+    pthread_mutex_lock(&sv->lock);
+    sv->slot_busy[k] = 0;
+    sv->n_running--;
+    pthread_cond_broadcast(&sv->cv);
+    pthread_mutex_unlock(&sv->lock);
+}
+
+static void turn_begin(server *sv) {
+    pthread_mutex_lock(&sv->lock);
+    unsigned long me = sv->turn_next++;
+    while (sv->turn_now != me) pthread_cond_wait(&sv->cv, &sv->lock);
+    pthread_mutex_unlock(&sv->lock);
+}
+
+static void turn_end(server *sv) {
+    pthread_mutex_lock(&sv->lock);
+    sv->turn_now++;
+    pthread_cond_broadcast(&sv->cv);
+    pthread_mutex_unlock(&sv->lock);
+}
+
+/* ---- responses ---- */
+
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* OpenAI's error shape. */
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *type, const char *param,
+                                  const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *type, const char *param,
+                                  const char *code, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *e = json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", msg, "type", type, "param", param, "code", code);
+    return send_json(c, status, e);
+}
+
+#define BAD_REQUEST(c, param, ...) send_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", param, NULL, __VA_ARGS__)
+
+/* ---- request parsing ---- */
+
+typedef struct {
+    int chat, stream, include_usage, thinking;
+    int32_t *ids;
+    int n_ids;
+    qhx_generate_opts gen;
+    char *stop[QHX_MAX_STOP];
+    char id[48];
+    long created;
+} request;
+
+static void request_free(request *rq) {
+    free(rq->ids);
+    for (int i = 0; i < rq->gen.n_stop; i++) free(rq->stop[i]);
+    free(rq);
+}
+
+/* Reads an optional number field into *out; a wrong type or range is a 400 naming the field. */
+static int get_number(json_t *body, const char *key, double lo, double hi, float *out, char *err, size_t cap) {
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v)) return 0;
+    double d = json_number_value(v);
+    if (!json_is_number(v) || !(d >= lo && d <= hi))
+        return snprintf(err, cap, "'%s' must be a number in [%g, %g]", key, lo, hi), -1;
+    *out = (float)d;
+    return 0;
+}
+
+static int get_int(json_t *body, const char *key, long long lo, long long hi, long long *out, char *err, size_t cap) {
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return snprintf(err, cap, "'%s' must be an integer in [%lld, %lld]", key, lo, hi), -1;
+    *out = json_integer_value(v);
+    return 1;
+}
+
+static int get_bool(json_t *body, const char *key, int *out, char *err, size_t cap) {
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return snprintf(err, cap, "'%s' must be a boolean", key), -1;
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* The sampling fields both endpoints share. Returns the offending field's name, or NULL. */
+static const char *parse_sampling(server *sv, json_t *body, request *rq, char *err, size_t cap) {
+    qhx_generate_opts *g = &rq->gen;
+    g->temperature = 1; /* OpenAI's defaults */
+    g->top_p = 1;
+    if (get_number(body, "temperature", 0, 2, &g->temperature, err, cap)) return "temperature";
+    if (get_number(body, "top_p", 0, 1, &g->top_p, err, cap)) return "top_p";
+    if (get_number(body, "min_p", 0, 1, &g->min_p, err, cap)) return "min_p";
+    if (get_number(body, "presence_penalty", -2, 2, &g->presence_penalty, err, cap)) return "presence_penalty";
+    if (get_number(body, "frequency_penalty", -2, 2, &g->frequency_penalty, err, cap)) return "frequency_penalty";
+    if (get_number(body, "repetition_penalty", 0, 10, &g->repeat_penalty, err, cap)) return "repetition_penalty";
+    long long v;
+    int r;
+    if ((r = get_int(body, "top_k", 0, INT_MAX, &v, err, cap)) < 0) return "top_k";
+    if (r) g->top_k = (int)v;
+    if ((r = get_int(body, "seed", LLONG_MIN, LLONG_MAX, &v, err, cap)) < 0) return "seed";
+    if (r) g->seed = (uint64_t)v;
+    else g->seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)(uintptr_t)rq;
+    if ((r = get_int(body, "n", 1, 1, &v, err, cap)) < 0) return "n";
+    const char *mt = json_object_get(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    g->max_tokens = rq->chat ? sv->max_tokens : 16; /* OpenAI: completions default to 16 */
+    if ((r = get_int(body, mt, 1, sv->max_tokens, &v, err, cap)) < 0) return mt;
+    if (r) g->max_tokens = (int)v;
+    if (get_bool(body, "stream", &rq->stream, err, cap)) return "stream";
+    json_t *so = json_object_get(body, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so) || get_bool(so, "include_usage", &rq->include_usage, err, cap))
+            return snprintf(err, cap, "'stream_options' must be an object {\"include_usage\": bool}"), "stream_options";
+    }
+    json_t *stop = json_object_get(body, "stop");
+    if (stop && !json_is_null(stop)) {
+        size_t n = json_is_string(stop) ? 1 : json_array_size(stop);
+        if ((!json_is_string(stop) && !json_is_array(stop)) || n > QHX_MAX_STOP)
+            return snprintf(err, cap, "'stop' must be a string or an array of at most %d strings", QHX_MAX_STOP), "stop";
+        for (size_t i = 0; i < n; i++) {
+            json_t *s = json_is_string(stop) ? stop : json_array_get(stop, i);
+            if (!json_is_string(s) || !json_string_length(s) || json_string_length(s) > QHX_MAX_STOP_BYTES ||
+                strlen(json_string_value(s)) != json_string_length(s))
+                return snprintf(err, cap, "'stop' strings must be 1 to %d bytes", QHX_MAX_STOP_BYTES), "stop";
+            if (!(rq->stop[rq->gen.n_stop] = strdup(json_string_value(s))))
+                return snprintf(err, cap, "out of memory"), "stop";
+            rq->gen.n_stop++;
+        }
+        rq->gen.stop = (const char *const *)rq->stop;
+    }
+    return NULL;
+}
+
+/* Turns the body into a request with its prompt ids. Returns 0, or the HTTP status of the error
+ * it has already sent. */
+static unsigned parse_request(server *sv, struct MHD_Connection *c, const char *body, size_t len, int chat,
+                              request **out, enum MHD_Result *sent) {
+    *out = NULL;
+    json_error_t jerr;
+    json_t *j = json_loadb(body, len, 0, &jerr);
+    char err[512] = "";
+    if (!j) return *sent = BAD_REQUEST(c, NULL, "request body is not valid JSON: %s (line %d, column %d)", jerr.text,
+                                       jerr.line, jerr.column), 400;
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return *sent = BAD_REQUEST(c, NULL, "request body must be a JSON object"), 400;
+    }
+    request *rq = calloc(1, sizeof *rq);
+    unsigned status = 400;
+    const char *param = NULL;
+    char *text = NULL;
+    size_t text_len = 0;
+    int special = 0;
+    if (!rq) { snprintf(err, sizeof err, "out of memory"); status = 500; goto fail; }
+    rq->chat = chat;
+    rq->thinking = 1;
+    json_t *model = json_object_get(j, "model");
+    if (model && !json_is_string(model)) { param = "model"; snprintf(err, sizeof err, "'model' must be a string"); goto fail; }
+    if ((param = parse_sampling(sv, j, rq, err, sizeof err))) goto fail;
+    if (chat) {
+        json_t *msgs = json_object_get(j, "messages"), *tools = json_object_get(j, "tools");
+        if (!json_is_array(msgs) || !json_array_size(msgs)) {
+            param = "messages";
+            snprintf(err, sizeof err, "'messages' must be a non-empty array");
+            goto fail;
+        }
+        for (size_t i = 0; i < json_array_size(msgs); i++) {
+            json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
+            if (!json_is_object(m) || !json_is_string(role)) {
+                param = "messages";
+                snprintf(err, sizeof err, "messages[%zu] must be an object with a string 'role'", i);
+                goto fail;
+            }
+        }
+        if (tools && !json_is_null(tools) && !json_is_array(tools)) { param = "tools"; snprintf(err, sizeof err, "'tools' must be an array"); goto fail; }
+        json_t *kw = json_object_get(j, "chat_template_kwargs");
+        if (kw && !json_is_null(kw) && !json_is_object(kw)) {
+            param = "chat_template_kwargs";
+            snprintf(err, sizeof err, "'chat_template_kwargs' must be an object");
+            goto fail;
+        }
+        if (get_bool(kw, "enable_thinking", &rq->thinking, err, sizeof err)) { param = "chat_template_kwargs"; goto fail; }
+        json_t *req = json_pack("{s:O, s:b, s:b}", "messages", msgs, "add_generation_prompt", 1, "enable_thinking", rq->thinking);
+        if (tools && json_is_array(tools)) json_object_set(req, "tools", tools);
+        char *rj = req ? json_dumps(req, JSON_COMPACT) : NULL;
+        json_decref(req);
+        if (!rj || qhx_chat_render(rj, strlen(rj), &text, &text_len)) {
+            free(rj);
+            param = "messages";
+            snprintf(err, sizeof err, "%s", rj ? qhx_last_error() : "out of memory");
+            goto fail;
+        }
+        free(rj);
+        special = 1; /* the template's markers are special tokens; user text is inside them as rendered */
+    } else {
+        json_t *p = json_object_get(j, "prompt");
+        if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
+        if (json_is_string(p)) {
+            if (!(text = strndup(json_string_value(p), json_string_length(p)))) { status = 500; snprintf(err, sizeof err, "out of memory"); goto fail; }
+            text_len = json_string_length(p);
+        } else if (json_is_array(p) && json_array_size(p) && json_is_integer(json_array_get(p, 0))) {
+            size_t n = json_array_size(p);
+            if (n > (size_t)sv->mi.max_context) {
+                param = "prompt";
+                snprintf(err, sizeof err, "the prompt has %zu tokens; the context is %d", n, sv->mi.max_context);
+                goto fail;
+            }
+            rq->ids = malloc(sizeof(int32_t) * n);
+            rq->n_ids = (int)n;
+            for (size_t i = 0; rq->ids && i < n; i++) {
+                json_t *v = json_array_get(p, i);
+                if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= sv->mi.vocab_size) {
+                    param = "prompt";
+                    snprintf(err, sizeof err, "prompt[%zu] is not a token id in [0, %d)", i, sv->mi.vocab_size);
+                    goto fail;
+                }
+                rq->ids[i] = (int32_t)json_integer_value(v);
+            }
+            if (!rq->ids) { status = 500; snprintf(err, sizeof err, "out of memory"); goto fail; }
+        } else {
+            param = "prompt";
+            snprintf(err, sizeof err, "'prompt' must be a string, a one-string array or an array of token ids");
+            goto fail;
+        }
+    }
+    if (text) {
+        pthread_mutex_lock(&sv->tok_lock);
+        size_t n = 0;
+        qhx_status st = qhx_tokenizer_encode(sv->tok, text, text_len, special ? QHX_ENCODE_SPECIAL : 0, &rq->ids, &n);
+        pthread_mutex_unlock(&sv->tok_lock);
+        if (st) { param = chat ? "messages" : "prompt"; snprintf(err, sizeof err, "%s", qhx_last_error()); goto fail; }
+        rq->n_ids = (int)n;
+        if (!n) { param = "prompt"; snprintf(err, sizeof err, "the prompt is empty"); goto fail; }
+    }
+    if (rq->n_ids + rq->gen.max_tokens > sv->mi.max_context) {
+        json_decref(j);
+        *sent = send_error(c, 400, "invalid_request_error", "messages", "context_length_exceeded",
+                           "This model's maximum context length is %d tokens. However, you requested %d tokens "
+                           "(%d in the prompt, %d for the completion).", sv->mi.max_context,
+                           rq->n_ids + rq->gen.max_tokens, rq->n_ids, rq->gen.max_tokens);
+        request_free(rq);
+        free(text);
+        return 400;
+    }
+    free(text);
+    json_decref(j);
+    pthread_mutex_lock(&sv->lock);
+    unsigned long k = ++sv->n_requests;
+    pthread_mutex_unlock(&sv->lock);
+    snprintf(rq->id, sizeof rq->id, "%s-%lx%lu", chat ? "chatcmpl" : "cmpl", (unsigned long)time(NULL), k);
+    rq->created = (long)time(NULL);
+    *out = rq;
+    return 0;
+fail:
+    json_decref(j);
+    free(text);
+    if (rq) request_free(rq);
+    *sent = send_error(c, status, status == 400 ? "invalid_request_error" : "server_error", param, NULL, "%s", err);
+    return status;
+}
+
+/* ---- generation ---- */
+
+/* Splits a thinking model's output into reasoning (up to </think>) and content. */
+typedef struct {
+    int in_reasoning, content_started;
+    char hold[8];
+    size_t n_hold;
+} think_split;
+
+static const char THINK_END[] = "</think>";
+
+/* Appends text to the reasoning or content buffers it belongs to. */
+static void split_text(think_split *ts, const char *t, size_t n, char **rbuf, size_t *rlen, char **cbuf, size_t *clen) {
+    for (size_t i = 0; i < n; i++) {
+        char ch = t[i];
+        if (ts->in_reasoning) {
+            ts->hold[ts->n_hold++] = ch;
+            if (memcmp(ts->hold, THINK_END, ts->n_hold)) { /* not a prefix of </think>: flush the first byte */
+                size_t k = 1;
+                while (k < ts->n_hold && memcmp(ts->hold + k, THINK_END, ts->n_hold - k)) k++;
+                memcpy(*rbuf + *rlen, ts->hold, k);
+                *rlen += k;
+                memmove(ts->hold, ts->hold + k, ts->n_hold - k);
+                ts->n_hold -= k;
+            } else if (ts->n_hold == sizeof THINK_END - 1) {
+                ts->in_reasoning = 0;
+                ts->n_hold = 0;
+            }
+        } else {
+            if (!ts->content_started && ch == '\n') continue; /* the template puts "\n\n" after </think> */
+            ts->content_started = 1;
+            (*cbuf)[(*clen)++] = ch;
+        }
+    }
+}
+
+typedef struct {
+    server *sv;
+    request *rq;
+    int slot, fd;                 /* fd: the stream's pipe, or the client's socket to poll */
+    int failed;                   /* the client is gone */
+    think_split ts;
+    char *reasoning, *content;    /* everything so far (non-streaming) */
+    size_t n_reasoning, n_content, cap;
+} job;
+
+static int grow(job *jb, size_t more) {
+    size_t need = (jb->n_reasoning > jb->n_content ? jb->n_reasoning : jb->n_content) + more + 16;
+    if (need <= jb->cap) return 0;
+    size_t cap = need * 2;
+    char *a = realloc(jb->reasoning, cap), *b = a ? realloc(jb->content, cap) : NULL;
+    if (a) jb->reasoning = a;
+    if (b) jb->content = b;
+    if (!a || !b) return -1;
+    jb->cap = cap;
+    return 0;
+}
+
+static int write_all(int fd, const char *s, size_t n) {
+    while (n) {
+        ssize_t k = write(fd, s, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        s += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int send_event(job *jb, json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s) return -1;
+    int rc = write_all(jb->fd, "data: ", 6) || write_all(jb->fd, s, strlen(s)) || write_all(jb->fd, "\n\n", 2);
+    free(s);
+    return rc ? -1 : 0;
+}
+
+static json_t *chunk(job *jb, json_t *choice) {
+    const request *rq = jb->rq;
+    return json_pack("{s:s, s:s, s:i, s:s, s:[o]}", "id", rq->id, "object",
+                     rq->chat ? "chat.completion.chunk" : "text_completion", "created", (int)rq->created, "model",
+                     jb->sv->model_id, "choices", choice);
+}
+
+static int on_token(int32_t tok, const char *text, size_t len, void *user) {
+    job *jb = user;
+    server *sv = jb->sv;
+    turn_end(sv); /* let the other slots have their token */
+    if (sv->stopping) jb->failed = 1;
+    if (!jb->failed && !jb->rq->stream) { /* a client that hung up will not read the answer */
+        struct pollfd p = {jb->fd, POLLIN | POLLRDHUP, 0};
+        if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) jb->failed = 1;
+    }
+    if (!jb->failed && len) {
+        size_t r0 = jb->n_reasoning, c0 = jb->n_content;
+        if (grow(jb, len)) jb->failed = 1;
+        else if (jb->rq->chat) split_text(&jb->ts, text, len, &jb->reasoning, &jb->n_reasoning, &jb->content, &jb->n_content);
+        else memcpy(jb->content + jb->n_content, text, len), jb->n_content += len;
+        if (!jb->failed && jb->rq->stream) {
+            json_t *choice;
+            if (!jb->rq->chat)
+                choice = json_pack("{s:s%, s:i, s:n, s:n}", "text", jb->content + c0, jb->n_content - c0, "index", 0,
+                                   "logprobs", "finish_reason");
+            else {
+                json_t *delta = json_object();
+                if (jb->n_reasoning > r0)
+                    json_object_set_new(delta, "reasoning_content", json_stringn(jb->reasoning + r0, jb->n_reasoning - r0));
+                if (jb->n_content > c0) json_object_set_new(delta, "content", json_stringn(jb->content + c0, jb->n_content - c0));
+                choice = json_object_size(delta) ? json_pack("{s:i, s:o, s:n}", "index", 0, "delta", delta, "finish_reason") : NULL;
+                if (!choice) json_decref(delta);
+            }
+            if (choice && send_event(jb, chunk(jb, choice))) jb->failed = 1;
+        }
+    }
+    turn_begin(sv);
+    return jb->failed;
+}
+
+static json_t *usage(const qhx_generate_result *res) {
+    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", res->n_prompt, "completion_tokens", res->n_generated,
+                     "total_tokens", res->n_prompt + res->n_generated);
+}
+
+/* Runs a queued request on a free slot; what qhx_generate returns. */
+static qhx_status run_job(job *jb, qhx_generate_result *res) {
+    server *sv = jb->sv;
+    memset(res, 0, sizeof *res);
+    if ((jb->slot = slot_take(sv)) < 0) return QHX_ERR_CANCELLED; /* stopping */
+    if (jb->failed) { slot_give(sv, jb->slot); return QHX_ERR_CANCELLED; }
+    turn_begin(sv);
+    qhx_session_reset(sv->slot[jb->slot]);
+    jb->ts.in_reasoning = jb->rq->chat && jb->rq->thinking;
+    qhx_status st = qhx_generate(sv->slot[jb->slot], jb->rq->ids, jb->rq->n_ids, &jb->rq->gen, on_token, jb, res);
+    turn_end(sv);
+    slot_give(sv, jb->slot);
+    return st;
+}
+
+static const char *finish_reason(const qhx_generate_result *res) { return res->finish == QHX_FINISH_STOP ? "stop" : "length"; }
+
+static void *stream_worker(void *arg) {
+    job *jb = arg;
+    qhx_generate_result res;
+    if (jb->rq->chat) /* OpenAI's chat streams open with the role */
+        jb->failed = send_event(jb, chunk(jb, json_pack("{s:i, s:{s:s, s:s}, s:n}", "index", 0, "delta", "role",
+                                                        "assistant", "content", "", "finish_reason")));
+    qhx_status st = run_job(jb, &res);
+    if (st == QHX_OK) {
+        json_t *choice = jb->rq->chat
+            ? json_pack("{s:i, s:{}, s:s}", "index", 0, "delta", "finish_reason", finish_reason(&res))
+            : json_pack("{s:i, s:s, s:n, s:s}", "index", 0, "text", "", "logprobs", "finish_reason", finish_reason(&res));
+        int bad = send_event(jb, chunk(jb, choice));
+        if (!bad && jb->rq->include_usage) {
+            json_t *u = chunk(jb, json_null());
+            json_object_set_new(u, "choices", json_array());
+            json_object_set_new(u, "usage", usage(&res));
+            bad = send_event(jb, u);
+        }
+        if (!bad) write_all(jb->fd, "data: [DONE]\n\n", 14);
+    } else if (st != QHX_ERR_CANCELLED) {
+        json_t *e = json_pack("{s:{s:s, s:s}}", "error", "message", qhx_last_error(), "type", "server_error");
+        send_event(jb, e);
+    }
+    close(jb->fd);
+    request_free(jb->rq);
+    free(jb->reasoning);
+    free(jb->content);
+    free(jb);
+    return NULL;
+}
+
+/* ---- the HTTP side ---- */
+
+typedef struct {
+    char *body;
+    size_t len;
+    int too_big;
+} upload;
+
+static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *up, int chat) {
+    if (up->too_big)
+        return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", NULL, "request_too_large",
+                          "request body over %u bytes", MAX_BODY);
+    request *rq;
+    enum MHD_Result sent = MHD_NO;
+    if (parse_request(sv, c, up->body ? up->body : "", up->len, chat, &rq, &sent)) return sent;
+    if (queue_enter(sv)) {
+        request_free(rq);
+        return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, "server_busy",
+                          "%d requests are already waiting; try again later", MAX_QUEUE);
+    }
+    job *jb = calloc(1, sizeof *jb);
+    if (!jb) { request_free(rq); return send_error(c, 500, "server_error", NULL, NULL, "out of memory"); }
+    jb->sv = sv;
+    jb->rq = rq;
+    if (rq->stream) {
+        int fds[2];
+        pthread_t th;
+        if (pipe2(fds, O_CLOEXEC)) { request_free(rq); free(jb); return send_error(c, 500, "server_error", NULL, NULL, "pipe: %s", strerror(errno)); }
+        jb->fd = fds[1];
+        struct MHD_Response *r = MHD_create_response_from_pipe(fds[0]);
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        if (!r || pthread_create(&th, &at, stream_worker, jb)) {
+            pthread_attr_destroy(&at);
+            if (r) MHD_destroy_response(r); else close(fds[0]);
+            close(fds[1]);
+            request_free(rq);
+            free(jb);
+            return send_error(c, 500, "server_error", NULL, NULL, "could not start the stream");
+        }
+        pthread_attr_destroy(&at);
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    jb->fd = ci ? ci->connect_fd : -1;
+    qhx_generate_result res;
+    qhx_status st = run_job(jb, &res);
+    enum MHD_Result ret;
+    if (st == QHX_ERR_CANCELLED) ret = MHD_NO; /* the client left, or the server is stopping */
+    else if (st) ret = send_error(c, 500, "server_error", NULL, NULL, "%s", qhx_last_error());
+    else {
+        while (jb->n_reasoning && jb->reasoning && jb->reasoning[jb->n_reasoning - 1] == '\n') jb->n_reasoning--;
+        json_t *choice;
+        if (chat) {
+            json_t *msg = json_pack("{s:s, s:s%}", "role", "assistant", "content", jb->content ? jb->content : "", jb->n_content);
+            if (rq->thinking) json_object_set_new(msg, "reasoning_content", json_stringn(jb->reasoning ? jb->reasoning : "", jb->n_reasoning));
+            choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs", "finish_reason", finish_reason(&res));
+        } else {
+            choice = json_pack("{s:s%, s:i, s:n, s:s}", "text", jb->content ? jb->content : "", jb->n_content, "index", 0,
+                               "logprobs", "finish_reason", finish_reason(&res));
+        }
+        json_t *out = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", rq->id, "object",
+                                chat ? "chat.completion" : "text_completion", "created", (int)rq->created, "model",
+                                sv->model_id, "choices", choice, "usage", usage(&res));
+        ret = out ? send_json(c, MHD_HTTP_OK, out) : send_error(c, 500, "server_error", NULL, NULL, "the output is not valid UTF-8");
+    }
+    request_free(rq);
+    free(jb->reasoning);
+    free(jb->content);
+    free(jb);
+    return ret;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                              const char *version, const char *data, size_t *data_size, void **con_cls) {
+    server *sv = cls;
+    upload *up = *con_cls;
+    if (!up) { /* headers are in; the body (if any) follows */
+        if (!(up = calloc(1, sizeof *up))) return MHD_NO;
+        *con_cls = up;
+        return MHD_YES;
+    }
+    if (*data_size) {
+        if (up->len + *data_size > MAX_BODY) up->too_big = 1;
+        if (!up->too_big) {
+            char *b = realloc(up->body, up->len + *data_size + 1);
+            if (!b) return MHD_NO;
+            memcpy(b + up->len, data, *data_size);
+            up->body = b;
+            up->len += *data_size;
+        }
+        *data_size = 0;
+        return MHD_YES;
+    }
+    const int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    if (!strcmp(url, "/health")) {
+        if (!get) return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, NULL, "use GET %s", url);
+        return send_json(c, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
+    }
+    if (!strcmp(url, "/v1/models")) {
+        if (!get) return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, NULL, "use GET %s", url);
+        return send_json(c, MHD_HTTP_OK,
+                         json_pack("{s:s, s:[{s:s, s:s, s:i, s:s, s:i}]}", "object", "list", "data", "id", sv->model_id,
+                                   "object", "model", "created", 0, "owned_by", "qhexrt", "context_length", sv->mi.max_context));
+    }
+    const int chat = !strcmp(url, "/v1/chat/completions");
+    if (chat || !strcmp(url, "/v1/completions")) {
+        if (!post) return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, NULL, "use POST %s", url);
+        return completion(sv, c, up, chat);
+    }
+    return send_error(c, MHD_HTTP_NOT_FOUND, "invalid_request_error", NULL, "not_found", "no route %s %s", method, url);
+}
+
+static void request_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    upload *up = *con_cls;
+    if (up) free(up->body);
+    free(up);
+    *con_cls = NULL;
+}
+
+static const char serve_help[] =
+    "usage: qhx serve MODEL [--host 127.0.0.1] [--port 8080] [--parallel 4] [-n 4096]\n"
+    "An OpenAI-compatible HTTP server: GET /health, GET /v1/models, POST /v1/completions and\n"
+    "POST /v1/chat/completions (stream, max_tokens, temperature, top_p, top_k, min_p, seed, stop,\n"
+    "presence/frequency/repetition penalties; chat_template_kwargs.enable_thinking). Listens on\n"
+    "loopback unless --host says otherwise; --port 0 picks a free port. The address it listens on is\n"
+    "printed on stderr. Stops on SIGINT or SIGTERM.\n"
+    "  --parallel N   sessions generating at once, taking turns token by token (default 4)\n"
+    "  -n N           the largest max_tokens a request may ask for (default 4096)\n" RUNTIME_HELP;
+
+static volatile sig_atomic_t got_signal;
+static void on_signal(int sig) { got_signal = sig; }
+
+int cmd_serve(int argc, char **argv) {
+    opts o = {.n = 4096, .port = 8080, .parallel = 4, .host = "127.0.0.1"};
+    if (parse_common(argc, argv, &o)) return 2;
+    if (o.help) return fputs(serve_help, stdout), 0;
+    if (!o.model || o.prompt) return die("needs MODEL and nothing else (see qhx serve --help)"), 2;
+    if (o.n < 1) return die("-n: at least 1"), 2;
+    struct sockaddr_storage addr = {0};
+    socklen_t alen;
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&addr;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&addr;
+    int v6 = strchr(o.host, ':') != NULL;
+    if (v6 ? inet_pton(AF_INET6, o.host, &a6->sin6_addr) != 1 : inet_pton(AF_INET, o.host, &a4->sin_addr) != 1)
+        return die("--host: '%s' is not an IPv4 or IPv6 address", o.host), 2;
+    if (v6) { a6->sin6_family = AF_INET6; a6->sin6_port = htons((uint16_t)o.port); alen = sizeof *a6; }
+    else { a4->sin_family = AF_INET; a4->sin_port = htons((uint16_t)o.port); alen = sizeof *a4; }
+    (void)alen;
+
+    server sv = {.max_tokens = (int)o.n, .n_slots = (int)o.parallel};
+    qhx_runtime *rt = NULL;
+    int rc = 1;
+    struct MHD_Daemon *d = NULL;
+    pthread_mutex_init(&sv.lock, NULL);
+    pthread_mutex_init(&sv.tok_lock, NULL);
+    pthread_cond_init(&sv.cv, NULL);
+    sv.slot = calloc((size_t)sv.n_slots, sizeof *sv.slot);
+    sv.slot_busy = calloc((size_t)sv.n_slots, sizeof *sv.slot_busy);
+    if (!sv.slot || !sv.slot_busy) { die("out of memory"); goto done; }
+    if (open_model(&o, &rt, &sv.m)) goto done;
+    qhx_model_get_info(sv.m, &sv.mi);
+    if (qhx_model_tokenizer(sv.m, &sv.tok)) { api_error(); goto done; }
+    for (int i = 0; i < sv.n_slots; i++)
+        if (qhx_session_new(sv.m, &sv.slot[i])) { api_error(); goto done; }
+    if (sv.max_tokens > sv.mi.max_context) sv.max_tokens = sv.mi.max_context;
+    const char *base = strrchr(o.model, '/');
+    while (base && !base[1] && base > o.model) { /* "dir/" */
+        const char *p = base - 1;
+        while (p > o.model && *p != '/') p--;
+        base = p;
+    }
+    snprintf(sv.model_id, sizeof sv.model_id, "%s", base && base[1] ? base + (*base == '/') : o.model);
+    char *slash = strchr(sv.model_id, '/');
+    if (slash) *slash = 0;
+
+    signal(SIGPIPE, SIG_IGN); /* a client gone mid-stream is a failed write, not a dead server */
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | (v6 ? MHD_USE_IPv6 : 0),
+                         (uint16_t)o.port, NULL, NULL, handle, &sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                         MHD_OPTION_NOTIFY_COMPLETED, request_done, NULL, MHD_OPTION_CONNECTION_LIMIT, 128u,
+                         MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_END);
+    if (!d) { die("cannot listen on %s port %lld: %s", o.host, o.port, strerror(errno)); goto done; }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    fprintf(stderr, "qhx serve: %s (%s, %d slots, context %d) listening on http://%s%s%s:%u\n", sv.model_id,
+            qhx_runtime_kernels(rt), sv.n_slots, sv.mi.max_context, v6 ? "[" : "", o.host, v6 ? "]" : "",
+            di ? di->port : (unsigned)o.port);
+    while (!got_signal) pause();
+    fprintf(stderr, "qhx serve: stopping (signal %d)\n", (int)got_signal);
+    pthread_mutex_lock(&sv.lock);
+    sv.stopping = 1; /* running generations cancel at their next token; queued ones never start */
+    pthread_cond_broadcast(&sv.cv);
+    pthread_mutex_unlock(&sv.lock);
+    MHD_stop_daemon(d);
+    for (;;) { /* stream workers are detached: wait until every slot is back */
+        pthread_mutex_lock(&sv.lock);
+        int busy = sv.n_running + sv.n_waiting;
+        pthread_mutex_unlock(&sv.lock);
+        if (!busy) break;
+        usleep(10000);
+    }
+    rc = 0;
+done:
+    for (int i = 0; sv.slot && i < sv.n_slots; i++) qhx_session_free(sv.slot[i]);
+    free(sv.slot);
+    free(sv.slot_busy);
+    qhx_model_close(sv.m);
+    qhx_runtime_free(rt);
+    return rc;
+}
