@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Installs the Debian packages qhexrt builds and tests with, when they are missing.
 set -eu
-pkgs=(gcc make libcjson-dev libjansson-dev libpcre2-dev libutf8proc-dev libxxhash-dev)
+pkgs=(gcc make libcjson-dev libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 [[ ${QHX_TEST_DEPS:-0} == 1 ]] && ! command -v npm >/dev/null && missing+=(npm)
 [[ ${QHX_TEST_DEPS:-0} == 1 ]] && ! command -v clang >/dev/null && missing+=(clang)  # libFuzzer
+[[ ${QHX_TEST_DEPS:-0} == 1 ]] && ! command -v curl >/dev/null && missing+=(curl)    # server tests
 if [[ ${#missing[@]} -gt 0 ]]; then
     echo "installing: ${missing[*]}" >&2
     sudo=; [[ $(id -u) -ne 0 ]] && sudo=sudo
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-# the independent oracles the tests compare against (Hugging Face's Rust tokenizers)
-if [[ ${QHX_TEST_DEPS:-0} == 1 && ! -d tests/oracle/node_modules/tokenizers ]]; then
-    (cd tests/oracle && npm install --no-audit --no-fund --silent)
+# the independent oracles the tests compare against (Hugging Face's Rust tokenizers, OpenAI's client)
+if [[ ${QHX_TEST_DEPS:-0} == 1 && ! ( -d tests/oracle/node_modules/tokenizers && -d tests/oracle/node_modules/openai ) ]]; then
+    (cd tests/oracle && npm ci --no-audit --no-fund --silent)
 fi

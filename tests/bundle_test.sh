@@ -72,7 +72,7 @@ total=0 same=0
 for c in $(grep -o '"name": "[^"]*"' models/q35-kjv/golden/golden.json | cut -d'"' -f4); do
     prompt=$(golden_ids "$c" ids)
     read -ra W <<<"$(golden_ids "$c" greedy_ids | tr , ' ')"
-    read -ra G <<<"$("$qhx" generate "$tmp/one" --tokens "$prompt" -n 64 --ids)"
+    read -ra G <<<"$("$qhx" generate "$tmp/one" --tokens "$prompt" -n 64 --ignore-eos --ids)"
     n=0; while ((n < ${#W[@]})) && [[ ${W[n]} == "${G[n]:-}" ]]; do n=$((n + 1)); done
     total=$((total + ${#W[@]})); same=$((same + n))
     msg="  W8 greedy, golden case $c: $n/${#W[@]} tokens match Hugging Face fp32"
@@ -101,7 +101,7 @@ check "[[ \$(sed -E 's/.*\"tokens\": ([0-9]+).*/\1/' <<<'$p8') -gt 1000 ]]" "per
 
 # context: a forge with --context-len 40 refuses what does not fit, before any work
 "$qhx" forge models/q35-kjv -o "$tmp/short" --context-len 40 --no-gate >/dev/null 2>&1 || bad "forge --context-len"
-expect_err 1 "exceed the context of 40" "$qhx" generate "$tmp/short" --tokens 1,2,3,4,5,6,7,8,9,10 -n 31
+expect_err 1 "exceed the context left (40 of 40)" "$qhx" generate "$tmp/short" --tokens 1,2,3,4,5,6,7,8,9,10 -n 31
 "$qhx" generate "$tmp/short" --tokens 1,2,3,4,5,6,7,8,9,10 -n 30 --ids >/dev/null 2>&1 && ok || bad "10 + 30 tokens in a context of 40"
 
 # forge errors
@@ -164,7 +164,7 @@ mkdir -p "$tmp/deep" && cp models/q35-kjv/model.safetensors "$tmp/deep/" && head
 expect_err 1 "config.json: not a JSON object" "$qhx" generate "$tmp/deep" --tokens 1 -n 1
 expect_err 2 "--context-len: '1099511627776' is not an integer in" "$qhx" forge models/q35-kjv -o "$tmp/x" --context-len 1099511627776
 "$qhx" generate "$tmp/one" --tokens 1 -n 1073741824 >/dev/null 2>"$tmp/err"; rc=$?
-check "[[ $rc -eq 1 ]] && grep -q 'exceed the context of 4096' $tmp/err" "a 2^30-token generation was not refused up front (exit $rc)"
+check "[[ $rc -eq 1 ]] && grep -q 'exceed the context left (4096 of 4096)' $tmp/err" "a 2^30-token generation was not refused up front (exit $rc)"
 
 echo "bundle: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -38,7 +38,7 @@ expect_err 2 "unknown option '--bogus'" "$qhx" generate models/q35-kjv --tokens 
 # generate --ids: exactly the golden greedy ids, one line, nothing else on stdout
 for m in q35-kjv q35-rand-tiny; do
     prompt=$(golden_ids $m prompt1 ids); want=$(golden_ids $m prompt1 greedy_ids | tr , ' ')
-    got=$("$qhx" generate models/$m --tokens "$prompt" -n 64 --greedy --ids 2>"$tmp/err")
+    got=$("$qhx" generate models/$m --tokens "$prompt" -n 64 --greedy --ignore-eos --ids 2>"$tmp/err")
     if [[ $got == "$want" && $(printf '%s\n' "$got" | wc -l) -eq 1 ]]; then ok; else bad "$m greedy ids: got '$got' want '$want'"; fi
 done
 
@@ -94,7 +94,41 @@ expect_err 1 "/nope.json" "$qhx" tokenize /nope.json
 # generate from text: the bundled model continues the golden prompt with the golden text
 "$qhx" generate models/q35-kjv "In the beginning" -n 12 >"$tmp/gen" 2>"$tmp/stats"
 grep -q "^In the beginning of my$" "$tmp/gen" && ok || bad "generate text: $(cat "$tmp/gen")"
-grep -qE "prompt 4 tokens, generated 12; time to first token [0-9.]+ ms; prefill [0-9.]+ tok/s; decode [0-9.]+ tok/s" "$tmp/stats" && ok || bad "stats: $(cat "$tmp/stats")"
+grep -qE "prompt 4 tokens, generated 12 \(length\); time to first token [0-9.]+ ms; prefill [0-9.]+ tok/s; decode [0-9.]+ tok/s" "$tmp/stats" && ok || bad "stats: $(cat "$tmp/stats")"
+
+# generate --json: one object whose ids decode to its text; --file reads the prompt; sampling flags
+"$qhx" generate models/q35-kjv "In the beginning" -n 12 --json >"$tmp/gen.json" 2>/dev/null
+node -e 'const j=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));
+         process.exit(j.ids.length===12 && j.completion_tokens===12 && j.prompt_tokens===4 && j.finish_reason==="length" &&
+                      j.text===" of my\n" + j.text.slice(7) && typeof j.seed==="number" && j.ttft_ms>0 ? 0 : 1)' "$tmp/gen.json" \
+    && ok || bad "generate --json: $(cat "$tmp/gen.json")"
+ids=$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1],"utf8")).ids.join(" "))' "$tmp/gen.json")
+[[ "$(echo "$ids" | "$qhx" detokenize models/q35-kjv)" == "$(node -e 'process.stdout.write(JSON.parse(require("fs").readFileSync(process.argv[1],"utf8")).text)' "$tmp/gen.json")" ]] \
+    && ok || bad "generate --json: ids do not decode to text"
+printf 'In the beginning' >"$tmp/prompt.txt"
+"$qhx" generate models/q35-kjv --file "$tmp/prompt.txt" -n 12 >"$tmp/gen2" 2>/dev/null
+cmp -s "$tmp/gen" "$tmp/gen2" && ok || bad "--file differs from the same prompt as an argument"
+a=$("$qhx" generate models/q35-kjv "And God said" -n 30 --temp 0.9 --top-p 0.9 --seed 7 --ids)
+b=$("$qhx" generate models/q35-kjv "And God said" -n 30 --temp 0.9 --top-p 0.9 --seed 7 --ids)
+c=$("$qhx" generate models/q35-kjv "And God said" -n 30 --temp 0.9 --top-p 0.9 --seed 8 --ids)
+[[ -n $a && $a == "$b" && $a != "$c" ]] && ok || bad "--seed: '$a' '$b' '$c'"
+got=$("$qhx" generate models/q35-kjv "In the beginning" -n 12 --stop " my" 2>/dev/null)
+[[ $got == "In the beginning of" ]] && ok || bad "--stop: '$got'"
+expect_err 2 "--temp" "$qhx" generate models/q35-kjv x --temp -1
+expect_err 2 "--temp" "$qhx" generate models/q35-kjv x --temp nan
+expect_err 2 "--top-p" "$qhx" generate models/q35-kjv x --top-p 2
+expect_err 2 "--top-k" "$qhx" generate models/q35-kjv x --top-k -1
+expect_err 2 "--seed" "$qhx" generate models/q35-kjv x --seed 1x
+expect_err 2 "--stop" "$qhx" generate models/q35-kjv x --stop ""
+expect_err 2 "one of PROMPT, --file or --tokens" "$qhx" generate models/q35-kjv x --file "$tmp/prompt.txt"
+expect_err 2 "--ids and --json" "$qhx" generate models/q35-kjv x --ids --json
+expect_err 1 "/nope.txt" "$qhx" generate models/q35-kjv --file /nope.txt
+
+# a 1 GB prompt is refused after reading at most the 64 MiB limit, in bounded memory
+for c in "tokenize $tokdir" "generate models/q35-kjv --file -"; do
+    expect_err 1 "more than 64 MiB" sh -c "ulimit -v 1000000; head -c 1073741824 /dev/zero | tr '\\0' a | '$qhx' $c"
+done
+expect_err 1 "longer than 64 MiB" sh -c "ulimit -v 1000000; head -c 1073741824 /dev/zero | tr '\\0' a | '$qhx' tokenize '$tokdir' --jsonl"
 
 echo "cli: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

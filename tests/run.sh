@@ -30,5 +30,6 @@ run tests/cli_test.sh "$build"
 run tests/bundle_test.sh "$build"
 run tests/fuzz_regress.sh "$build"
 run tests/oracle_test.sh "$build"
+run tests/server_test.sh "$build"
 echo "$passed passed, $failed failed"
 exit $status

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# qhx serve against the official OpenAI client (tests/oracle/openai_client.js) and curl: shapes,
+# streaming, seeds, concurrency, stop strings, and every kind of bad request (4xx in OpenAI's error
+# shape, the server still serving afterwards); a client that disconnects mid-stream frees its slot.
+set -u
+build=${1:-build}
+qhx="$build/qhx"
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+if [[ ! -d tests/oracle/node_modules/openai ]] || ! command -v curl >/dev/null; then
+    echo "server: node_modules/openai or curl missing (make check installs them: scripts/deps.sh)"
+    echo "server: 0 passed, 1 failed"; exit 1
+fi
+
+# start_server LOG ARGS... -> sets port; the server prints its address once it listens
+start_server() {
+    local log=$1; shift
+    "$qhx" serve models/q35-kjv --port 0 "$@" 2>"$log" &
+    pids+=($!)
+    server_pid=$!
+    for _ in $(seq 100); do
+        port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$')
+        [[ -n $port ]] && return 0
+        sleep 0.1
+    done
+    echo "server did not start: $(cat "$log")"; return 1
+}
+
+start_server "$tmp/log" --parallel 4 || { echo "server: 0 passed, 1 failed"; exit 1; }
+url="http://127.0.0.1:$port"
+
+"$qhx" generate models/q35-kjv "And God said" -n 24 --json >"$tmp/greedy.json" 2>/dev/null
+out=$(node tests/oracle/openai_client.js "$url" "$tmp/greedy.json")
+echo "$out" | grep -v '^ok '
+p=$(sed -nE 's/^openai: ([0-9]+) passed, ([0-9]+) failed$/\1/p' <<<"$out"); f=$(sed -nE 's/^openai: ([0-9]+) passed, ([0-9]+) failed$/\2/p' <<<"$out")
+pass=$((pass + ${p:-0})); fail=$((fail + ${f:-1}))
+
+# curl_status WANT_CODE NEEDLE ARGS... : the HTTP status, an OpenAI error body naming NEEDLE
+curl_status() {
+    local want=$1 needle=$2; shift 2
+    local code
+    code=$(curl -s -o "$tmp/body" -w '%{http_code}' "$@")
+    if [[ $code != "$want" ]]; then bad "curl $* -> $code, want $want: $(head -c 300 "$tmp/body")"; return; fi
+    if [[ $want -ge 400 ]] && ! node -e 'const e=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8")).error;
+            if (typeof e.message!=="string"||typeof e.type!=="string"||!e.message.includes(process.argv[2])) process.exit(1)' "$tmp/body" "$needle"; then
+        bad "curl $* -> body is not an OpenAI error naming '$needle': $(head -c 300 "$tmp/body")"; return
+    fi
+    ok
+}
+post() { echo "$url/v1/$1"; }
+curl_status 200 "" "$url/health"
+curl_status 404 "no route" "$url/v1/nothing"
+curl_status 405 "use POST" "$url/v1/chat/completions"
+curl_status 405 "use GET" -X POST "$url/v1/models"
+curl_status 400 "not valid JSON" "$(post completions)" -d '{"prompt": "x",'
+curl_status 400 "JSON object" "$(post completions)" -d '[1,2]'
+curl_status 400 "'prompt'" "$(post completions)" -d '{}'
+curl_status 400 "'max_tokens'" "$(post completions)" -d '{"prompt":"x","max_tokens":"many"}'
+curl_status 400 "'max_tokens'" "$(post completions)" -d '{"prompt":"x","max_tokens":0}'
+curl_status 400 "'max_tokens'" "$(post completions)" -d '{"prompt":"x","max_tokens":1000000000}'
+curl_status 400 "'top_p'" "$(post completions)" -d '{"prompt":"x","top_p":7}'
+curl_status 400 "'seed'" "$(post completions)" -d '{"prompt":"x","seed":1.5}'
+curl_status 400 "'stop'" "$(post completions)" -d '{"prompt":"x","stop":[1]}'
+curl_status 400 "'stop'" "$(post completions)" -d '{"prompt":"x","stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]}'
+curl_status 400 "'stream'" "$(post completions)" -d '{"prompt":"x","stream":"yes"}'
+curl_status 400 "'n'" "$(post completions)" -d '{"prompt":"x","n":3}'
+curl_status 400 "token id" "$(post completions)" -d '{"prompt":[1,2,99999999]}'
+curl_status 400 "messages[1]" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"},{"content":"x"}]}'
+curl_status 400 "content" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":5}]}'
+curl_status 400 "enable_thinking" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":"no"}}'
+printf '{"prompt":"\xff\xfe bad"}' >"$tmp/badutf8"
+curl_status 400 "not valid JSON" "$(post completions)" --data-binary @"$tmp/badutf8"
+printf '{"messages":[{"role":"user","content":"%s"}]}' "$(head -c 1100000 /dev/zero | tr '\0' a)" >"$tmp/huge"
+curl_status 413 "over 1048576 bytes" "$(post chat/completions)" --data-binary @"$tmp/huge"
+printf '{"prompt":"%s","max_tokens":1}' "$(head -c 1000000 /dev/zero | tr '\0' ' ' | sed 's/  / a/g')" >"$tmp/long"
+curl_status 400 "maximum context length" "$(post completions)" --data-binary @"$tmp/long" # kjv: 262,144 positions, ~500k tokens here
+
+# after 100 malformed requests it still answers a good one, and answers it right
+for i in $(seq 100); do
+    case $((i % 4)) in
+        0) body='{"prompt":' ;; 1) body='{"prompt":"x","temperature":-1}' ;; 2) body='{"messages":{}}' ;; 3) body='nul' ;;
+    esac
+    curl -s -o /dev/null "$(post $([[ $((i % 2)) == 0 ]] && echo completions || echo chat/completions))" -d "$body"
+done
+curl -s "$(post completions)" -d '{"prompt":"And God said","max_tokens":24,"temperature":0}' >"$tmp/after"
+node -e 'const a=JSON.parse(require("fs").readFileSync(process.argv[1])), b=JSON.parse(require("fs").readFileSync(process.argv[2]));
+         process.exit(a.choices[0].text===b.text?0:1)' "$tmp/after" "$tmp/greedy.json" && ok || bad "after 100 bad requests: $(head -c 300 "$tmp/after")"
+
+kill -INT "$server_pid"; wait "$server_pid"; rc=$?
+[[ $rc -eq 0 ]] && grep -q "stopping" "$tmp/log" && ok || bad "SIGINT: exit $rc, $(tail -2 "$tmp/log")"
+
+# one slot: a client that hangs up mid-stream must free it for the next request
+start_server "$tmp/log1" --parallel 1 -n 200000 || { echo "server: $pass passed, $((fail + 1)) failed"; exit 1; }
+url="http://127.0.0.1:$port"
+curl -sN --max-time 1 "$(post completions)" -d '{"prompt":"And","max_tokens":200000,"stream":true,"temperature":1,"ignore":1}' >"$tmp/partial"
+t0=$(date +%s)
+curl -s --max-time 60 "$(post completions)" -d '{"prompt":"And God said","max_tokens":24,"temperature":0}' >"$tmp/next"
+t1=$(date +%s)
+grep -q '^data: {' "$tmp/partial" && ok || bad "the long stream sent nothing before the hang-up"
+node -e 'const a=JSON.parse(require("fs").readFileSync(process.argv[1])), b=JSON.parse(require("fs").readFileSync(process.argv[2]));
+         process.exit(a.choices[0].text===b.text?0:1)' "$tmp/next" "$tmp/greedy.json" && ok \
+    || bad "after a hang-up the next request got '$(head -c 200 "$tmp/next")' after $((t1 - t0)) s"
+echo "  slot freed: the next request finished $((t1 - t0)) s after the hang-up"
+kill -INT "$server_pid"; wait "$server_pid"
+
+# flags
+expect_fail() { "$@" >/dev/null 2>"$tmp/err" && bad "$* succeeded" || { grep -qF -- "$needle" "$tmp/err" && ok || bad "$*: $(cat "$tmp/err")"; }; }
+needle="--host" expect_fail "$qhx" serve models/q35-kjv --host localhost:80
+needle="--port" expect_fail "$qhx" serve models/q35-kjv --port 70000
+needle="--parallel" expect_fail "$qhx" serve models/q35-kjv --parallel 0
+needle="no such model" expect_fail "$qhx" serve /nope
+
+echo "server: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
