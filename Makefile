@@ -19,7 +19,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 FUZZERS  := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZERS:%=$(BUILD)/fuzz/%)
 
-all: $(BUILD)/qhx $(BUILD)/qhx_generate $(TEST_BIN) $(FUZZ_REPLAY)
+all: $(BUILD)/qhx $(BUILD)/qhx_generate $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/pty_drive
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -62,6 +62,10 @@ fuzz: $(BUILD)/qhx
 
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testlib.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# drives interactive commands through a pseudo-terminal (tests/chat_test.sh)
+$(BUILD)/pty_drive: $(BUILD)/tests/pty_drive.o
+	$(CC) $(LDFLAGS) -o $@ $^ -lutil
 
 test: all
 	tests/run.sh $(BUILD)

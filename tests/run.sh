@@ -31,5 +31,6 @@ run tests/bundle_test.sh "$build"
 run tests/fuzz_regress.sh "$build"
 run tests/oracle_test.sh "$build"
 run tests/server_test.sh "$build"
+run tests/chat_test.sh "$build"
 echo "$passed passed, $failed failed"
 exit $status

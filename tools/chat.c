@@ -1,2 +1,215 @@
+/*
+ * qhx chat: multi-turn chat in a terminal, in the model's chat format.
+ *
+ * Every turn renders the whole conversation with the chat template and feeds the session only
+ * what it has not seen: when the rendering still starts with what the session holds, just the new
+ * tail; otherwise (the template rewrites earlier turns, e.g. dropping old reasoning) the session
+ * restarts from scratch, because a recurrent state cannot be rolled back. When the conversation
+ * no longer fits the context, the oldest turns go first, and the user is told.
+ */
 #include "cli.h"
-int cmd_chat(int argc, char **argv) { return die("not yet"); }
+
+#include <jansson.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t interrupted;
+static void on_sigint(int sig) { (void)sig; interrupted = 1; }
+
+/* Reads one line from fd 0 (without the newline). Returns 1 for a line, 0 at end of input, -1 when
+ * Ctrl-C interrupted the read (the partial line is dropped). */
+static int read_line(char *buf, size_t cap, size_t *len) {
+    *len = 0;
+    for (;;) {
+        char c;
+        ssize_t k = read(0, &c, 1);
+        if (k < 0 && errno == EINTR) {
+            if (interrupted) return -1;
+            continue;
+        }
+        if (k <= 0) return *len ? 1 : 0;
+        if (c == '\n') return 1;
+        if (*len + 1 < cap) buf[(*len)++] = c;
+    }
+}
+
+typedef struct {
+    char *text;        /* the reply so far */
+    size_t len, cap;
+    int32_t *ids;      /* its tokens */
+    size_t n_ids, cap_ids;
+} reply;
+
+static int chat_on_token(int32_t tok, const char *text, size_t len, void *user) {
+    reply *r = user;
+    if (tok >= 0) {
+        if (r->n_ids == r->cap_ids) {
+            size_t cap = r->cap_ids * 2 + 64;
+            int32_t *t = realloc(r->ids, cap * sizeof *t);
+            if (!t) return 1;
+            r->ids = t;
+            r->cap_ids = cap;
+        }
+        r->ids[r->n_ids++] = tok;
+    }
+    if (len) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+        if (r->len + len + 1 > r->cap) {
+            size_t cap = (r->len + len) * 2 + 256;
+            char *t = realloc(r->text, cap);
+            if (!t) return 1;
+            r->text = t;
+            r->cap = cap;
+        }
+        memcpy(r->text + r->len, text, len);
+        r->len += len;
+        r->text[r->len] = 0;
+    }
+    return interrupted;
+}
+
+/* The assistant message for a reply: reasoning (before </think>) apart from the answer. */
+static json_t *assistant_message(const reply *r) {
+    const char *t = r->text ? r->text : "", *end = strstr(t, "</think>");
+    if (!end) return json_pack("{s:s, s:s%}", "role", "assistant", "content", t, r->len);
+    const char *c = end + 8;
+    while (*c == '\n') c++;
+    size_t rl = (size_t)(end - t);
+    while (rl && t[rl - 1] == '\n') rl--;
+    return json_pack("{s:s, s:s, s:s%}", "role", "assistant", "content", c, "reasoning_content", t, rl);
+}
+
+/* Renders and tokenizes the conversation. */
+static int render(json_t *msgs, int think, qhx_tokenizer *tok, int32_t **ids, size_t *n) {
+    json_t *req = json_pack("{s:O, s:b}", "messages", msgs, "add_generation_prompt", 1);
+    if (think >= 0) json_object_set_new(req, "enable_thinking", json_boolean(think));
+    char *rj = json_dumps(req, JSON_COMPACT), *text = NULL;
+    size_t len;
+    json_decref(req);
+    int rc = !rj || qhx_chat_render(rj, strlen(rj), &text, &len) ||
+             qhx_tokenizer_encode(tok, text, len, QHX_ENCODE_SPECIAL, ids, n);
+    free(rj);
+    free(text);
+    return rc ? api_error() : 0;
+}
+
+static const char chat_help[] =
+    "usage: qhx chat MODEL [--system TEXT] [--think | --no-think] [-n N] [--ctx N] [sampling]\n"
+    "Chat in the terminal. Replies stream as they are generated; Ctrl-C stops a reply (and keeps what\n"
+    "was said); /reset starts over, /exit (or Ctrl-D) leaves. When the conversation outgrows the\n"
+    "context, the oldest turns are dropped, with a note.\n"
+    "  --system TEXT  the system prompt\n"
+    "  --think        let the model think before answering; --no-think: answer directly\n"
+    "                 (default: the chat template's default)\n"
+    "  -n N           tokens per reply at most (default 1024)\n"
+    "  --ctx N        context to use, at most the model's (default: the model's)\n"
+    "sampling defaults here: --temp 0.7 --top-p 0.8 --top-k 20 (Qwen's advice for chat)\n" SAMPLING_HELP RUNTIME_HELP;
+
+int cmd_chat(int argc, char **argv) {
+    opts o = {.n = 1024, .think = -1, .gen = {.temperature = 0.7f, .top_p = 0.8f, .top_k = 20}};
+    if (parse_common(argc, argv, &o)) return 2;
+    if (o.help) return fputs(chat_help, stdout), 0;
+    if (!o.model || o.prompt) return die("needs MODEL (see qhx chat --help)"), 2;
+    if (o.n < 1) return die("-n: at least 1"), 2;
+    default_seed(&o);
+    qhx_runtime *rt = NULL;
+    qhx_model *m = NULL;
+    qhx_session *s = NULL;
+    qhx_tokenizer *tok;
+    json_t *msgs = json_array();
+    int32_t *fed = NULL, *ids = NULL; /* what the session holds; the latest rendering */
+    size_t n_fed = 0, n_ids = 0;
+    char line[1 << 16];
+    int rc = 1;
+    if (open_model(&o, &rt, &m) || qhx_session_new(m, &s) || qhx_model_tokenizer(m, &tok)) {
+        if (m && !s) api_error();
+        goto done;
+    }
+    qhx_model_info mi;
+    qhx_model_get_info(m, &mi);
+    const int ctx = o.ctx && o.ctx < mi.max_context ? (int)o.ctx : mi.max_context;
+    if (o.n >= ctx) { die("-n %lld leaves no room for a prompt in a context of %d", o.n, ctx); goto done; }
+    if (o.system) json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", o.system));
+    const size_t n_fixed = json_array_size(msgs);
+    struct sigaction sa = {.sa_handler = on_sigint}; /* no SA_RESTART: Ctrl-C must interrupt read() */
+    sigaction(SIGINT, &sa, NULL);
+    const int tty = isatty(1);
+    fprintf(stderr, "qhx chat: %s, context %d; /reset starts over, /exit leaves, Ctrl-C stops a reply\n", o.model, ctx);
+    for (;;) {
+        fputs(tty ? "\033[1m>\033[0m " : "> ", stdout);
+        fflush(stdout);
+        size_t len;
+        interrupted = 0;
+        int got = read_line(line, sizeof line, &len);
+        if (got == 0) { fputs("\n", stdout); break; }
+        if (got < 0) { fputs("\n(Ctrl-C stops a reply; /exit or Ctrl-D leaves)\n", stdout); continue; }
+        line[len] = 0;
+        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+        if (!strcmp(line, "/reset")) {
+            while (json_array_size(msgs) > n_fixed) json_array_remove(msgs, n_fixed);
+            qhx_session_reset(s);
+            n_fed = 0;
+            fputs("(conversation reset)\n", stdout);
+            continue;
+        }
+        if (!len) continue;
+        json_t *user = json_pack("{s:s, s:s%}", "role", "user", "content", line, len);
+        if (!user) { fputs("(that line is not valid UTF-8; try again)\n", stdout); continue; }
+        json_array_append_new(msgs, user);
+        free(ids);
+        ids = NULL;
+        if (render(msgs, o.think, tok, &ids, &n_ids)) goto done;
+        size_t dropped = 0;
+        while (n_ids + (size_t)o.n > (size_t)ctx && json_array_size(msgs) > n_fixed + 1) {
+            json_array_remove(msgs, n_fixed); /* the oldest turn */
+            dropped++;
+            free(ids);
+            ids = NULL;
+            if (render(msgs, o.think, tok, &ids, &n_ids)) goto done;
+        }
+        if (dropped) fprintf(stderr, "[context full: dropped the %zu oldest message%s]\n", dropped, dropped > 1 ? "s" : "");
+        if (n_ids + (size_t)o.n > (size_t)ctx) {
+            fprintf(stderr, "[this message alone (%zu tokens) and a %lld-token reply do not fit the context of %d]\n", n_ids, o.n, ctx);
+            json_array_remove(msgs, json_array_size(msgs) - 1);
+            continue;
+        }
+        size_t start = 0; /* feed only what the session has not seen, if it has seen a prefix */
+        if (n_fed && n_fed < n_ids && !memcmp(fed, ids, n_fed * sizeof *ids)) start = n_fed;
+        else { qhx_session_reset(s); n_fed = 0; }
+        reply r = {0};
+        qhx_generate_result res;
+        o.gen.max_tokens = (int)o.n;
+        qhx_status st = qhx_generate(s, ids + start, (int)(n_ids - start), &o.gen, chat_on_token, &r, &res);
+        if (st == QHX_ERR_CANCELLED) fputs(" [stopped]", stdout);
+        else if (st) { fputs("\n", stdout); api_error(); free(r.text); free(r.ids); goto done; }
+        fputs("\n", stdout);
+        json_array_append_new(msgs, assistant_message(&r));
+        /* what the session holds now: the rendering, then the reply tokens it evaluated */
+        size_t pos = (size_t)qhx_session_pos(s), from_reply = pos - n_ids;
+        int32_t *f = realloc(fed, (pos + 1) * sizeof *f);
+        if (f) {
+            fed = f;
+            memcpy(fed, ids, n_ids * sizeof *ids);
+            memcpy(fed + n_ids, r.ids, from_reply * sizeof *ids);
+            n_fed = pos;
+        }
+        free(r.text);
+        free(r.ids);
+        if (!f) { die("out of memory"); goto done; }
+    }
+    rc = 0;
+done:
+    free(fed);
+    free(ids);
+    json_decref(msgs);
+    qhx_session_free(s);
+    qhx_model_close(m);
+    qhx_runtime_free(rt);
+    return rc;
+}

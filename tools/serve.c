@@ -432,7 +432,7 @@ static json_t *chunk(job *jb, json_t *choice) {
                      jb->sv->model_id, "choices", choice);
 }
 
-static int on_token(int32_t tok, const char *text, size_t len, void *user) {
+static int serve_on_token(int32_t tok, const char *text, size_t len, void *user) {
     job *jb = user;
     server *sv = jb->sv;
     turn_end(sv); /* let the other slots have their token */
@@ -466,7 +466,7 @@ static int on_token(int32_t tok, const char *text, size_t len, void *user) {
     return jb->failed;
 }
 
-static json_t *usage(const qhx_generate_result *res) {
+static json_t *usage_json(const qhx_generate_result *res) {
     return json_pack("{s:i, s:i, s:i}", "prompt_tokens", res->n_prompt, "completion_tokens", res->n_generated,
                      "total_tokens", res->n_prompt + res->n_generated);
 }
@@ -480,7 +480,7 @@ static qhx_status run_job(job *jb, qhx_generate_result *res) {
     turn_begin(sv);
     qhx_session_reset(sv->slot[jb->slot]);
     jb->ts.in_reasoning = jb->rq->chat && jb->rq->thinking;
-    qhx_status st = qhx_generate(sv->slot[jb->slot], jb->rq->ids, jb->rq->n_ids, &jb->rq->gen, on_token, jb, res);
+    qhx_status st = qhx_generate(sv->slot[jb->slot], jb->rq->ids, jb->rq->n_ids, &jb->rq->gen, serve_on_token, jb, res);
     turn_end(sv);
     slot_give(sv, jb->slot);
     return st;
@@ -503,7 +503,7 @@ static void *stream_worker(void *arg) {
         if (!bad && jb->rq->include_usage) {
             json_t *u = chunk(jb, json_null());
             json_object_set_new(u, "choices", json_array());
-            json_object_set_new(u, "usage", usage(&res));
+            json_object_set_new(u, "usage", usage_json(&res));
             bad = send_event(jb, u);
         }
         if (!bad) write_all(jb->fd, "data: [DONE]\n\n", 14);
@@ -587,7 +587,7 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
         }
         json_t *out = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", rq->id, "object",
                                 chat ? "chat.completion" : "text_completion", "created", (int)rq->created, "model",
-                                sv->model_id, "choices", choice, "usage", usage(&res));
+                                sv->model_id, "choices", choice, "usage", usage_json(&res));
         ret = out ? send_json(c, MHD_HTTP_OK, out) : send_error(c, 500, "server_error", NULL, NULL, "the output is not valid UTF-8");
     }
     request_free(rq);

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# qhx chat as a person uses it, through a pseudo-terminal (build/pty_drive): multi-turn replies,
+# the oldest turns dropped (with a note) when the context fills, /reset, Ctrl-C stopping a reply
+# without leaving, Ctrl-C at the prompt, /exit; and the same chat driven through a pipe.
+set -u
+build=${1:-build}
+qhx="$build/qhx"
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+P='\x1b[1m>\x1b[0m '   # the prompt on a terminal
+
+cat >"$tmp/turns" <<S
+expect $P
+send Who made the heaven and the earth?\n
+expect $P
+send What did Moses say unto the children of Israel in the wilderness of Sinai?\n
+expect $P
+send And who was the king of Babylon in those days, and what did he do to Jerusalem?\n
+expect [context full: dropped the
+expect $P
+send /reset\n
+expect (conversation reset)
+expect $P
+send \x03
+expect (Ctrl-C stops a reply; /exit or Ctrl-D leaves)
+expect $P
+send /exit\n
+exit 0
+S
+"$build/pty_drive" "$tmp/turns" "$qhx" chat models/q35-kjv --system "Answer from the scriptures." --ctx 160 -n 40 --seed 1 --no-think >"$tmp/t1" 2>&1 \
+    && ok || bad "multi-turn chat on a terminal: $(tail -c 600 "$tmp/t1")"
+replies=$(grep -c $'\x1b\[1m>' "$tmp/t1")
+[[ $replies -ge 5 ]] && ok || bad "expected at least 5 prompts, saw $replies"
+
+# a reply of up to 100,000 tokens, stopped by Ctrl-C; the chat goes on
+cat >"$tmp/cancel" <<S
+expect $P
+send In the beginning\n
+sleep 1500
+send \x03
+expect [stopped]
+expect $P
+send /exit\n
+exit 0
+S
+"$build/pty_drive" "$tmp/cancel" "$qhx" chat models/q35-kjv -n 100000 --ignore-eos --seed 2 --no-think >"$tmp/t2" 2>&1 \
+    && ok || bad "Ctrl-C during a reply: $(tail -c 600 "$tmp/t2")"
+
+# through a pipe: no terminal codes, one prompt per line read, clean exit at end of input
+printf 'Who made the heaven?\n/reset\nAnd the earth?\n' | "$qhx" chat models/q35-kjv -n 24 --seed 3 >"$tmp/p" 2>"$tmp/perr"; rc=$?
+[[ $rc -eq 0 && $(grep -c '^> ' "$tmp/p") -eq 4 && $(grep -c '(conversation reset)' "$tmp/p") -eq 1 ]] && ! grep -q $'\x1b' "$tmp/p" \
+    && ok || bad "piped chat: exit $rc, $(cat "$tmp/p" "$tmp/perr")"
+# the same seed gives the same conversation
+printf 'Who made the heaven?\n/reset\nAnd the earth?\n' | "$qhx" chat models/q35-kjv -n 24 --seed 3 >"$tmp/p2" 2>/dev/null
+cmp -s "$tmp/p" "$tmp/p2" && ok || bad "same seed, different chat"
+printf '\xff\xfe\n/exit\n' | "$qhx" chat models/q35-kjv -n 8 >"$tmp/p3" 2>&1 && grep -q "not valid UTF-8" "$tmp/p3" && ok || bad "invalid UTF-8 line: $(cat "$tmp/p3")"
+"$qhx" chat models/q35-kjv -n 300000 </dev/null >/dev/null 2>"$tmp/err"; rc=$?
+[[ $rc -eq 1 ]] && grep -q "leaves no room" "$tmp/err" && ok || bad "-n over the context: exit $rc $(cat "$tmp/err")"
+
+echo "chat: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
