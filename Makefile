@@ -19,7 +19,9 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 FUZZERS  := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZERS:%=$(BUILD)/fuzz/%)
 
-all: $(BUILD)/qhx $(BUILD)/qhx_generate $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/pty_drive
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+
+all: $(BUILD)/qhx $(BUILD)/qhx_generate $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/pty_drive $(EXAMPLES)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -61,6 +63,10 @@ fuzz: $(BUILD)/qhx
 	done
 
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testlib.o $(BUILD)/libqhexrt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# examples/: programs on the public API alone (the tests build and run them)
+$(BUILD)/examples/%: $(BUILD)/examples/%.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # drives interactive commands through a pseudo-terminal (tests/chat_test.sh)

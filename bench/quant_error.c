@@ -21,7 +21,7 @@ static double frand_gauss(uint64_t *s) {
 
 int main(int argc, char **argv) {
     if (argc != 2) return fprintf(stderr, "usage: quant_error CHECKPOINT\n"), 2;
-    qhx_runtime_opts ro = {"ref", 1};
+    qhx_runtime_opts ro = {.kernels = "ref", .n_threads = 1};
     qhx_runtime *rt;
     qhx_model *m;
     if (qhx_runtime_new(&ro, &rt) || qhx_model_open(rt, argv[1], &m)) return fprintf(stderr, "%s\n", qhx_last_error()), 1;

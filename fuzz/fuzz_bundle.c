@@ -20,7 +20,7 @@ static void cleanup(void) {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     snprintf(pristine, sizeof pristine, "/tmp/qhx-fuzz-bundle-%d", (int)getpid());
     snprintf(dir, sizeof dir, "%s-work", pristine);
-    qhx_runtime_opts ro = {"scalar", 1};
+    qhx_runtime_opts ro = {.kernels = "scalar", .n_threads = 1};
     const char *ck = getenv("QHX_FUZZ_CHECKPOINT");
     qhx_forge_opts fo = {.checkpoint = ck ? ck : "models/q35-rand-tiny", .out = pristine, .force = 1};
     FILE *quiet = fopen("/dev/null", "w");

@@ -51,12 +51,16 @@ typedef struct {
     const char *kernels;   /* "auto" (default; env QHX_KERNELS overrides it), "ref" (the fp32
                               reference: double accumulation), "scalar", "avx2", "avx512" */
     int n_threads;         /* 0: every core */
+    int progress;          /* report long steps (checking a bundle's checksums) on stderr */
 } qhx_runtime_opts;
 
 /* opts may be NULL for the defaults. Fails on unknown kernels or ones this CPU cannot run. */
 qhx_status qhx_runtime_new(const qhx_runtime_opts *opts, qhx_runtime **out);
+/* Stops the runtime's threads and frees it (NULL is fine). Models on it must be closed first. */
 void qhx_runtime_free(qhx_runtime *rt);
+/* The kernel set chosen ("avx2", "ref", ...): what "auto" resolved to on this CPU. */
 const char *qhx_runtime_kernels(const qhx_runtime *rt);
+/* Threads the runtime computes with (the caller's thread included). */
 int qhx_runtime_threads(const qhx_runtime *rt);
 /* Measures this machine's memory read bandwidth in GB/s with the runtime's threads (best of a few
  * passes over `bytes` of memory; 0 = 1 GiB). The yardstick for decode speed. */
@@ -77,6 +81,8 @@ typedef struct qhx_model qhx_model;
  * Weights are memory-mapped. rt may be NULL (a default runtime owned by the model); otherwise it
  * must outlive the model. */
 qhx_status qhx_model_open(qhx_runtime *rt, const char *path, qhx_model **out);
+/* Unmaps the weights and frees the model, its tokenizer and its default runtime (NULL is fine).
+ * Its sessions must be freed first. */
 void qhx_model_close(qhx_model *m);
 
 typedef struct {
@@ -97,6 +103,7 @@ typedef struct {
     uint64_t kv_bytes_per_token;  /* KV cache of one session, per token */
 } qhx_model_info;
 
+/* Sizes, layer counts and end-of-generation ids of an open model. */
 void qhx_model_get_info(const qhx_model *m, qhx_model_info *info);
 
 /* A bundle's manifest JSON text (owned by the model), or NULL for a checkpoint. */
@@ -110,7 +117,12 @@ qhx_status qhx_model_tokenizer(qhx_model *m, qhx_tokenizer **out);
 
 typedef struct qhx_session qhx_session;
 
+/* A fresh session on m: its conv and delta-rule states and its KV caches (sized for the model's
+ * context) are allocated here. Sessions are independent of each other, but a runtime's threads run
+ * one evaluation at a time: threads sharing a runtime must take turns (qhx serve alternates its
+ * sessions token by token). */
 qhx_status qhx_session_new(qhx_model *m, qhx_session **out);
+/* Frees a session (NULL is fine). */
 void qhx_session_free(qhx_session *s);
 /* Forgets every token: the session is as new. */
 void qhx_session_reset(qhx_session *s);
@@ -189,6 +201,7 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
  * "a b" or ["a", "b"] form), added tokens, normalizer, Split/ByteLevel pre-tokenizer and decoder
  * are all read from the file; nothing about a particular vocabulary is built in. */
 qhx_status qhx_tokenizer_load(const char *path, qhx_tokenizer **out);
+/* Frees a tokenizer from qhx_tokenizer_load (NULL is fine); never one owned by a model. */
 void qhx_tokenizer_free(qhx_tokenizer *t);
 /* Writes the loaded tables in the compact binary form (atomically): same encodings, loads in a
  * fraction of the time (no JSON). */

@@ -28,6 +28,7 @@ qhx_status qhx_runtime_new(const qhx_runtime_opts *opts, qhx_runtime **out) {
     if (!rt) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     rt->ex.ks = ks;
     rt->n_threads = n;
+    rt->progress = opts ? opts->progress : 0;
     if (n > 1 && !(rt->ex.pool = qhx_pool_new(n))) {
         free(rt);
         return qhx_fail(QHX_ERR_NOMEM, "could not start %d threads", n);

@@ -130,5 +130,14 @@ for c in "tokenize $tokdir" "generate models/q35-kjv --file -"; do
 done
 expect_err 1 "longer than 64 MiB" sh -c "ulimit -v 1000000; head -c 1073741824 /dev/zero | tr '\\0' a | '$qhx' tokenize '$tokdir' --jsonl"
 
+# examples/minimal, on the public API alone, prints what qhx generate prints
+"$build/examples/minimal" models/q35-kjv "In the beginning" 12 >"$tmp/ex" 2>&1
+[[ "$(head -n -1 "$tmp/ex")" == "$(cat "$tmp/gen")" ]] && tail -1 "$tmp/ex" | grep -q "^\[4 prompt tokens, 12 generated\]$" \
+    && ok || bad "examples/minimal: $(cat "$tmp/ex")"
+expect_err 1 "no such model" "$build/examples/minimal" /nope x 1
+
+# docs/cli.md is the commands' current --help
+scripts/cli_doc.sh "$qhx" | cmp -s - docs/cli.md && ok || bad "docs/cli.md is stale: run scripts/cli_doc.sh >docs/cli.md"
+
 echo "cli: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

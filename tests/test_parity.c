@@ -47,7 +47,7 @@ static void check_model(const char *dir, const char *kernels) {
     qhx_runtime *rt;
     qhx_model *m;
     qhx_session *s;
-    qhx_runtime_opts ro = {kernels, 0};
+    qhx_runtime_opts ro = {.kernels = kernels};
     printf("  %s on %s kernels\n", dir, kernels);
     CHECK(qhx_runtime_new(&ro, &rt) == QHX_OK, "%s", qhx_last_error());
     CHECK(qhx_model_open(rt, dir, &m) == QHX_OK, "%s", qhx_last_error());

@@ -202,7 +202,7 @@ void default_seed(opts *o) {
 
 /* The runtime the options ask for, and the model on it. */
 int open_model(const opts *o, qhx_runtime **rt, qhx_model **m) {
-    qhx_runtime_opts ro = {o->kernels, (int)o->threads};
+    qhx_runtime_opts ro = {.kernels = o->kernels, .n_threads = (int)o->threads, .progress = isatty(2)};
     *m = NULL;
     if (qhx_runtime_new(&ro, rt)) return api_error();
     if (qhx_model_open(*rt, o->model, m)) return api_error();

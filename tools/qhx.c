@@ -453,7 +453,7 @@ static int cmd_forge(int argc, char **argv) {
         else return die("unexpected argument '%s'", a), 2;
     }
     if (!fo.checkpoint || !fo.out) return die("needs CHECKPOINT and -o BUNDLE (see qhx forge --help)"), 2;
-    qhx_runtime_opts ro = {o.kernels, (int)o.threads};
+    qhx_runtime_opts ro = {.kernels = o.kernels, .n_threads = (int)o.threads};
     qhx_runtime *rt;
     if (qhx_runtime_new(&ro, &rt)) return api_error();
     fo.rt = rt;

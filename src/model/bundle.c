@@ -59,7 +59,18 @@ static qhx_status verify(qhx_model *m, const manifest *mf, const qhxf_file *f, c
     if ((double)f->map.size != bytes->valuedouble)
         return qhx_fail(QHX_ERR_FORMAT, "%s/%s: %zu bytes, the manifest says %.0f (truncated or replaced)", m->dir, name,
                         f->map.size, bytes->valuedouble);
-    const uint64_t got = XXH3_64bits(f->map.data, f->map.size);
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    XXH3_64bits_reset(st);
+    const size_t step = (size_t)64 << 20; /* a progress line per 64 MiB on big files */
+    for (size_t off = 0; off < f->map.size; off += step) {
+        XXH3_64bits_update(st, (const char *)f->map.data + off, f->map.size - off < step ? f->map.size - off : step);
+        if (m->rt->progress && f->map.size > step)
+            fprintf(stderr, "\rchecking %s: %3.0f%%", name, 100.0 * (off + step < f->map.size ? off + step : f->map.size) / f->map.size);
+    }
+    if (m->rt->progress && f->map.size > step) fputs("\r\033[K", stderr);
+    const uint64_t got = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
     if (got != want)
         return qhx_fail(QHX_ERR_FORMAT, "%s/%s: checksum mismatch (xxh3 %016llx, the manifest says %016llx)", m->dir, name,
                         (unsigned long long)got, (unsigned long long)want);

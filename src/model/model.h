@@ -16,6 +16,7 @@
 struct qhx_runtime {
     qhx_exec ex;
     int n_threads;
+    int progress;
 };
 
 typedef struct {
