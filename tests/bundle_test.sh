@@ -166,5 +166,28 @@ expect_err 2 "--context-len: '1099511627776' is not an integer in" "$qhx" forge 
 "$qhx" generate "$tmp/one" --tokens 1 -n 1073741824 >/dev/null 2>"$tmp/err"; rc=$?
 check "[[ $rc -eq 1 ]] && grep -q 'exceed the context left (4096 of 4096)' $tmp/err" "a 2^30-token generation was not refused up front (exit $rc)"
 
+# a forge killed (SIGKILL) at random moments leaves the old complete bundle, never a broken one;
+# its temporary directory never loads, and the next forge clears it away
+"$qhx" forge models/q35-kjv -o "$tmp/k" >/dev/null 2>&1
+"$qhx" generate "$tmp/k" "And God said" -n 16 >"$tmp/k0" 2>/dev/null
+survived=0
+for delay in 0.02 0.08 0.15 0.25 0.35 0.45 0.6 0.8; do
+    "$qhx" forge models/q35-kjv -o "$tmp/k" --force >/dev/null 2>&1 &
+    pid=$!
+    sleep "$delay"; kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    "$qhx" generate "$tmp/k" "And God said" -n 16 >"$tmp/k1" 2>"$tmp/kerr" && cmp -s "$tmp/k0" "$tmp/k1" && survived=$((survived + 1)) \
+        || bad "after SIGKILL at ${delay}s the bundle does not work: $(cat "$tmp/kerr")"
+    for d in "$tmp"/k.tmp-* "$tmp"/k.old-*; do
+        [[ -d $d ]] || continue
+        "$qhx" generate "$d" --tokens 1 -n 1 >/dev/null 2>&1 && ! cmp -s <("$qhx" generate "$d" "And God said" -n 16 2>/dev/null) "$tmp/k0" \
+            && bad "a half-written $d loads and differs"
+    done
+done
+[[ $survived -eq 8 ]] && ok
+"$qhx" forge models/q35-kjv -o "$tmp/k" --force >/dev/null 2>&1
+left=$(ls -d "$tmp"/k.tmp-* "$tmp"/k.old-* 2>/dev/null | wc -l)
+[[ $left -eq 0 ]] && ok || bad "$left stale temporary directories after the next forge"
+echo "  SIGKILL during forge: the bundle worked after 8/8 kills; stale directories left after the next forge: $left"
+
 echo "bundle: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -6,9 +6,11 @@
 #include <stddef.h>
 #include "qhexrt.h"
 
-/* Refuses an existing dir unless force; creates the temporary directory (its path in tmp). */
+/* Refuses an existing dir unless force; creates the temporary directory (its path in tmp), and
+ * removes the temporary directories of earlier writers that were killed. */
 qhx_status qhx_outdir_begin(const char *dir, int force, char *tmp, size_t cap);
-/* Renames tmp to dir, replacing (then deleting) an existing dir. */
+/* Renames tmp to dir; an existing dir is swapped out atomically (renameat2 RENAME_EXCHANGE, or two
+ * renames where the filesystem cannot) and then deleted. */
 qhx_status qhx_outdir_publish(const char *tmp, const char *dir);
 /* Deletes a directory tree this process wrote. */
 void qhx_outdir_remove(const char *dir);
