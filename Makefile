@@ -79,10 +79,14 @@ test: all
 test-asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
+# memcheck over the test binaries and the CLI (slow; not part of make check)
+test-valgrind: all
+	tests/valgrind.sh $(BUILD)
+
 clean:
 	rm -rf build build-asan build-fuzz
 
-.PHONY: all test test-asan clean fuzz
+.PHONY: all test test-asan test-valgrind clean fuzz
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_BIN:%=$(BUILD)/tests/%.d) $(FUZZ_REPLAY:%=%.d)
 
 # The README's two commands: install what is missing, build, then run.

@@ -174,8 +174,8 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
         if (n && cb) {
             char *all = malloc(n);
             if (!all) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
-            memcpy(all, text, len);
-            if (!stopped) memcpy(all + len, ts.held, ts.n_held);
+            if (len) memcpy(all, text, len);
+            if (!stopped && ts.n_held) memcpy(all + len, ts.held, ts.n_held);
             cb(-1, all, n, user);
             free(all);
         }

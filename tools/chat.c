@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,11 +23,16 @@ static volatile sig_atomic_t interrupted;
 static void on_sigint(int sig) { (void)sig; interrupted = 1; }
 
 /* Reads one line from fd 0 (without the newline). Returns 1 for a line, 0 at end of input, -1 when
- * Ctrl-C interrupted the read (the partial line is dropped). */
+ * Ctrl-C interrupted the read (the partial line is dropped). Polls in short steps so a Ctrl-C that
+ * lands just before a read is not lost. */
 static int read_line(char *buf, size_t cap, size_t *len) {
     *len = 0;
     for (;;) {
         char c;
+        struct pollfd p = {0, POLLIN, 0};
+        if (interrupted) return -1;
+        if (poll(&p, 1, 100) == 0) continue;
+        if (interrupted) return -1;
         ssize_t k = read(0, &c, 1);
         if (k < 0 && errno == EINTR) {
             if (interrupted) return -1;
@@ -142,10 +148,10 @@ int cmd_chat(int argc, char **argv) {
     const int tty = isatty(1);
     fprintf(stderr, "qhx chat: %s, context %d; /reset starts over, /exit leaves, Ctrl-C stops a reply\n", o.model, ctx);
     for (;;) {
+        interrupted = 0; /* before the prompt shows: a Ctrl-C after it counts */
         fputs(tty ? "\033[1m>\033[0m " : "> ", stdout);
         fflush(stdout);
         size_t len;
-        interrupted = 0;
         int got = read_line(line, sizeof line, &len);
         if (got == 0) { fputs("\n", stdout); break; }
         if (got < 0) { fputs("\n(Ctrl-C stops a reply; /exit or Ctrl-D leaves)\n", stdout); continue; }
