@@ -208,7 +208,7 @@ void qhx_tokenizer_free(qhx_tokenizer *t);
 qhx_status qhx_tokenizer_save_compact(const qhx_tokenizer *t, const char *path);
 /* One past the largest id the tokenizer knows. */
 int qhx_tokenizer_n_ids(const qhx_tokenizer *t);
-/* The longest token's text in bytes: qhx_detok_push never needs more than 3 x this + 16. */
+/* At least the longest token's text in bytes: qhx_detok_push never needs more than 3 x this + 16. */
 size_t qhx_tokenizer_max_piece(const qhx_tokenizer *t);
 /* The id of an added token's exact content ("<|im_end|>"), or -1. */
 int32_t qhx_tokenizer_find_added(const qhx_tokenizer *t, const char *content);
@@ -220,8 +220,8 @@ enum {
     QHX_ENCODE_REPLACE_INVALID = 2 /* replace invalid UTF-8 with U+FFFD instead of failing */
 };
 
-/* Encodes len bytes of UTF-8 text (at most QHX_MAX_TEXT_BYTES). A tokenizer memoises words as it
- * encodes: calls on one tokenizer from several threads must be serialised. *ids is malloc'd (free() it); *n_ids its length. Invalid
+/* Encodes len bytes of UTF-8 text (at most QHX_MAX_TEXT_BYTES). Safe to call on one tokenizer from
+ * several threads (its word cache has a lock). *ids is malloc'd (free() it); *n_ids its length. Invalid
  * UTF-8 fails with the byte offset unless QHX_ENCODE_REPLACE_INVALID. */
 qhx_status qhx_tokenizer_encode(qhx_tokenizer *t, const char *text, size_t len, int flags,
                                 int32_t **ids, size_t *n_ids);

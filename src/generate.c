@@ -15,9 +15,24 @@ typedef struct {
     qhx_detok_stream ds;
     char *piece;        /* one token's text */
     size_t piece_cap;
-    char held[4 * QHX_MAX_STOP_BYTES];  /* released text never reaches this size: see hold() */
+    char held[4 * QHX_MAX_STOP_BYTES];  /* text that may start a stop string: < QHX_MAX_STOP_BYTES between calls */
     size_t n_held;
+    char *out;          /* what the current token releases */
+    size_t n_out, cap_out;
 } text_state;
+
+static int release(text_state *ts, const char *p, size_t n) {
+    if (ts->n_out + n > ts->cap_out) {
+        size_t cap = (ts->n_out + n) * 2 + 64;
+        char *a = realloc(ts->out, cap);
+        if (!a) return -1;
+        ts->out = a;
+        ts->cap_out = cap;
+    }
+    if (n) memcpy(ts->out + ts->n_out, p, n);
+    ts->n_out += n;
+    return 0;
+}
 
 /* Where the first stop string starts in held, or -1. */
 static long find_stop(const text_state *ts) {
@@ -40,12 +55,11 @@ static size_t could_stop(const text_state *ts) {
     return keep;
 }
 
-/* Adds a token's text; out, len: what may be released now. Returns 1 when a stop string appeared
- * (the release then ends just before it). held is drained to < QHX_MAX_STOP_BYTES after every call,
- * and one call adds at most a piece: the piece is fed through in slices to keep that true. */
-static int push_text(text_state *ts, const char *text, size_t n, char **out, size_t *len, char **acc, size_t *acc_len,
-                     size_t *acc_cap) {
-    *acc_len = 0;
+/* Adds a token's text to held and moves what can no longer become a stop string to out (reset
+ * first). Returns 1 when a stop string appeared (out then ends just before it), -1 out of memory.
+ * The text goes through in slices so held never overflows. */
+static int push_text(text_state *ts, const char *text, size_t n) {
+    ts->n_out = 0;
     while (n) {
         size_t take = sizeof ts->held - ts->n_held;
         if (take > n) take = n;
@@ -54,22 +68,12 @@ static int push_text(text_state *ts, const char *text, size_t n, char **out, siz
         text += take;
         n -= take;
         long at = find_stop(ts);
-        size_t release = at >= 0 ? (size_t)at : ts->n_held - could_stop(ts);
-        if (*acc_len + release > *acc_cap) {
-            size_t cap = (*acc_len + release) * 2 + 64;
-            char *a = realloc(*acc, cap);
-            if (!a) return -1;
-            *acc = a;
-            *acc_cap = cap;
-        }
-        memcpy(*acc + *acc_len, ts->held, release);
-        *acc_len += release;
-        if (at >= 0) { ts->n_held = 0; *out = *acc; *len = *acc_len; return 1; }
-        memmove(ts->held, ts->held + release, ts->n_held - release);
-        ts->n_held -= release;
+        size_t k = at >= 0 ? (size_t)at : ts->n_held - could_stop(ts);
+        if (release(ts, ts->held, k)) return -1;
+        if (at >= 0) { ts->n_held = 0; return 1; }
+        memmove(ts->held, ts->held + k, ts->n_held - k);
+        ts->n_held -= k;
     }
-    *out = *acc;
-    *len = *acc_len;
     return 0;
 }
 
@@ -122,8 +126,6 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
     }
     qhx_sampler sp;
     float *logits = malloc(sizeof(float) * (size_t)mi.vocab_size);
-    char *acc = NULL;
-    size_t acc_len = 0, acc_cap = 0;
     if (ts.tok) {
         ts.piece_cap = 3 * qhx_tokenizer_max_piece(ts.tok) + 16;
         ts.piece = malloc(ts.piece_cap);
@@ -141,17 +143,15 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
     for (int i = 0; i < o->max_tokens; i++) {
         int32_t tok = qhx_sampler_sample(&sp, logits);
         if (is_stop_id(o, &mi, tok)) { res.finish = QHX_FINISH_STOP; break; }
-        char *text = NULL;
-        size_t len = 0;
         int stopped = 0;
         if (ts.tok) {
             int k = qhx_detok_push(ts.tok, &ts.ds, tok, ts.piece, ts.piece_cap);
             if (k < 0) { rc = qhx_fail(QHX_ERR_RANGE, "generate: sampled id %d has no text", tok); goto done; }
-            stopped = push_text(&ts, ts.piece, (size_t)k, &text, &len, &acc, &acc_len, &acc_cap);
+            stopped = push_text(&ts, ts.piece, (size_t)k);
             if (stopped < 0) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
         }
         res.n_generated++;
-        if (cb && cb(tok, text, len, user)) {
+        if (cb && cb(tok, ts.out, ts.n_out, user)) {
             res.finish = QHX_FINISH_CANCELLED;
             rc = qhx_fail(QHX_ERR_CANCELLED, "generation cancelled by the callback");
             goto done;
@@ -165,26 +165,17 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
     if (ts.tok) { /* the end: whatever was held back is text after all */
         char tail[16];
         int k = qhx_detok_flush(&ts.ds, tail, sizeof tail);
-        char *text = NULL;
-        size_t len = 0;
-        int stopped = k > 0 ? push_text(&ts, tail, (size_t)k, &text, &len, &acc, &acc_len, &acc_cap) : 0;
+        int stopped = push_text(&ts, tail, k > 0 ? (size_t)k : 0);
+        if (stopped == 0) stopped = release(&ts, ts.held, ts.n_held);
+        else if (stopped == 1) res.finish = QHX_FINISH_STOP;
         if (stopped < 0) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
-        if (stopped) res.finish = QHX_FINISH_STOP;
-        size_t n = len + (stopped ? 0 : ts.n_held);
-        if (n && cb) {
-            char *all = malloc(n);
-            if (!all) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
-            if (len) memcpy(all, text, len);
-            if (!stopped && ts.n_held) memcpy(all + len, ts.held, ts.n_held);
-            cb(-1, all, n, user);
-            free(all);
-        }
+        if (ts.n_out && cb) cb(-1, ts.out, ts.n_out, user);
     }
 done:
     if (result) *result = res;
     qhx_sampler_free(&sp);
     free(logits);
     free(ts.piece);
-    free(acc);
+    free(ts.out);
     return rc;
 }

@@ -42,7 +42,6 @@ typedef struct {
     qhx_session **slot;
     int *slot_busy, n_slots, n_waiting, n_running;
     unsigned long turn_next, turn_now;  /* a ticket lock: whose turn on the model it is */
-    pthread_mutex_t tok_lock;   /* encode memoises: one caller at a time */
     volatile sig_atomic_t stopping;
     unsigned long n_requests;
 } server;
@@ -235,7 +234,7 @@ static unsigned parse_request(server *sv, struct MHD_Connection *c, const char *
     }
     request *rq = calloc(1, sizeof *rq);
     unsigned status = 400;
-    const char *param = NULL;
+    const char *param = NULL, *code = NULL;
     char *text = NULL;
     size_t text_len = 0;
     int special = 0;
@@ -312,23 +311,19 @@ static unsigned parse_request(server *sv, struct MHD_Connection *c, const char *
         }
     }
     if (text) {
-        pthread_mutex_lock(&sv->tok_lock);
         size_t n = 0;
         qhx_status st = qhx_tokenizer_encode(sv->tok, text, text_len, special ? QHX_ENCODE_SPECIAL : 0, &rq->ids, &n);
-        pthread_mutex_unlock(&sv->tok_lock);
         if (st) { param = chat ? "messages" : "prompt"; snprintf(err, sizeof err, "%s", qhx_last_error()); goto fail; }
         rq->n_ids = (int)n;
         if (!n) { param = "prompt"; snprintf(err, sizeof err, "the prompt is empty"); goto fail; }
     }
     if (rq->n_ids + rq->gen.max_tokens > sv->mi.max_context) {
-        json_decref(j);
-        *sent = send_error(c, 400, "invalid_request_error", "messages", "context_length_exceeded",
-                           "This model's maximum context length is %d tokens. However, you requested %d tokens "
-                           "(%d in the prompt, %d for the completion).", sv->mi.max_context,
-                           rq->n_ids + rq->gen.max_tokens, rq->n_ids, rq->gen.max_tokens);
-        request_free(rq);
-        free(text);
-        return 400;
+        param = chat ? "messages" : "prompt";
+        code = "context_length_exceeded";
+        snprintf(err, sizeof err, "This model's maximum context length is %d tokens. However, you requested %d tokens "
+                 "(%d in the prompt, %d for the completion).", sv->mi.max_context, rq->n_ids + rq->gen.max_tokens,
+                 rq->n_ids, rq->gen.max_tokens);
+        goto fail;
     }
     free(text);
     json_decref(j);
@@ -343,7 +338,7 @@ fail:
     json_decref(j);
     free(text);
     if (rq) request_free(rq);
-    *sent = send_error(c, status, status == 400 ? "invalid_request_error" : "server_error", param, NULL, "%s", err);
+    *sent = send_error(c, status, status == 400 ? "invalid_request_error" : "server_error", param, code, "%s", err);
     return status;
 }
 
@@ -679,7 +674,6 @@ int cmd_serve(int argc, char **argv) {
     int rc = 1;
     struct MHD_Daemon *d = NULL;
     pthread_mutex_init(&sv.lock, NULL);
-    pthread_mutex_init(&sv.tok_lock, NULL);
     pthread_cond_init(&sv.cv, NULL);
     sv.slot = calloc((size_t)sv.n_slots, sizeof *sv.slot);
     sv.slot_busy = calloc((size_t)sv.n_slots, sizeof *sv.slot_busy);

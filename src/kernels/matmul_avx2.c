@@ -96,7 +96,7 @@ TARGET static void prefill_rows(const float *wf, size_t cols, int nr, const floa
 #define WIDEN(NAME, LOAD, ES)                                                                                          \
     TARGET static void NAME(const unsigned char *w, size_t cols, float *out) {                                         \
         size_t c = 0;                                                                                                  \
-        for (; c + 8 <= cols; c += 8) _mm256_store_ps(out + c, LOAD(w + c * ES));                                      \
+        for (; c + 8 <= cols; c += 8) _mm256_storeu_ps(out + c, LOAD(w + c * ES));                                     \
         if (c < cols) {                                                                                                \
             unsigned char t[8 * 4] = {0};                                                                              \
             float o[8];                                                                                                \
@@ -112,22 +112,20 @@ WIDEN(widen_bf16, load_bf16, 2)
 WIDEN(widen_f32, load_f32, 4)
 
 static void prefill(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
-    const size_t cols = (size_t)W->cols, es = qhx_dtype_size(W->dtype), stride = (cols + 7) & ~(size_t)7;
-    float *wf = aligned_alloc(32, sizeof(float) * 4 * stride);
+    const size_t cols = (size_t)W->cols, es = qhx_dtype_size(W->dtype);
+    float *wf = aligned_alloc(32, (sizeof(float) * 4 * cols + 31) & ~(size_t)31); /* row i at wf + i * cols */
     if (!wf) abort(); /* 4 rows of weights: nothing sensible to do without them */
     for (int r = r0; r < r1; r += 4) {
         const int nr = r1 - r < 4 ? r1 - r : 4;
         for (int i = 0; i < 4; i++) {
             const unsigned char *w = (const unsigned char *)W->data + (size_t)(r + (i < nr ? i : 0)) * cols * es;
             switch (W->dtype) {
-            case QHX_I8: widen_i8(w, cols, wf + i * stride); break;
-            case QHX_F16: widen_f16(w, cols, wf + i * stride); break;
-            case QHX_BF16: widen_bf16(w, cols, wf + i * stride); break;
-            default: widen_f32(w, cols, wf + i * stride); break;
+            case QHX_I8: widen_i8(w, cols, wf + i * cols); break;
+            case QHX_F16: widen_f16(w, cols, wf + i * cols); break;
+            case QHX_BF16: widen_bf16(w, cols, wf + i * cols); break;
+            default: widen_f32(w, cols, wf + i * cols); break;
             }
         }
-        if (stride != cols) /* rows padded to 8: compact them so wf + i * cols is row i */
-            for (int i = 1; i < 4; i++) memmove(wf + i * cols, wf + i * stride, sizeof(float) * cols);
         prefill_rows(wf, cols, nr, X, T, Y, (size_t)W->rows, r, W->dtype == QHX_I8 ? W->scale : NULL);
     }
     free(wf);

@@ -30,12 +30,7 @@ static int push(idvec *v, int32_t id) {
 
 int qhx_tokenizer_n_ids(const qhx_tokenizer *t) { return t->n_ids; }
 
-size_t qhx_tokenizer_max_piece(const qhx_tokenizer *t) {
-    size_t m = 0;
-    for (int i = 0; i < t->n_ids; i++)
-        if (t->piece[i] && t->piece_len[i] > m) m = t->piece_len[i];
-    return m;
-}
+size_t qhx_tokenizer_max_piece(const qhx_tokenizer *t) { return t->max_piece; }
 
 int32_t qhx_tokenizer_find_added(const qhx_tokenizer *t, const char *content) {
     for (int i = 0; i < t->n_added; i++)

@@ -136,6 +136,7 @@ static qhx_status parse(qhx_tokenizer **out_t, const unsigned char *data, size_t
         memcpy(t->piece[i], b, n);
         t->piece[i][n] = 0;
         t->piece_len[i] = n;
+        if (n > t->max_piece) t->max_piece = n;
         t->n_ids = (int)i + 1;
     }
     const unsigned char *ve = take(&r, 8ull * h.n_vocab);

@@ -20,6 +20,7 @@ struct qhx_tokenizer {
     qhx_strmap vocab;         /* raw bytes -> id, regular BPE tokens */
     char **piece;             /* id -> raw bytes, every id (added tokens too); NULL for gaps */
     uint32_t *piece_len;
+    uint32_t max_piece;      /* an upper bound on piece_len (a replaced piece may have been longer) */
     int n_ids;               /* one past the largest id seen */
     int id_cap;
     qhx_u64map merges;        /* (left << 32 | right) -> (rank << 32 | merged id) */

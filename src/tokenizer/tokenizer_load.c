@@ -49,6 +49,7 @@ static qhx_status set_piece(qhx_tokenizer *t, int32_t id, const char *bytes, siz
     memcpy(t->piece[id], bytes, len);
     t->piece[id][len] = 0;
     t->piece_len[id] = (uint32_t)len;
+    if (len > t->max_piece) t->max_piece = (uint32_t)len;
     if (id >= t->n_ids) t->n_ids = id + 1;
     return QHX_OK;
 }
