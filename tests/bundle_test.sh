@@ -2,24 +2,7 @@
 # Bundles end to end through the CLI: forge, gates, equivalences (2 shards == 1 shard bit for bit,
 # token-by-token == sequence), W8 quality against the fp32 reference, context enforcement, and
 # every kind of damaged bundle refused with a one-line message before any compute.
-set -u
-build=${1:-build}
-qhx="$build/qhx"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-check() { if eval "$1"; then ok; else bad "$2"; fi; }
-
-expect_err() { # expect_err CODE NEEDLE CMD...: exit CODE, one stderr line naming NEEDLE
-    local code=$1 needle=$2; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-    if [[ $rc -ne $code ]]; then bad "$* -> exit $rc, want $code ($(head -c 300 "$tmp/err"))"; return; fi
-    if [[ $(wc -l <"$tmp/err") -ne 1 ]]; then bad "$* -> stderr is not one line: $(cat "$tmp/err")"; return; fi
-    if ! grep -qF -- "$needle" "$tmp/err"; then bad "$* -> '$(cat "$tmp/err")' does not name '$needle'"; return; fi
-    ok
-}
+source "$(dirname "$0")/lib.sh"
 
 # forge: one shard (default ceiling) and several (a ceiling of ~half the decode weights)
 "$qhx" forge models/q35-kjv -o "$tmp/one" >"$tmp/forge1.log" 2>&1 || bad "forge one shard: $(tail -1 "$tmp/forge1.log")"
@@ -189,5 +172,4 @@ left=$(ls -d "$tmp"/k.tmp-* "$tmp"/k.old-* 2>/dev/null | wc -l)
 [[ $left -eq 0 ]] && ok || bad "$left stale temporary directories after the next forge"
 echo "  SIGKILL during forge: the bundle worked after 8/8 kills; stale directories left after the next forge: $left"
 
-echo "bundle: $pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish bundle

@@ -2,15 +2,8 @@
 # qhx chat as a person uses it, through a pseudo-terminal (build/pty_drive): multi-turn replies,
 # the oldest turns dropped (with a note) when the context fills, /reset, Ctrl-C stopping a reply
 # without leaving, Ctrl-C at the prompt, /exit; and the same chat driven through a pipe.
-set -u
-build=${1:-build}
-qhx="$build/qhx"
+source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 P='\x1b[1m>\x1b[0m '   # the prompt on a terminal
 
 cat >"$tmp/turns" <<S
@@ -61,5 +54,4 @@ printf '\xff\xfe\n/exit\n' | "$qhx" chat models/q35-kjv -n 8 >"$tmp/p3" 2>&1 && 
 "$qhx" chat models/q35-kjv -n 300000 </dev/null >/dev/null 2>"$tmp/err"; rc=$?
 [[ $rc -eq 1 ]] && grep -q "leaves no room" "$tmp/err" && ok || bad "-n over the context: exit $rc $(cat "$tmp/err")"
 
-echo "chat: $pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish chat

@@ -1,24 +1,7 @@
 #!/usr/bin/env bash
 # The qhx command line as scripts use it: exact output forms, exit codes, one-line errors.
-set -u
-build=${1:-build}
-qhx="$build/qhx"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-# expect_err CODE NEEDLE CMD... : non-zero exit CODE, one stderr line naming NEEDLE, empty stdout
-expect_err() {
-    local code=$1 needle=$2; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-    if [[ $rc -ne $code ]]; then bad "$* -> exit $rc, want $code ($(head -c 300 "$tmp/err"))"; return; fi
-    if [[ $(wc -l <"$tmp/err") -ne 1 ]]; then bad "$* -> stderr is not one line: $(cat "$tmp/err")"; return; fi
-    if ! grep -qF -- "$needle" "$tmp/err"; then bad "$* -> '$(cat "$tmp/err")' does not name '$needle'"; return; fi
-    if [[ -s $tmp/out ]]; then bad "$* -> wrote to stdout"; return; fi
-    ok
-}
+source "$(dirname "$0")/lib.sh"
+quiet_stdout=1
 
 golden_ids() { # golden_ids MODEL CASE KEY -> the ids of that case, comma separated
     awk -v c="\"$2\"" -v k="\"$3\"" '
@@ -142,5 +125,4 @@ expect_err 1 "no such model" "$build/examples/minimal" /nope x 1
 # docs/cli.md is the commands' current --help
 scripts/cli_doc.sh "$qhx" | cmp -s - docs/cli.md && ok || bad "docs/cli.md is stale: run scripts/cli_doc.sh >docs/cli.md"
 
-echo "cli: $pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish cli

@@ -2,16 +2,10 @@
 # qhx serve against the official OpenAI client (tests/oracle/openai_client.js) and curl: shapes,
 # streaming, seeds, concurrency, stop strings, and every kind of bad request (4xx in OpenAI's error
 # shape, the server still serving afterwards); a client that disconnects mid-stream frees its slot.
-set -u
-build=${1:-build}
-qhx="$build/qhx"
+source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
-tmp=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 if [[ ! -d tests/oracle/node_modules/openai ]] || ! command -v curl >/dev/null; then
     echo "server: node_modules/openai or curl missing (make check installs them: scripts/deps.sh)"
     echo "server: 0 passed, 1 failed"; exit 1
@@ -109,11 +103,9 @@ echo "  slot freed: the next request finished $((t1 - t0)) s after the hang-up"
 kill -INT "$server_pid"; wait "$server_pid"
 
 # flags
-expect_fail() { "$@" >/dev/null 2>"$tmp/err" && bad "$* succeeded" || { grep -qF -- "$needle" "$tmp/err" && ok || bad "$*: $(cat "$tmp/err")"; }; }
-needle="--host" expect_fail "$qhx" serve models/q35-kjv --host localhost:80
-needle="--port" expect_fail "$qhx" serve models/q35-kjv --port 70000
-needle="--parallel" expect_fail "$qhx" serve models/q35-kjv --parallel 0
-needle="no such model" expect_fail "$qhx" serve /nope
+expect_err 2 "--host" "$qhx" serve models/q35-kjv --host localhost:80
+expect_err 2 "--port" "$qhx" serve models/q35-kjv --port 70000
+expect_err 2 "--parallel" "$qhx" serve models/q35-kjv --parallel 0
+expect_err 1 "no such model" "$qhx" serve /nope
 
-echo "server: $pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish server

@@ -1,0 +1,26 @@
+# What the shell tests share; each sources it first (its $1, the build directory, is theirs).
+# Counts checks into the "NAME: N passed, N failed" line tests/run.sh adds up.
+set -u
+build=${1:-build}
+qhx="$build/qhx"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+check() { if eval "$1"; then ok; else bad "$2"; fi; }
+
+# expect_err CODE NEEDLE CMD...: exit CODE and one stderr line naming NEEDLE (and, when the test
+# sets quiet_stdout=1, nothing on stdout)
+expect_err() {
+    local code=$1 needle=$2; shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+    if [[ $rc -ne $code ]]; then bad "$* -> exit $rc, want $code ($(head -c 300 "$tmp/err"))"; return; fi
+    if [[ $(wc -l <"$tmp/err") -ne 1 ]]; then bad "$* -> stderr is not one line: $(cat "$tmp/err")"; return; fi
+    if ! grep -qF -- "$needle" "$tmp/err"; then bad "$* -> '$(cat "$tmp/err")' does not name '$needle'"; return; fi
+    if [[ ${quiet_stdout:-0} == 1 && -s $tmp/out ]]; then bad "$* -> wrote to stdout"; return; fi
+    ok
+}
+
+# finish NAME: the summary line; the exit status says whether everything passed
+finish() { echo "$1: $pass passed, $fail failed"; [[ $fail -eq 0 ]]; }
