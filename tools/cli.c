@@ -247,7 +247,7 @@ int each_stdin_line(line_fn fn, void *user) {
     if (!line) return die("stdin: out of memory");
     while (!rc && c != EOF) {
         n = 0;
-        while ((c = getchar()) != EOF) {
+        while ((c = getc_unlocked(stdin)) != EOF) { /* unlocked: one call per byte */
             if (n + 1 >= cap) {
                 if (cap > QHX_MAX_TEXT_BYTES) { rc = die("stdin line %ld: longer than %u MiB", lineno, QHX_MAX_TEXT_BYTES >> 20); break; }
                 char *p = realloc(line, cap *= 2);
