@@ -122,7 +122,6 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
     return send_json(c, status, e);
 }
 
-#define BAD_REQUEST(c, param, ...) send_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", param, NULL, __VA_ARGS__)
 
 /* ---- request parsing ---- */
 
@@ -218,19 +217,23 @@ static const char *parse_sampling(server *sv, json_t *body, request *rq, char *e
     return NULL;
 }
 
-/* Turns the body into a request with its prompt ids. Returns 0, or the HTTP status of the error
- * it has already sent. */
-static unsigned parse_request(server *sv, struct MHD_Connection *c, const char *body, size_t len, int chat,
-                              request **out, enum MHD_Result *sent) {
-    *out = NULL;
+/* Why a request was refused, as OpenAI's error object says it. */
+typedef struct {
+    unsigned status;
+    const char *param, *code;
+    char message[512];
+} refusal;
+
+/* Turns the body into a request with its prompt ids: NULL (and why in *why) when it is refused. */
+static request *parse_request(server *sv, const char *body, size_t len, int chat, refusal *why) {
     json_error_t jerr;
     json_t *j = json_loadb(body, len, 0, &jerr);
-    char err[512] = "";
-    if (!j) return *sent = BAD_REQUEST(c, NULL, "request body is not valid JSON: %s (line %d, column %d)", jerr.text,
-                                       jerr.line, jerr.column), 400;
-    if (!json_is_object(j)) {
-        json_decref(j);
-        return *sent = BAD_REQUEST(c, NULL, "request body must be a JSON object"), 400;
+    char *err = why->message;
+    const size_t cap = sizeof why->message;
+    *why = (refusal){.status = 400};
+    if (!j) {
+        snprintf(err, cap, "request body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+        return NULL;
     }
     request *rq = calloc(1, sizeof *rq);
     unsigned status = 400;
@@ -238,35 +241,36 @@ static unsigned parse_request(server *sv, struct MHD_Connection *c, const char *
     char *text = NULL;
     size_t text_len = 0;
     int special = 0;
-    if (!rq) { snprintf(err, sizeof err, "out of memory"); status = 500; goto fail; }
+    if (!json_is_object(j)) { snprintf(err, cap, "request body must be a JSON object"); goto fail; }
+    if (!rq) { snprintf(err, cap, "out of memory"); status = 500; goto fail; }
     rq->chat = chat;
     rq->thinking = 1;
     json_t *model = json_object_get(j, "model");
-    if (model && !json_is_string(model)) { param = "model"; snprintf(err, sizeof err, "'model' must be a string"); goto fail; }
-    if ((param = parse_sampling(sv, j, rq, err, sizeof err))) goto fail;
+    if (model && !json_is_string(model)) { param = "model"; snprintf(err, cap, "'model' must be a string"); goto fail; }
+    if ((param = parse_sampling(sv, j, rq, err, cap))) goto fail;
     if (chat) {
         json_t *msgs = json_object_get(j, "messages"), *tools = json_object_get(j, "tools");
         if (!json_is_array(msgs) || !json_array_size(msgs)) {
             param = "messages";
-            snprintf(err, sizeof err, "'messages' must be a non-empty array");
+            snprintf(err, cap, "'messages' must be a non-empty array");
             goto fail;
         }
         for (size_t i = 0; i < json_array_size(msgs); i++) {
             json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
             if (!json_is_object(m) || !json_is_string(role)) {
                 param = "messages";
-                snprintf(err, sizeof err, "messages[%zu] must be an object with a string 'role'", i);
+                snprintf(err, cap, "messages[%zu] must be an object with a string 'role'", i);
                 goto fail;
             }
         }
-        if (tools && !json_is_null(tools) && !json_is_array(tools)) { param = "tools"; snprintf(err, sizeof err, "'tools' must be an array"); goto fail; }
+        if (tools && !json_is_null(tools) && !json_is_array(tools)) { param = "tools"; snprintf(err, cap, "'tools' must be an array"); goto fail; }
         json_t *kw = json_object_get(j, "chat_template_kwargs");
         if (kw && !json_is_null(kw) && !json_is_object(kw)) {
             param = "chat_template_kwargs";
-            snprintf(err, sizeof err, "'chat_template_kwargs' must be an object");
+            snprintf(err, cap, "'chat_template_kwargs' must be an object");
             goto fail;
         }
-        if (get_bool(kw, "enable_thinking", &rq->thinking, err, sizeof err)) { param = "chat_template_kwargs"; goto fail; }
+        if (get_bool(kw, "enable_thinking", &rq->thinking, err, cap)) { param = "chat_template_kwargs"; goto fail; }
         json_t *req = json_pack("{s:O, s:b, s:b}", "messages", msgs, "add_generation_prompt", 1, "enable_thinking", rq->thinking);
         if (tools && json_is_array(tools)) json_object_set(req, "tools", tools);
         char *rj = req ? json_dumps(req, JSON_COMPACT) : NULL;
@@ -274,7 +278,7 @@ static unsigned parse_request(server *sv, struct MHD_Connection *c, const char *
         if (!rj || qhx_chat_render(rj, strlen(rj), &text, &text_len)) {
             free(rj);
             param = "messages";
-            snprintf(err, sizeof err, "%s", rj ? qhx_last_error() : "out of memory");
+            snprintf(err, cap, "%s", rj ? qhx_last_error() : "out of memory");
             goto fail;
         }
         free(rj);
@@ -283,13 +287,13 @@ static unsigned parse_request(server *sv, struct MHD_Connection *c, const char *
         json_t *p = json_object_get(j, "prompt");
         if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
         if (json_is_string(p)) {
-            if (!(text = strndup(json_string_value(p), json_string_length(p)))) { status = 500; snprintf(err, sizeof err, "out of memory"); goto fail; }
+            if (!(text = strndup(json_string_value(p), json_string_length(p)))) { status = 500; snprintf(err, cap, "out of memory"); goto fail; }
             text_len = json_string_length(p);
         } else if (json_is_array(p) && json_array_size(p) && json_is_integer(json_array_get(p, 0))) {
             size_t n = json_array_size(p);
             if (n > (size_t)sv->mi.max_context) {
                 param = "prompt";
-                snprintf(err, sizeof err, "the prompt has %zu tokens; the context is %d", n, sv->mi.max_context);
+                snprintf(err, cap, "the prompt has %zu tokens; the context is %d", n, sv->mi.max_context);
                 goto fail;
             }
             rq->ids = malloc(sizeof(int32_t) * n);
@@ -298,48 +302,50 @@ static unsigned parse_request(server *sv, struct MHD_Connection *c, const char *
                 json_t *v = json_array_get(p, i);
                 if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= sv->mi.vocab_size) {
                     param = "prompt";
-                    snprintf(err, sizeof err, "prompt[%zu] is not a token id in [0, %d)", i, sv->mi.vocab_size);
+                    snprintf(err, cap, "prompt[%zu] is not a token id in [0, %d)", i, sv->mi.vocab_size);
                     goto fail;
                 }
                 rq->ids[i] = (int32_t)json_integer_value(v);
             }
-            if (!rq->ids) { status = 500; snprintf(err, sizeof err, "out of memory"); goto fail; }
+            if (!rq->ids) { status = 500; snprintf(err, cap, "out of memory"); goto fail; }
         } else {
             param = "prompt";
-            snprintf(err, sizeof err, "'prompt' must be a string, a one-string array or an array of token ids");
+            snprintf(err, cap, "'prompt' must be a string, a one-string array or an array of token ids");
             goto fail;
         }
     }
     if (text) {
         size_t n = 0;
         qhx_status st = qhx_tokenizer_encode(sv->tok, text, text_len, special ? QHX_ENCODE_SPECIAL : 0, &rq->ids, &n);
-        if (st) { param = chat ? "messages" : "prompt"; snprintf(err, sizeof err, "%s", qhx_last_error()); goto fail; }
+        if (st) { param = chat ? "messages" : "prompt"; snprintf(err, cap, "%s", qhx_last_error()); goto fail; }
         rq->n_ids = (int)n;
-        if (!n) { param = "prompt"; snprintf(err, sizeof err, "the prompt is empty"); goto fail; }
+        if (!n) { param = "prompt"; snprintf(err, cap, "the prompt is empty"); goto fail; }
     }
     if (rq->n_ids + rq->gen.max_tokens > sv->mi.max_context) {
         param = chat ? "messages" : "prompt";
         code = "context_length_exceeded";
-        snprintf(err, sizeof err, "This model's maximum context length is %d tokens. However, you requested %d tokens "
+        snprintf(err, cap, "This model's maximum context length is %d tokens. However, you requested %d tokens "
                  "(%d in the prompt, %d for the completion).", sv->mi.max_context, rq->n_ids + rq->gen.max_tokens,
                  rq->n_ids, rq->gen.max_tokens);
         goto fail;
     }
     free(text);
     json_decref(j);
+    why->status = 0;
     pthread_mutex_lock(&sv->lock);
     unsigned long k = ++sv->n_requests;
     pthread_mutex_unlock(&sv->lock);
     snprintf(rq->id, sizeof rq->id, "%s-%lx%lu", chat ? "chatcmpl" : "cmpl", (unsigned long)time(NULL), k);
     rq->created = (long)time(NULL);
-    *out = rq;
-    return 0;
+    return rq;
 fail:
     json_decref(j);
     free(text);
     if (rq) request_free(rq);
-    *sent = send_error(c, status, status == 400 ? "invalid_request_error" : "server_error", param, code, "%s", err);
-    return status;
+    why->status = status;
+    why->param = param;
+    why->code = code;
+    return NULL;
 }
 
 /* ---- generation ---- */
@@ -526,9 +532,11 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
     if (up->too_big)
         return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", NULL, "request_too_large",
                           "request body over %u bytes", MAX_BODY);
-    request *rq;
-    enum MHD_Result sent = MHD_NO;
-    if (parse_request(sv, c, up->body ? up->body : "", up->len, chat, &rq, &sent)) return sent;
+    refusal why;
+    request *rq = parse_request(sv, up->body ? up->body : "", up->len, chat, &why);
+    if (!rq)
+        return send_error(c, why.status, why.status == 400 ? "invalid_request_error" : "server_error", why.param, why.code,
+                          "%s", why.message);
     if (queue_enter(sv)) {
         request_free(rq);
         return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, "server_busy",

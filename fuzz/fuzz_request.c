@@ -1,0 +1,30 @@
+/* The server's request parsing (qhx serve): a JSON body for /v1/completions or, when the first byte
+ * is odd, /v1/chat/completions, through the type checks, chat rendering, tokenization and context
+ * check against the bundled q35-kjv model (run from the repository root). Nothing is generated; a
+ * refusal must be a 400 (or a 500 for an allocation failure). The CLI's sources are compiled in. */
+#include "../tools/cli.c"
+#include "../tools/serve.c"
+
+static server sv;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    if (qhx_model_open(NULL, "models/q35-kjv", &sv.m) || qhx_model_tokenizer(sv.m, &sv.tok)) {
+        fprintf(stderr, "fuzz_request: %s\n", qhx_last_error());
+        abort();
+    }
+    qhx_model_get_info(sv.m, &sv.mi);
+    sv.max_tokens = sv.mi.max_context; /* so a context overflow is reachable */
+    pthread_mutex_init(&sv.lock, NULL);
+    pthread_cond_init(&sv.cv, NULL);
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *p, size_t n) {
+    if (n < 1 || n > (1 << 16)) return 0;
+    refusal why;
+    request *rq = parse_request(&sv, (const char *)p + 1, n - 1, p[0] & 1, &why);
+    if (rq) request_free(rq);
+    else if ((why.status != 400 && why.status != 500) || !why.message[0]) abort();
+    return 0;
+}
