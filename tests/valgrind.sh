@@ -2,13 +2,10 @@
 # valgrind memcheck over every C test binary and the CLI's commands (generate, sampling, chat,
 # tokenize, template, forge, inspect, perplexity, logits, a served request). Slow (an hour on two
 # cores), so `make test-valgrind` runs it on demand rather than in `make check`; no suppressions.
-set -u
-build=${1:-build}
+# The CLI runs with -t 1: valgrind runs one thread at a time, and the pool's spinning workers would
+# starve the one doing the work.
+source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
-qhx="$build/qhx"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
 vg() { # vg NAME CMD... : no memcheck error, no leak
     local name=$1; shift
     if valgrind -q --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible \
@@ -17,19 +14,19 @@ vg() { # vg NAME CMD... : no memcheck error, no leak
     else pass=$((pass + 1)); echo "  $name: clean (exit status from the program itself)"; fi
 }
 for t in "$build"/test_*; do vg "$(basename "$t")" "$t"; done
-vg generate "$qhx" generate models/q35-kjv "And God said" -n 16
-vg sampling "$qhx" generate models/q35-kjv "And God said" -n 16 --temp 0.8 --top-k 40 --top-p 0.9 --min-p 0.05 --repeat-penalty 1.1 --stop "the" --json
-vg chat sh -c "printf 'Who made the earth?\n/reset\nAnd the sea?\n' | valgrind -q --leak-check=full --error-exitcode=99 $qhx chat models/q35-kjv -n 12"
+vg generate "$qhx" generate models/q35-kjv "And God said" -n 16 -t 1
+vg sampling "$qhx" generate models/q35-kjv "And God said" -n 16 --temp 0.8 --top-k 40 --top-p 0.9 --min-p 0.05 --repeat-penalty 1.1 --stop "the" --json -t 1
+vg chat sh -c "printf 'Who made the earth?\n/reset\nAnd the sea?\n' | valgrind -q --leak-check=full --error-exitcode=99 $qhx chat models/q35-kjv -n 12 -t 1"
 vg tokenize sh -c "echo 'In the beginning God created' | valgrind -q --leak-check=full --error-exitcode=99 $qhx tokenize models/q35-kjv"
 vg template sh -c "echo '{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}' | valgrind -q --leak-check=full --error-exitcode=99 $qhx template --jsonl"
 vg forge "$qhx" forge models/q35-kjv -o "$tmp/b" --no-gate
 vg inspect "$qhx" inspect "$tmp/b" --json
-vg bundle-generate "$qhx" generate "$tmp/b" "And God said" -n 8
-vg perplexity "$qhx" perplexity "$tmp/b" models/q35-kjv/README.md --ctx 64
-vg logits "$qhx" logits models/q35-kjv --tokens 1,2,3 --out "$tmp/l"
+vg bundle-generate "$qhx" generate "$tmp/b" "And God said" -n 8 -t 1
+vg perplexity "$qhx" perplexity "$tmp/b" models/q35-kjv/README.md --ctx 64 -t 1
+vg logits "$qhx" logits models/q35-kjv --tokens 1,2,3 --out "$tmp/l" -t 1
 vg bad-model "$qhx" generate /nope x
 # the server: one request of each kind, then SIGINT
-valgrind -q --leak-check=full --error-exitcode=99 "$qhx" serve models/q35-kjv --port 0 2>"$tmp/serve" &
+valgrind -q --leak-check=full --error-exitcode=99 "$qhx" serve models/q35-kjv --port 0 -t 1 2>"$tmp/serve" &
 spid=$!
 for _ in $(seq 300); do port=$(grep -o '127.0.0.1:[0-9]*' "$tmp/serve" | cut -d: -f2); [[ -n $port ]] && break; sleep 0.2; done
 curl -s "127.0.0.1:$port/v1/completions" -d '{"prompt":"And God","max_tokens":4}' >/dev/null
@@ -38,5 +35,4 @@ curl -s "127.0.0.1:$port/v1/completions" -d '{bad' >/dev/null
 kill -INT $spid; wait $spid; rc=$?
 if [[ $rc -eq 0 ]] && ! grep -q "==[0-9]*==" "$tmp/serve"; then pass=$((pass + 1)); echo "  serve: clean"
 else fail=$((fail + 1)); echo "FAIL serve (exit $rc):"; grep "==[0-9]*==" "$tmp/serve" | head -30; fi
-echo "valgrind: $pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish valgrind

@@ -45,12 +45,15 @@ static int read_line(char *buf, size_t cap, size_t *len) {
 }
 
 typedef struct {
-    char *text;        /* the reply so far */
-    size_t len, cap;
-    int32_t *ids;      /* its tokens */
+    think_split split;
+    int tty;
+    char *reasoning, *answer; /* the reply so far, apart */
+    size_t n_reasoning, n_answer, cap;
+    int32_t *ids;             /* its tokens */
     size_t n_ids, cap_ids;
 } reply;
 
+/* Streams the reply: reasoning dimmed on a terminal, the answer as it is. */
 static int chat_on_token(int32_t tok, const char *text, size_t len, void *user) {
     reply *r = user;
     if (tok >= 0) {
@@ -63,36 +66,41 @@ static int chat_on_token(int32_t tok, const char *text, size_t len, void *user) 
         }
         r->ids[r->n_ids++] = tok;
     }
-    if (len) {
-        fwrite(text, 1, len, stdout);
-        fflush(stdout);
-        if (r->len + len + 1 > r->cap) {
-            size_t cap = (r->len + len) * 2 + 256;
-            char *t = realloc(r->text, cap);
-            if (!t) return 1;
-            r->text = t;
-            r->cap = cap;
-        }
-        memcpy(r->text + r->len, text, len);
-        r->len += len;
-        r->text[r->len] = 0;
+    const size_t need = (r->n_reasoning > r->n_answer ? r->n_reasoning : r->n_answer) + len + 1;
+    if (need > r->cap) {
+        size_t cap = need * 2 + 256;
+        char *a = realloc(r->reasoning, cap), *b = a ? realloc(r->answer, cap) : NULL;
+        if (a) r->reasoning = a;
+        if (b) r->answer = b;
+        if (!a || !b) return 1;
+        r->cap = cap;
     }
+    const size_t r0 = r->n_reasoning, a0 = r->n_answer;
+    think_split_feed(&r->split, text, len, r->reasoning, &r->n_reasoning, r->answer, &r->n_answer);
+    if (r->n_reasoning > r0) {
+        if (r->tty) fputs("\033[2m", stdout);
+        fwrite(r->reasoning + r0, 1, r->n_reasoning - r0, stdout);
+        if (r->tty) fputs("\033[0m", stdout);
+    }
+    if (r->n_answer > a0) {
+        if (!a0 && r->n_reasoning) fputs("\n", stdout); /* the answer starts on its own line */
+        fwrite(r->answer + a0, 1, r->n_answer - a0, stdout);
+    }
+    fflush(stdout);
     return interrupted;
 }
 
-/* The assistant message for a reply: reasoning (before </think>) apart from the answer. */
+/* The assistant message for a reply: the answer, with the reasoning apart. */
 static json_t *assistant_message(const reply *r) {
-    const char *t = r->text ? r->text : "", *end = strstr(t, "</think>");
-    if (!end) return json_pack("{s:s, s:s%}", "role", "assistant", "content", t, r->len);
-    const char *c = end + 8;
-    while (*c == '\n') c++;
-    size_t rl = (size_t)(end - t);
-    while (rl && t[rl - 1] == '\n') rl--;
-    return json_pack("{s:s, s:s, s:s%}", "role", "assistant", "content", c, "reasoning_content", t, rl);
+    size_t rl = r->n_reasoning;
+    while (rl && r->reasoning[rl - 1] == '\n') rl--;
+    json_t *m = json_pack("{s:s, s:s%}", "role", "assistant", "content", r->answer ? r->answer : "", r->n_answer);
+    if (rl) json_object_set_new(m, "reasoning_content", json_stringn(r->reasoning, rl));
+    return m;
 }
 
-/* Renders and tokenizes the conversation. */
-static int render(json_t *msgs, int think, qhx_tokenizer *tok, int32_t **ids, size_t *n) {
+/* Renders and tokenizes the conversation; *thinking: whether the prompt opens a <think> block. */
+static int render(json_t *msgs, int think, qhx_tokenizer *tok, int32_t **ids, size_t *n, int *thinking) {
     json_t *req = json_pack("{s:O, s:b}", "messages", msgs, "add_generation_prompt", 1);
     if (think >= 0) json_object_set_new(req, "enable_thinking", json_boolean(think));
     char *rj = json_dumps(req, JSON_COMPACT), *text = NULL;
@@ -100,6 +108,7 @@ static int render(json_t *msgs, int think, qhx_tokenizer *tok, int32_t **ids, si
     json_decref(req);
     int rc = !rj || qhx_chat_render(rj, strlen(rj), &text, &len) ||
              qhx_tokenizer_encode(tok, text, len, QHX_ENCODE_SPECIAL, ids, n);
+    *thinking = !rc && len >= 8 && !memcmp(text + len - 8, "<think>\n", 8);
     free(rj);
     free(text);
     return rc ? api_error() : 0;
@@ -131,6 +140,7 @@ int cmd_chat(int argc, char **argv) {
     json_t *msgs = json_array();
     int32_t *fed = NULL, *ids = NULL; /* what the session holds; the latest rendering */
     size_t n_fed = 0, n_ids = 0;
+    int thinking = 0;
     char line[1 << 16];
     int rc = 1;
     if (open_model(&o, &rt, &m) || qhx_session_new(m, &s) || qhx_model_tokenizer(m, &tok)) {
@@ -170,14 +180,14 @@ int cmd_chat(int argc, char **argv) {
         json_array_append_new(msgs, user);
         free(ids);
         ids = NULL;
-        if (render(msgs, o.think, tok, &ids, &n_ids)) goto done;
+        if (render(msgs, o.think, tok, &ids, &n_ids, &thinking)) goto done;
         size_t dropped = 0;
         while (n_ids + (size_t)o.n > (size_t)ctx && json_array_size(msgs) > n_fixed + 1) {
             json_array_remove(msgs, n_fixed); /* the oldest turn */
             dropped++;
             free(ids);
             ids = NULL;
-            if (render(msgs, o.think, tok, &ids, &n_ids)) goto done;
+            if (render(msgs, o.think, tok, &ids, &n_ids, &thinking)) goto done;
         }
         if (dropped) fprintf(stderr, "[context full: dropped the %zu oldest message%s]\n", dropped, dropped > 1 ? "s" : "");
         if (n_ids + (size_t)o.n > (size_t)ctx) {
@@ -188,12 +198,12 @@ int cmd_chat(int argc, char **argv) {
         size_t start = 0; /* feed only what the session has not seen, if it has seen a prefix */
         if (n_fed && n_fed < n_ids && !memcmp(fed, ids, n_fed * sizeof *ids)) start = n_fed;
         else { qhx_session_reset(s); n_fed = 0; }
-        reply r = {0};
+        reply r = {.split.in_reasoning = thinking, .tty = tty};
         qhx_generate_result res;
         o.gen.max_tokens = (int)o.n;
         qhx_status st = qhx_generate(s, ids + start, (int)(n_ids - start), &o.gen, chat_on_token, &r, &res);
         if (st == QHX_ERR_CANCELLED) fputs(" [stopped]", stdout);
-        else if (st) { fputs("\n", stdout); api_error(); free(r.text); free(r.ids); goto done; }
+        else if (st) { fputs("\n", stdout); api_error(); free(r.reasoning); free(r.answer); free(r.ids); goto done; }
         fputs("\n", stdout);
         json_array_append_new(msgs, assistant_message(&r));
         /* what the session holds now: the rendering, then the reply tokens it evaluated */
@@ -205,7 +215,8 @@ int cmd_chat(int argc, char **argv) {
             memcpy(fed + n_ids, r.ids, from_reply * sizeof *ids);
             n_fed = pos;
         }
-        free(r.text);
+        free(r.reasoning);
+        free(r.answer);
         free(r.ids);
         if (!f) { die("out of memory"); goto done; }
     }

@@ -262,3 +262,32 @@ int each_stdin_line(line_fn fn, void *user) {
     free(line);
     return rc;
 }
+
+/* ---- thinking models ---- */
+
+static const char THINK_END[] = "</think>";
+
+void think_split_feed(think_split *ts, const char *t, size_t n, char *reasoning, size_t *n_reasoning, char *answer,
+                      size_t *n_answer) {
+    for (size_t i = 0; i < n; i++) {
+        const char ch = t[i];
+        if (ts->in_reasoning) {
+            ts->hold[ts->n_hold++] = ch;
+            if (memcmp(ts->hold, THINK_END, ts->n_hold)) { /* not a prefix of </think>: release up to one that is */
+                size_t k = 1;
+                while (k < ts->n_hold && memcmp(ts->hold + k, THINK_END, ts->n_hold - k)) k++;
+                memcpy(reasoning + *n_reasoning, ts->hold, k);
+                *n_reasoning += k;
+                memmove(ts->hold, ts->hold + k, ts->n_hold - k);
+                ts->n_hold -= k;
+            } else if (ts->n_hold == sizeof THINK_END - 1) {
+                ts->in_reasoning = 0;
+                ts->n_hold = 0;
+            }
+        } else {
+            if (!ts->answer_started && ch == '\n') continue; /* the template puts "\n\n" after </think> */
+            ts->answer_started = 1;
+            answer[(*n_answer)++] = ch;
+        }
+    }
+}

@@ -61,6 +61,20 @@ char *read_text(const char *path, size_t *len);
 typedef int (*line_fn)(const char *line, size_t len, long lineno, void *user);
 int each_stdin_line(line_fn fn, void *user);
 
+/* Splits a thinking model's output, as it streams, into reasoning (up to </think>, which is
+ * dropped) and the answer (its leading newlines dropped). Text that could be the start of
+ * </think> is held until it is or is not. */
+typedef struct {
+    int in_reasoning;     /* set it when the prompt opened a <think> block */
+    int answer_started;
+    char hold[8];
+    size_t n_hold;
+} think_split;
+
+/* Appends the bytes of t to reasoning or answer (each needs room for n more bytes). */
+void think_split_feed(think_split *ts, const char *t, size_t n, char *reasoning, size_t *n_reasoning, char *answer,
+                      size_t *n_answer);
+
 int cmd_chat(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 

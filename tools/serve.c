@@ -350,40 +350,6 @@ fail:
 
 /* ---- generation ---- */
 
-/* Splits a thinking model's output into reasoning (up to </think>) and content. */
-typedef struct {
-    int in_reasoning, content_started;
-    char hold[8];
-    size_t n_hold;
-} think_split;
-
-static const char THINK_END[] = "</think>";
-
-/* Appends text to the reasoning or content buffers it belongs to. */
-static void split_text(think_split *ts, const char *t, size_t n, char **rbuf, size_t *rlen, char **cbuf, size_t *clen) {
-    for (size_t i = 0; i < n; i++) {
-        char ch = t[i];
-        if (ts->in_reasoning) {
-            ts->hold[ts->n_hold++] = ch;
-            if (memcmp(ts->hold, THINK_END, ts->n_hold)) { /* not a prefix of </think>: flush the first byte */
-                size_t k = 1;
-                while (k < ts->n_hold && memcmp(ts->hold + k, THINK_END, ts->n_hold - k)) k++;
-                memcpy(*rbuf + *rlen, ts->hold, k);
-                *rlen += k;
-                memmove(ts->hold, ts->hold + k, ts->n_hold - k);
-                ts->n_hold -= k;
-            } else if (ts->n_hold == sizeof THINK_END - 1) {
-                ts->in_reasoning = 0;
-                ts->n_hold = 0;
-            }
-        } else {
-            if (!ts->content_started && ch == '\n') continue; /* the template puts "\n\n" after </think> */
-            ts->content_started = 1;
-            (*cbuf)[(*clen)++] = ch;
-        }
-    }
-}
-
 typedef struct {
     server *sv;
     request *rq;
@@ -445,7 +411,7 @@ static int serve_on_token(int32_t tok, const char *text, size_t len, void *user)
     if (!jb->failed && len) {
         size_t r0 = jb->n_reasoning, c0 = jb->n_content;
         if (grow(jb, len)) jb->failed = 1;
-        else if (jb->rq->chat) split_text(&jb->ts, text, len, &jb->reasoning, &jb->n_reasoning, &jb->content, &jb->n_content);
+        else if (jb->rq->chat) think_split_feed(&jb->ts, text, len, jb->reasoning, &jb->n_reasoning, jb->content, &jb->n_content);
         else memcpy(jb->content + jb->n_content, text, len), jb->n_content += len;
         if (!jb->failed && jb->rq->stream) {
             json_t *choice;
