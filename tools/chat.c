@@ -225,8 +225,6 @@ done:
     free(fed);
     free(ids);
     json_decref(msgs);
-    qhx_session_free(s);
-    qhx_model_close(m);
-    qhx_runtime_free(rt);
+    close_model(rt, m, s);
     return rc;
 }

@@ -210,6 +210,12 @@ int open_model(const opts *o, qhx_runtime **rt, qhx_model **m) {
 }
 
 
+void close_model(qhx_runtime *rt, qhx_model *m, qhx_session *s) {
+    qhx_session_free(s);
+    qhx_model_close(m);
+    qhx_runtime_free(rt);
+}
+
 /* ---- bounded input ---- */
 
 char *read_text(const char *path, size_t *len) {

@@ -33,6 +33,8 @@ int parse_common(int argc, char **argv, opts *o);
 /* A seed from the clock unless --seed gave one. */
 void default_seed(opts *o);
 int open_model(const opts *o, qhx_runtime **rt, qhx_model **m);
+/* Frees a session, its model and their runtime, in that order (any may be NULL). */
+void close_model(qhx_runtime *rt, qhx_model *m, qhx_session *s);
 
 #define RUNTIME_HELP \
     "  -t N         threads (default: every core)\n" \

@@ -52,9 +52,7 @@ static int cmd_logits(int argc, char **argv) {
 done:
     free(logits);
     free(ids);
-    qhx_session_free(s);
-    qhx_model_close(m);
-    qhx_runtime_free(rt);
+    close_model(rt, m, s);
     return rc;
 }
 
@@ -183,9 +181,7 @@ done:
     free(file_text);
     free(g.text);
     json_decref(g.id_list);
-    qhx_session_free(s);
-    qhx_model_close(m);
-    qhx_runtime_free(rt);
+    close_model(rt, m, s);
     return rc;
 }
 
@@ -487,7 +483,7 @@ static int cmd_inspect(int argc, char **argv) {
     if (!o.model || o.prompt) return die("needs one MODEL (see qhx inspect --help)"), 2;
     qhx_runtime *rt = NULL;
     qhx_model *m = NULL;
-    if (open_model(&o, &rt, &m)) { qhx_runtime_free(rt); return 1; }
+    if (open_model(&o, &rt, &m)) { close_model(rt, m, NULL); return 1; }
     qhx_model_info in;
     qhx_model_get_info(m, &in);
     printf("%s: %s\n", o.model, in.is_bundle ? "bundle" : "Hugging Face checkpoint");
@@ -525,8 +521,7 @@ static int cmd_inspect(int argc, char **argv) {
             printf("gates: not run (forged with --no-gate)\n");
         json_decref(root);
     }
-    qhx_model_close(m);
-    qhx_runtime_free(rt);
+    close_model(rt, m, NULL);
     return 0;
 }
 
@@ -606,9 +601,7 @@ done:
     free(text);
     free(ids);
     free(logits);
-    qhx_session_free(s);
-    qhx_model_close(m);
-    qhx_runtime_free(rt);
+    close_model(rt, m, s);
     return rc;
 }
 
@@ -703,9 +696,7 @@ static int cmd_bench(int argc, char **argv) {
 done:
     free(sizes);
     free(ids);
-    qhx_session_free(s);
-    qhx_model_close(m);
-    qhx_runtime_free(rt);
+    close_model(rt, m, s);
     return rc;
 }
 

@@ -700,7 +700,6 @@ done:
     for (int i = 0; sv.slot && i < sv.n_slots; i++) qhx_session_free(sv.slot[i]);
     free(sv.slot);
     free(sv.slot_busy);
-    qhx_model_close(sv.m);
-    qhx_runtime_free(rt);
+    close_model(rt, sv.m, NULL);
     return rc;
 }
