@@ -72,7 +72,7 @@ static int bpe(const qhx_tokenizer *t, const unsigned char *piece, size_t n, idv
                int32_t *prev, merge_cand *heap) {
     if (t->ignore_merges) {
         int32_t e = qhx_strmap_find(&t->vocab, (const char *)piece, n);
-        if (e >= 0) return push(out, t->vocab.value[e]);
+        if (e >= 0) return push(out, t->vocab.entry[e].value);
     }
     size_t hn = 0;
     uint64_t v;
@@ -120,7 +120,7 @@ static int encode_piece(qhx_tokenizer *t, const unsigned char *p, size_t n, idve
         pthread_mutex_lock(&t->lock);
         int32_t e = qhx_strmap_find(&t->cache, (const char *)p, n);
         if (e >= 0) {
-            const int32_t *c = t->cache_ids + t->cache.value[e];
+            const int32_t *c = t->cache_ids + t->cache.entry[e].value;
             int rc = 0;
             for (int32_t i = 1; i <= c[0] && !rc; i++) rc = push(out, c[i]);
             pthread_mutex_unlock(&t->lock);

@@ -209,11 +209,11 @@ static qhx_status read_model(qhx_tokenizer *t, const cJSON *model, const char *n
         if (ia < 0 || ib < 0 || im < 0) {
             rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d ('%.30s' + '%.30s') uses or makes a token not in the vocab", name, rank, a, b);
         } else {
-            uint64_t key = (uint64_t)(uint32_t)t->vocab.value[ia] << 32 | (uint32_t)t->vocab.value[ib];
+            uint64_t key = (uint64_t)(uint32_t)t->vocab.entry[ia].value << 32 | (uint32_t)t->vocab.entry[ib].value;
             uint64_t old;
             /* the first (lowest-rank) occurrence of a pair wins, as in HF */
             if (!qhx_u64map_get(&t->merges, key, &old))
-                qhx_u64map_put(&t->merges, key, (uint64_t)rank << 32 | (uint32_t)t->vocab.value[im]);
+                qhx_u64map_put(&t->merges, key, (uint64_t)rank << 32 | (uint32_t)t->vocab.entry[im].value);
         }
     }
     free(buf);
@@ -223,7 +223,7 @@ static qhx_status read_model(qhx_tokenizer *t, const cJSON *model, const char *n
         char c = (char)b;
         int32_t e = qhx_strmap_find(&t->vocab, &c, 1);
         if (e < 0) return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: the vocab has no token for byte 0x%02x (not byte-level BPE)", name, b);
-        t->byte_id[b] = t->vocab.value[e];
+        t->byte_id[b] = t->vocab.entry[e].value;
     }
     return QHX_OK;
 }

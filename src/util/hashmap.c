@@ -14,19 +14,15 @@ int qhx_strmap_init(qhx_strmap *m, uint32_t expect) {
     m->mask = pow2_at_least(expect * 2) - 1;
     m->cap_entries = expect < 16 ? 16 : expect;
     m->slots = calloc((size_t)m->mask + 1, sizeof *m->slots);
-    m->key_off = malloc(sizeof(uint32_t) * m->cap_entries);
-    m->key_len = malloc(sizeof(uint32_t) * m->cap_entries);
-    m->value = malloc(sizeof(int32_t) * m->cap_entries);
+    m->entry = malloc(sizeof *m->entry * m->cap_entries);
     m->arena_cap = (size_t)m->cap_entries * 8;
     m->arena = malloc(m->arena_cap);
-    return m->slots && m->key_off && m->key_len && m->value && m->arena ? 0 : -1;
+    return m->slots && m->entry && m->arena ? 0 : -1;
 }
 
 void qhx_strmap_free(qhx_strmap *m) {
     free(m->slots);
-    free(m->key_off);
-    free(m->key_len);
-    free(m->value);
+    free(m->entry);
     free(m->arena);
     memset(m, 0, sizeof *m);
 }
@@ -44,25 +40,21 @@ int32_t qhx_strmap_find(const qhx_strmap *m, const char *key, size_t len) {
         uint64_t s = m->slots[i];
         if (!s) return -1;
         uint32_t e = (uint32_t)s - 1;
-        if ((uint32_t)(s >> 32) == tag && m->key_len[e] == len && !memcmp(m->arena + m->key_off[e], key, len))
+        if ((uint32_t)(s >> 32) == tag && m->entry[e].len == len && !memcmp(m->arena + m->entry[e].off, key, len))
             return (int32_t)e;
     }
 }
 
 static int grow(qhx_strmap *m) {
     uint32_t ncap = m->cap_entries * 2;
-    uint32_t *ko = realloc(m->key_off, sizeof(uint32_t) * ncap);
-    if (ko) m->key_off = ko;
-    uint32_t *kl = realloc(m->key_len, sizeof(uint32_t) * ncap);
-    if (kl) m->key_len = kl;
-    int32_t *v = realloc(m->value, sizeof(int32_t) * ncap);
-    if (v) m->value = v;
+    qhx_strmap_entry *en = realloc(m->entry, sizeof *en * ncap);
+    if (en) m->entry = en;
     uint64_t *slots = calloc(((size_t)m->mask + 1) * 2, sizeof *slots);
-    if (!ko || !kl || !v || !slots) { free(slots); return -1; }
+    if (!en || !slots) { free(slots); return -1; }
     m->cap_entries = ncap;
     uint32_t nmask = m->mask * 2 + 1;
     for (uint32_t e = 0; e < m->count; e++) {
-        uint64_t h = qhx_hash_bytes(m->arena + m->key_off[e], m->key_len[e]);
+        uint64_t h = qhx_hash_bytes(m->arena + m->entry[e].off, m->entry[e].len);
         uint32_t i = (uint32_t)h & nmask;
         while (slots[i]) i = (i + 1) & nmask;
         slots[i] = (h >> 32 << 32) | (e + 1);
@@ -75,7 +67,7 @@ static int grow(qhx_strmap *m) {
 
 int32_t qhx_strmap_put(qhx_strmap *m, const char *key, size_t len, int32_t value) {
     int32_t e = qhx_strmap_find(m, key, len);
-    if (e >= 0) { m->value[e] = value; return e; }
+    if (e >= 0) { m->entry[e].value = value; return e; }
     if (len > UINT32_MAX / 2 || (m->count + 1 >= m->cap_entries && grow(m))) return -1;
     if (m->arena_len + len > m->arena_cap) {
         size_t ncap = (m->arena_cap + len) * 2;
@@ -85,9 +77,7 @@ int32_t qhx_strmap_put(qhx_strmap *m, const char *key, size_t len, int32_t value
         m->arena_cap = ncap;
     }
     e = (int32_t)m->count++;
-    m->key_off[e] = (uint32_t)m->arena_len;
-    m->key_len[e] = (uint32_t)len;
-    m->value[e] = value;
+    m->entry[e] = (qhx_strmap_entry){(uint32_t)m->arena_len, (uint32_t)len, value};
     memcpy(m->arena + m->arena_len, key, len);
     m->arena_len += len;
     uint64_t h = qhx_hash_bytes(key, len);

@@ -6,11 +6,15 @@
 #include <stdint.h>
 
 typedef struct {
+    uint32_t off, len;  /* the key: arena[off, off + len) */
+    int32_t value;
+} qhx_strmap_entry;
+
+typedef struct {
     uint64_t *slots;   /* (hash high 32 bits << 32) | (entry index + 1); 0 = empty */
     uint32_t mask;
     uint32_t count;
-    uint32_t *key_off, *key_len;
-    int32_t *value;
+    qhx_strmap_entry *entry; /* one record per key: a lookup touches a slot, an entry and the key */
     char *arena;
     size_t arena_len, arena_cap;
     uint32_t cap_entries;
