@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <utf8proc.h>
 
@@ -288,11 +289,13 @@ qhx_status qhx_tokenizer_parse(const char *json, size_t len, const char *name, q
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, install_hooks);
     arena a = {.cap = len < ((size_t)1 << 60) / 8 ? 8 * len + (1 << 20) : 0};
-    a.base = a.cap ? malloc(a.cap) : NULL;
+    a.base = a.cap ? mmap(NULL, a.cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+    if (a.base == MAP_FAILED) a.base = NULL;
+    else madvise(a.base, a.cap, MADV_HUGEPAGE); /* tens of MB of nodes: 2 MB pages fault 512x less often */
     if (a.base) tl_arena = &a;
     qhx_status rc = parse_tree(json, len, name, out);
     tl_arena = NULL;
-    free(a.base);
+    if (a.base) munmap(a.base, a.cap);
     return rc;
 }
 
