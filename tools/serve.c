@@ -623,8 +623,6 @@ static const char serve_help[] =
     "  --parallel N   sessions generating at once, taking turns token by token (default 4)\n"
     "  -n N           the largest max_tokens a request may ask for (default 4096)\n" RUNTIME_HELP;
 
-static volatile sig_atomic_t got_signal;
-static void on_signal(int sig) { got_signal = sig; }
 
 int cmd_serve(int argc, char **argv) {
     opts o = {.n = 4096, .port = 8080, .parallel = 4, .host = "127.0.0.1"};
@@ -669,9 +667,11 @@ int cmd_serve(int argc, char **argv) {
     if (slash) *slash = 0;
 
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-stream is a failed write, not a dead server */
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    sigset_t stop_signals; /* blocked here, so in every thread libmicrohttpd starts: main takes them */
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | (v6 ? MHD_USE_IPv6 : 0),
                          (uint16_t)o.port, NULL, NULL, handle, &sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                          MHD_OPTION_NOTIFY_COMPLETED, request_done, NULL, MHD_OPTION_CONNECTION_LIMIT, 128u,
@@ -681,8 +681,9 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "qhx serve: %s (%s, %d slots, context %d) listening on http://%s%s%s:%u\n", sv.model_id,
             qhx_runtime_kernels(rt), sv.n_slots, sv.mi.max_context, v6 ? "[" : "", o.host, v6 ? "]" : "",
             di ? di->port : (unsigned)o.port);
-    while (!got_signal) pause();
-    fprintf(stderr, "qhx serve: stopping (signal %d)\n", (int)got_signal);
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    fprintf(stderr, "qhx serve: stopping (signal %d)\n", sig);
     pthread_mutex_lock(&sv.lock);
     sv.stopping = 1; /* running generations cancel at their next token; queued ones never start */
     pthread_cond_broadcast(&sv.cv);
