@@ -112,3 +112,6 @@ $(BUILD)/tok_bench: $(BUILD)/bench/tok_bench.o $(BUILD)/libqhexrt.a
 
 $(BUILD)/quant_error: $(BUILD)/bench/quant_error.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/kernel_bench: $(BUILD)/bench/kernel_bench.o $(BUILD)/libqhexrt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -27,6 +27,7 @@ qhx_status qhx_runtime_new(const qhx_runtime_opts *opts, qhx_runtime **out) {
     qhx_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     rt->ex.ks = ks;
+    rt->ex.acts = &rt->acts;
     rt->n_threads = n;
     rt->progress = opts ? opts->progress : 0;
     if (n > 1 && !(rt->ex.pool = qhx_pool_new(n))) {
@@ -40,6 +41,7 @@ qhx_status qhx_runtime_new(const qhx_runtime_opts *opts, qhx_runtime **out) {
 void qhx_runtime_free(qhx_runtime *rt) {
     if (!rt) return;
     qhx_pool_free(rt->ex.pool);
+    qhx_q8_acts_free(&rt->acts);
     free(rt);
 }
 

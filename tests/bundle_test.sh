@@ -27,12 +27,20 @@ for mode in "" --stepwise; do
     check "cmp -s $tmp/l1 $tmp/l2" "2-shard and 1-shard logits differ ($mode)"
 done
 
-# on one bundle: prompt processing as a batch (chunked delta rule) == token by token (recurrent)
-"$qhx" logits "$tmp/one" --tokens "$ids" --out "$tmp/seq" && "$qhx" logits "$tmp/one" --tokens "$ids" --out "$tmp/step" --stepwise
-dev=$(paste <(od -An -v -f -w4 "$tmp/seq") <(od -An -v -f -w4 "$tmp/step") |
-    awk '{d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; a = $1 < 0 ? -$1 : $1; if (a > s) s = a} END {printf "%.2e", m / s}')
-echo "  bundle: batched prefill vs token by token over $(tr -cd , <<<"$ids" | wc -c) tokens: max deviation $dev of max |logit|"
-check "awk 'BEGIN{exit !($dev < 1e-4)}'" "batched vs token-by-token logits deviate by $dev"
+# on one bundle: prompt processing as a batch (chunked delta rule) == token by token (recurrent).
+# With fp32 activations (avx2) the two differ by float rounding only. With int8 activations (the
+# default) a last-bit difference can move an activation across a rounding boundary, a step of
+# 1/127 of its block, so the bound is that of int8 rounding.
+for k in avx2 auto; do
+    [[ $k == avx2 ]] && ! grep -q avx2 /proc/cpuinfo && continue
+    "$qhx" logits "$tmp/one" --tokens "$ids" --out "$tmp/seq" --kernels $k &&
+        "$qhx" logits "$tmp/one" --tokens "$ids" --out "$tmp/step" --stepwise --kernels $k
+    dev=$(paste <(od -An -v -f -w4 "$tmp/seq") <(od -An -v -f -w4 "$tmp/step") |
+        awk '{d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; a = $1 < 0 ? -$1 : $1; if (a > s) s = a} END {printf "%.2e", m / s}')
+    tol=$([[ $k == avx2 ]] && echo 1e-4 || echo 1e-2)
+    echo "  bundle: batched prefill vs token by token over $(tr -cd , <<<"$ids" | wc -c) tokens ($k kernels): max deviation $dev of max |logit| (tolerance $tol)"
+    check "awk 'BEGIN{exit !($dev < $tol)}'" "batched vs token-by-token logits deviate by $dev ($k kernels)"
+done
 
 # the seed's positional CLI gives what qhx generate gives
 "$qhx" generate "$tmp/two" "And God said" -n 20 >"$tmp/g1" 2>/dev/null
@@ -111,8 +119,8 @@ edit_manifest '/"host_op"/d'
 expect_err 1 "field 'plan.host_op' is missing" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 edit_manifest 's/"context_length":\t[0-9]*/"context_length":\t"long"/'
 expect_err 1 "context_length" "$qhx" generate "$tmp/d" --tokens 1 -n 1
-edit_manifest 's/"weight_layout":\t"w8-rows-f32scale"/"weight_layout":\t"w4-tiles"/'
-expect_err 1 "w4-tiles" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+edit_manifest 's/"weight_layout":\t"w8-r4b32"/"weight_layout":\t"w8-rows-f32scale"/' # the layout before row groups
+expect_err 1 "w8-rows-f32scale" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 edit_manifest 's/"hidden_size":\t256/"hidden_size":\t512/'
 expect_err 1 "model_hash" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 damaged; echo '{"format": "qhexrt-bundle", ' >"$tmp/d/manifest.json"

@@ -2,7 +2,9 @@
  * reference), on odd shapes in every dtype; the thread pool splits rows without changing a bit;
  * the quantizer round-trips within half a step. */
 #include "forge/forge.h"
+#include "format/w8.h"
 #include "kernels/kernels.h"
+#include "model/ops.h"
 #include "testlib.h"
 #include "util/half.h"
 
@@ -26,7 +28,8 @@ typedef struct {
 static matrix make(qhx_dtype dt, int rows, int cols) {
     matrix m = {{dt, rows, cols, NULL, NULL}, NULL, NULL, NULL};
     const size_t n = (size_t)rows * cols;
-    m.data = malloc(n * qhx_dtype_size(dt) + 1);
+    m.data = calloc(dt == QHX_I8 ? qhx_w8_bytes((uint64_t)rows, (uint64_t)cols) : n * qhx_dtype_size(dt), 1);
+    int8_t *plain = malloc((size_t)cols); /* an I8 row before it is packed */
     m.dense = malloc(n * sizeof(float));
     m.scale = malloc(sizeof(float) * (size_t)rows);
     for (int r = 0; r < rows; r++) {
@@ -35,13 +38,15 @@ static matrix make(qhx_dtype dt, int rows, int cols) {
             const size_t i = (size_t)r * cols + c;
             const float v = frand();
             switch (dt) {
-            case QHX_I8: ((int8_t *)m.data)[i] = (int8_t)lrintf(v * 127); m.dense[i] = ((int8_t *)m.data)[i] * m.scale[r]; break;
+            case QHX_I8: plain[c] = (int8_t)lrintf(v * 127); m.dense[i] = plain[c] * m.scale[r]; break;
             case QHX_F16: ((uint16_t *)m.data)[i] = qhx_f32_to_f16(v); m.dense[i] = qhx_f16_to_f32(((uint16_t *)m.data)[i]); break;
             case QHX_BF16: ((uint16_t *)m.data)[i] = qhx_f32_to_bf16(v); m.dense[i] = qhx_bf16_to_f32(((uint16_t *)m.data)[i]); break;
             default: ((float *)m.data)[i] = v; m.dense[i] = v;
             }
         }
+        if (dt == QHX_I8) qhx_w8_put_row(m.data, (size_t)cols, (size_t)r, plain);
     }
+    free(plain);
     m.t.data = m.data;
     m.t.scale = dt == QHX_I8 ? m.scale : NULL;
     return m;
@@ -90,8 +95,9 @@ int main(void) {
                         float *X = malloc(sizeof(float) * (size_t)T * cols[ci]);
                         float *a = malloc(sizeof(float) * (size_t)T * rows[ri]), *b = malloc(sizeof(float) * (size_t)T * rows[ri]);
                         for (int i = 0; i < T * cols[ci]; i++) X[i] = frand();
-                        twin->matmul(&m.t, X, T, a, 0, rows[ri]);
-                        ks->matmul(&m.t, X, T, b, 0, rows[ri]);
+                        const qhx_exec ext = {twin, NULL, NULL}, exk = {ks, NULL, NULL};
+                        qhx_matmul(&ext, &m.t, X, T, a);
+                        qhx_matmul(&exk, &m.t, X, T, b);
                         const double e = compare(&m, X, T, b, a);
                         if (!(e <= worst)) worst = e;
                         if (e > tol)
@@ -106,13 +112,45 @@ int main(void) {
     }
     CHECK(variants >= 1, "no kernel set besides scalar ran");
 
+    /* the W8 layout: every element where qhx_tensor_get finds it, padding zero */
+    {
+        matrix m = make(QHX_I8, 7, 70);
+        int bad = 0;
+        for (int r = 0; r < 7; r++)
+            for (int c = 0; c < 70; c++) bad += qhx_tensor_get(&m.t, (size_t)r * 70 + c) != m.dense[(size_t)r * 70 + c];
+        const int8_t *d = m.data;
+        for (int c = 70; c < 96; c++) bad += d[qhx_w8_at(70, 1, (size_t)c)] != 0;   /* the ragged block */
+        for (int c = 0; c < 96; c++) bad += d[qhx_w8_at(70, 7, (size_t)c)] != 0;    /* the padding row */
+        CHECK(bad == 0 && qhx_w8_bytes(7, 70) == 8 * 96, "W8 layout: %d misplaced bytes", bad);
+        drop(&m);
+    }
+
+    /* int8 kernels on shapes whose weights span several of their L2 row blocks, decode and prefill */
+    const qhx_kernel_set *q8 = qhx_kernels_find("auto");
+    if (q8 && q8->matmul_q8 && strcmp(q8->name, "scalar-q8")) {
+        matrix m = make(QHX_I8, 602, 3001);
+        for (int T = 1; T <= 7; T += 6) {
+            float *X = malloc(sizeof(float) * (size_t)T * 3001), *a = malloc(sizeof(float) * (size_t)T * 602),
+                  *b = malloc(sizeof(float) * (size_t)T * 602);
+            for (int i = 0; i < T * 3001; i++) X[i] = frand();
+            const qhx_exec ext = {&qhx_kernels_scalar_q8, NULL, NULL}, exk = {q8, NULL, NULL};
+            qhx_matmul(&ext, &m.t, X, T, a);
+            qhx_matmul(&exk, &m.t, X, T, b);
+            const double e = compare(&m, X, T, b, a);
+            CHECK(e <= 1e-6, "%s vs scalar-q8 [602 x 3001] T=%d: error %.2e", q8->name, T, e);
+            free(X), free(a), free(b);
+        }
+        drop(&m);
+    }
+
     /* the pool splits rows; every row is still computed whole, so results are bit-identical */
     const qhx_kernel_set *best = qhx_kernels_find("auto");
     qhx_pool *pool = qhx_pool_new(3);
     matrix m = make(QHX_I8, 1000, 333);
     float *X = malloc(sizeof(float) * 5 * 333), *a = malloc(sizeof(float) * 5 * 1000), *b = malloc(sizeof(float) * 5 * 1000);
     for (int i = 0; i < 5 * 333; i++) X[i] = frand();
-    qhx_exec one = {best, NULL}, three = {best, pool};
+    qhx_q8_acts acts = {0};
+    qhx_exec one = {best, NULL, NULL}, three = {best, pool, &acts};
     for (int rep = 0; rep < 50; rep++) {
         qhx_matmul(&one, &m.t, X, 5, a);
         qhx_matmul(&three, &m.t, X, 5, b);
@@ -120,6 +158,7 @@ int main(void) {
     }
     CHECK(qhx_pool_size(pool) == 3, "pool size %d", qhx_pool_size(pool));
     qhx_pool_free(pool);
+    qhx_q8_acts_free(&acts);
     free(X), free(a), free(b);
     drop(&m);
 

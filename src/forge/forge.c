@@ -67,6 +67,7 @@ typedef struct {
     const qhxf_entry *entries;
     const qhx_tensor *const *src;
     float *row;
+    int8_t *qrow;      /* a quantized row before it is packed */
 } write_ctx;
 
 static int fill_entry(int i, int r0, int r1, void *data, float *scale, void *user) {
@@ -78,8 +79,9 @@ static int fill_entry(int i, int r0, int r1, void *data, float *scale, void *use
         const size_t at = (size_t)(r - r0) * cols;
         switch (w->entries[i].dtype) {
         case QHX_I8: {
-            int8_t *q = (int8_t *)data + at;
+            int8_t *q = w->qrow;
             const float sc = scale[r - r0] = qhx_quantize_row(w->row, cols, q);
+            qhx_w8_put_row(data, (size_t)cols, (size_t)(r - r0), q);
             for (int c = 0; c < cols; c++) {
                 const double d = w->row[c] - q[c] * (double)sc;
                 w->f->qerr_num += d * d;
@@ -132,11 +134,16 @@ static qhx_status write_file(forge *f, const char *name, qhxf_kind kind, int l0,
     h.l1 = l1;
     int maxcols = 1;
     for (int i = 0; i < n; i++) maxcols = e[i].cols > maxcols ? e[i].cols : maxcols;
-    write_ctx w = {f, e, src, malloc(sizeof(float) * (size_t)maxcols)};
-    if (!w.row) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    write_ctx w = {f, e, src, malloc(sizeof(float) * (size_t)maxcols), malloc((size_t)maxcols)};
+    if (!w.row || !w.qrow) {
+        free(w.row);
+        free(w.qrow);
+        return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    }
     uint64_t hash;
     qhx_status rc = qhxf_write(path, &h, e, n, fill_entry, &w, &hash, progress);
     free(w.row);
+    free(w.qrow);
     if (rc) return rc;
     *bytes = record_file(f, name, hash);
     f->done_bytes += *bytes;
@@ -151,7 +158,10 @@ static uint64_t spec_bytes(const qhx_tensor_spec *s) {
     uint64_t n = 1;
     for (int d = 0; d < s->ndim; d++) n *= (uint64_t)s->shape[d];
     const qhx_dtype dt = qhx_bundle_dtype(s);
-    return align64(n * qhx_dtype_size(dt)) + (dt == QHX_I8 ? align64(4 * (uint64_t)s->shape[0]) : 0);
+    int rows, cols;
+    qhx_spec_dims(s, &rows, &cols);
+    return align64(dt == QHX_I8 ? qhxf_data_bytes(dt, (uint64_t)rows, (uint64_t)cols) : n * qhx_dtype_size(dt)) +
+           (dt == QHX_I8 ? align64(4 * (uint64_t)rows) : 0);
 }
 
 /* Fewest shards under `cap` by greedy packing; 0 when some layer alone exceeds it. */

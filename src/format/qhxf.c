@@ -1,4 +1,5 @@
 #include "format/qhxf.h"
+#include "format/w8.h"
 #include "util/error.h"
 
 #include <cjson/cJSON.h>
@@ -12,6 +13,10 @@
 static const char *const dtype_names[] = {"f32", "bf16", "f16", "i8"};
 
 static uint64_t align_up(uint64_t x) { return (x + QHXF_ALIGN - 1) & ~(uint64_t)(QHXF_ALIGN - 1); }
+
+uint64_t qhxf_data_bytes(qhx_dtype dt, uint64_t rows, uint64_t cols) {
+    return dt == QHX_I8 ? qhx_w8_bytes(rows, cols) : rows * cols * qhx_dtype_size(dt);
+}
 
 static const char *kind_name(uint32_t k) {
     return k == QHXF_SHARD ? "decode shard" : k == QHXF_EMBED ? "embedding" : k == QHXF_HEAD ? "lm-head" : "unknown";
@@ -58,7 +63,7 @@ static qhx_status parse_dir(qhxf_file *f, const char *path) {
         t->dtype = (qhx_dtype)d;
         t->rows = (int)rows;
         t->cols = (int)cols;
-        const uint64_t bytes = (uint64_t)t->rows * (uint64_t)t->cols * qhx_dtype_size(t->dtype), start = (uint64_t)o;
+        const uint64_t bytes = qhxf_data_bytes(t->dtype, t->rows, t->cols), start = (uint64_t)o;
         if (start % QHXF_ALIGN || start < h->data_offset || start > h->file_size || bytes > h->file_size - start) {
             rc = qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' data [%llu, +%llu) is misaligned or outside the file", path,
                           name->valuestring, (unsigned long long)start, (unsigned long long)bytes);
@@ -203,7 +208,7 @@ qhx_status qhxf_write(const char *path, const qhxf_header *hdr, const qhxf_entry
             at = align_up(at);
             off[2 * i] = at;
             cJSON_AddNumberToObject(e, "offset", (double)at);
-            at += (uint64_t)t[i].rows * t[i].cols * qhx_dtype_size(t[i].dtype);
+            at += qhxf_data_bytes(t[i].dtype, t[i].rows, t[i].cols);
             cJSON_AddNumberToObject(e, "nbytes", (double)(at - off[2 * i]));
             if (t[i].dtype == QHX_I8) {
                 at = align_up(at);
@@ -242,10 +247,10 @@ qhx_status qhxf_write(const char *path, const qhxf_header *hdr, const qhxf_entry
     void *buf = NULL;
     float *sbuf = NULL;
     for (int i = 0; i < n && !bad; i++) {
-        const size_t es = qhx_dtype_size(t[i].dtype), row = (size_t)t[i].cols * es;
+        const size_t row = qhxf_data_bytes(t[i].dtype, 1, t[i].cols) / (t[i].dtype == QHX_I8 ? QHX_W8_GROUP : 1);
         int step = (int)((16u << 20) / row);
-        if (step < 1) step = 1;
-        if (step > t[i].rows) step = t[i].rows;
+        if (step < QHX_W8_GROUP) step = QHX_W8_GROUP; /* whole W8 row groups */
+        step -= step % QHX_W8_GROUP;
         free(buf);
         free(sbuf);
         buf = malloc((size_t)step * row);
@@ -254,8 +259,10 @@ qhx_status qhxf_write(const char *path, const qhxf_header *hdr, const qhxf_entry
         if (pad_to(&o, off[2 * i])) { bad = 1; break; }
         for (int r = 0; r < t[i].rows && !bad; r += step) {
             const int r1 = r + step < t[i].rows ? r + step : t[i].rows;
+            const size_t bytes = qhxf_data_bytes(t[i].dtype, (uint64_t)(r1 - r), (uint64_t)t[i].cols);
+            memset(buf, 0, bytes);
             if (fill(i, r, r1, buf, sbuf + r, user)) { bad = 2; break; }
-            if (put(&o, buf, (size_t)(r1 - r) * row)) bad = 1;
+            if (put(&o, buf, bytes)) bad = 1;
             if (progress) progress(o.pos, user);
         }
         if (!bad && t[i].dtype == QHX_I8) bad = pad_to(&o, off[2 * i + 1]) || put(&o, sbuf, 4 * (size_t)t[i].rows);

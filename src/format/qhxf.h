@@ -26,7 +26,7 @@ typedef struct {
     char magic[8];
     uint32_t version, kind;
     char target[16];        /* e.g. "cpu-x86_64" */
-    char layout[24];        /* weight layout the kernels expect, e.g. "w8-rows-f32scale" */
+    char layout[24];        /* weight layout the kernels expect, e.g. "w8-r4b32" */
     uint64_t bundle_id;     /* random per forge: every file of a bundle carries the same */
     uint64_t model_hash;    /* hash of the model's architecture (the manifest's "model") */
     uint64_t dir_offset, dir_len, data_offset, file_size;
@@ -69,8 +69,12 @@ typedef struct {
     int rows, cols;          /* a vector is rows == 1 */
 } qhxf_entry;
 
+/* Bytes of a tensor's data: rows x cols of its dtype; I8 in the W8 layout (format/w8.h). */
+uint64_t qhxf_data_bytes(qhx_dtype dt, uint64_t rows, uint64_t cols);
+
 /* fill(i, r0, r1, data, scale, user): rows [r0, r1) of tensor i into data (the tensor's dtype) and,
- * for I8, their scales. Returns 0 on success, else the writer fails with the message it left. */
+ * for I8, their scales. I8 data is in the W8 layout, r0 a multiple of its row group, and the
+ * buffer zeroed beforehand (the layout's padding). Returns 0 on success, else the writer fails with the message it left. */
 typedef int (*qhxf_fill)(int i, int r0, int r1, void *data, float *scale, void *user);
 
 /* Writes the whole file (header fields other than the offsets and size come from *h) and returns

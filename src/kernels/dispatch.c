@@ -1,5 +1,6 @@
 /* Run-time choice of the kernel set, and the parallel-for that splits a matmul by rows. */
 #include "kernels/kernels.h"
+#include "kernels/q8.h"
 #include "util/error.h"
 
 #include <stdio.h>
@@ -11,7 +12,7 @@ static const qhx_kernel_set *const all_sets[] = {
     &qhx_kernels_avx512,
 #endif
 #ifdef QHX_HAVE_AVX2
-    &qhx_kernels_avx2, &qhx_kernels_avx2_q8,
+    &qhx_kernels_avx2_q8, &qhx_kernels_avx2,
 #endif
     &qhx_kernels_scalar, &qhx_kernels_scalar_q8, &qhx_kernels_ref,
 };
@@ -30,10 +31,10 @@ const qhx_kernel_set *qhx_kernels_find(const char *name) {
         const char *env = getenv("QHX_KERNELS");
         if (env && *env && strcmp(env, "auto")) return qhx_kernels_find(env);
         /* avx512 is opt-in (by name) until it has been run against its scalar twin on real
-         * AVX-512 hardware; decode is bandwidth-bound, so AVX2 gives up little meanwhile */
+         * AVX-512 hardware. Otherwise the first set this CPU runs: int8 activations first (twice
+         * the multiply-adds per instruction; the decode kernel keeps up with memory) */
         for (size_t i = 0; i < N_SETS; i++)
-            if (strcmp(all_sets[i]->name, "avx512") && !strstr(all_sets[i]->name, "-q8") && all_sets[i]->supported())
-                return all_sets[i];
+            if (strcmp(all_sets[i]->name, "avx512") && all_sets[i]->supported()) return all_sets[i];
     }
     for (size_t i = 0; i < N_SETS; i++) {
         if (strcmp(all_sets[i]->name, name)) continue;
@@ -49,6 +50,7 @@ typedef struct {
     const qhx_kernel_set *ks;
     const qhx_tensor *W;
     const float *X;
+    const qhx_q8_acts *acts;  /* set: the int8 kernel on these */
     float *Y;
     int T;
 } matmul_job;
@@ -59,11 +61,52 @@ static void matmul_part(void *arg, int i, int n) {
     const int blocks = (j->W->rows + 15) / 16;
     const int b0 = (int)((long long)blocks * i / n), b1 = (int)((long long)blocks * (i + 1) / n);
     const int r0 = b0 * 16, r1 = b1 * 16 < j->W->rows ? b1 * 16 : j->W->rows;
-    if (r0 < r1) j->ks->matmul(j->W, j->X, j->T, j->Y, r0, r1);
+    if (r0 >= r1) return;
+    if (j->acts) j->ks->matmul_q8(j->W, j->acts, j->T, j->Y, r0, r1);
+    else j->ks->matmul(j->W, j->X, j->T, j->Y, r0, r1);
+}
+
+static void quantize_part(void *arg, int i, int n) {
+    const matmul_job *j = arg;
+    const size_t cols = (size_t)j->W->cols, pad = j->acts->pad;
+    for (int t = (int)((long long)j->T * i / n); t < (int)((long long)j->T * (i + 1) / n); t++) {
+        j->ks->quantize(j->X + (size_t)t * cols, cols, j->acts->q + (size_t)t * pad, j->acts->aq + (size_t)t * pad,
+                        j->acts->s + (size_t)t * (pad / QHX_Q8_BLOCK));
+    }
+}
+
+/* Room for T rows of `cols` int8 activations; the kernels load them aligned. */
+static void acts_reserve(qhx_q8_acts *a, size_t cols, int T) {
+    a->pad = qhx_q8_padded(cols);
+    const size_t need = a->pad * (size_t)T;
+    if (need <= a->cap) return;
+    qhx_q8_acts_free(a);
+    a->q = aligned_alloc(64, need);
+    a->aq = aligned_alloc(64, need);
+    a->s = malloc(sizeof(float) * (need / QHX_Q8_BLOCK));
+    if (!a->q || !a->aq || !a->s) abort(); /* activation scratch: nothing sensible to do without it */
+    a->cap = need;
+}
+
+void qhx_q8_acts_free(qhx_q8_acts *a) {
+    free(a->q);
+    free(a->aq);
+    free(a->s);
+    a->q = a->aq = NULL;
+    a->s = NULL;
+    a->cap = 0;
 }
 
 void qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, float *Y) {
-    matmul_job j = {ex->ks, W, X, Y, T};
-    if (!ex->pool || W->rows < 64) ex->ks->matmul(W, X, T, Y, 0, W->rows);
+    matmul_job j = {ex->ks, W, X, NULL, Y, T};
+    qhx_q8_acts local = {0};
+    if (W->dtype == QHX_I8 && ex->ks->matmul_q8) {
+        qhx_q8_acts *a = ex->acts ? ex->acts : &local;
+        acts_reserve(a, (size_t)W->cols, T);
+        j.acts = a;
+        qhx_pool_run(T > 1 ? ex->pool : NULL, quantize_part, &j);
+    }
+    if (!ex->pool || W->rows < 64) matmul_part(&j, 0, 1);
     else qhx_pool_run(ex->pool, matmul_part, &j);
+    qhx_q8_acts_free(&local);
 }

@@ -12,9 +12,22 @@ typedef struct qhx_pool qhx_pool;
  * count. */
 typedef void (*qhx_matmul_fn)(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1);
 
+/* T activation rows rounded to int8 (kernels/q8.h), once per matmul for every thread: q and its
+ * absolute values |q| (pad bytes per row), one scale per 32 columns (pad / 32 per row). */
+typedef struct {
+    int8_t *q, *aq;
+    float *s;
+    size_t pad, cap;      /* cap: bytes each of q and aq can hold */
+} qhx_q8_acts;
+
+typedef void (*qhx_matmul_q8_fn)(const qhx_tensor *W, const qhx_q8_acts *X, int T, float *Y, int r0, int r1);
+
 typedef struct {
     const char *name;      /* "ref", "scalar", "avx2", "avx512"; "-q8": int8 activations for W8 */
     qhx_matmul_fn matmul;  /* handles every dtype: F32, BF16, F16 and I8 */
+    qhx_matmul_q8_fn matmul_q8; /* I8 weights x int8 activations; NULL: fp32 activations throughout */
+    /* one activation row to int8, |int8| and block scales, bit for bit as qhx_q8_quantize */
+    void (*quantize)(const float *x, size_t cols, int8_t *q, int8_t *aq, float *s);
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n);  /* y += a x */
     int (*supported)(void);
@@ -23,6 +36,7 @@ typedef struct {
 typedef struct qhx_exec {
     const qhx_kernel_set *ks;
     qhx_pool *pool;        /* NULL: run on the calling thread */
+    qhx_q8_acts *acts;     /* int8 activation scratch kept between calls; NULL: one per call */
 } qhx_exec;
 
 /* The kernel set called `name` ("auto" = the best this CPU runs; the environment variable
@@ -37,6 +51,7 @@ void qhx_avx2_axpy(float *y, float a, const float *x, int n);
 int qhx_avx2_supported(void);
 
 void qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, float *Y);
+void qhx_q8_acts_free(qhx_q8_acts *a);
 
 extern const qhx_kernel_set qhx_kernels_ref, qhx_kernels_scalar, qhx_kernels_avx2, qhx_kernels_avx512,
     qhx_kernels_scalar_q8, qhx_kernels_avx2_q8;

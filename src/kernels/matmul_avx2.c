@@ -4,6 +4,7 @@
  * prefill; decode (1 token) streams 4 rows at once against one activation vector.
  * Compiled for these instructions through target attributes, so the rest of the build stays
  * baseline x86-64 and this code only runs when the CPU reports AVX2/FMA/F16C. */
+#include "format/w8.h"
 #include "kernels/kernels.h"
 
 #ifdef QHX_HAVE_AVX2
@@ -114,11 +115,14 @@ WIDEN(widen_f32, load_f32, 4)
 static void prefill(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, es = qhx_dtype_size(W->dtype);
     float *wf = aligned_alloc(32, (sizeof(float) * 4 * cols + 31) & ~(size_t)31); /* row i at wf + i * cols */
-    if (!wf) abort(); /* 4 rows of weights: nothing sensible to do without them */
+    unsigned char *plain = W->dtype == QHX_I8 ? malloc(4 * cols) : NULL;          /* W8: a row group unpacked */
+    if (!wf || (W->dtype == QHX_I8 && !plain)) abort(); /* 4 rows of weights: nothing sensible to do without them */
     for (int r = r0; r < r1; r += 4) {
         const int nr = r1 - r < 4 ? r1 - r : 4;
+        if (plain) qhx_w8_get_group(W->data, cols, (size_t)r, (int8_t *)plain);
         for (int i = 0; i < 4; i++) {
-            const unsigned char *w = (const unsigned char *)W->data + (size_t)(r + (i < nr ? i : 0)) * cols * es;
+            const size_t ri = (size_t)(i < nr ? i : 0);
+            const unsigned char *w = plain ? plain + ri * cols : (const unsigned char *)W->data + (r + ri) * cols * es;
             switch (W->dtype) {
             case QHX_I8: widen_i8(w, cols, wf + i * cols); break;
             case QHX_F16: widen_f16(w, cols, wf + i * cols); break;
@@ -129,6 +133,7 @@ static void prefill(const qhx_tensor *W, const float *X, int T, float *Y, int r0
         prefill_rows(wf, cols, nr, X, T, Y, (size_t)W->rows, r, W->dtype == QHX_I8 ? W->scale : NULL);
     }
     free(wf);
+    free(plain);
 }
 
 /* Walks the output in 4x4 tiles; the tile sizes are compile-time constants in each call so the
@@ -138,9 +143,12 @@ static void prefill(const qhx_tensor *W, const float *X, int T, float *Y, int r0
         const size_t cols = (size_t)W->cols, ws = cols * ES;                                                           \
         const unsigned char *base = W->data;                                                                           \
         float out[4][4];                                                                                               \
+        unsigned char *plain = ES == 1 ? malloc(4 * cols) : NULL; /* W8: a row group unpacked */                       \
+        if (ES == 1 && !plain) abort();                                                                                \
         for (int r = r0; r < r1; r += 4) {                                                                             \
             const int nr = r1 - r < 4 ? r1 - r : 4;                                                                    \
             const unsigned char *w = base + (size_t)r * ws;                                                            \
+            if (ES == 1) qhx_w8_get_group(W->data, cols, (size_t)r, (int8_t *)(w = plain));                           \
             for (int t = 0; t < T; t += 4) {                                                                           \
                 const int nt = T - t < 4 ? T - t : 4;                                                                  \
                 const float *x = X + (size_t)t * cols;                                                                 \
@@ -161,6 +169,7 @@ static void prefill(const qhx_tensor *W, const float *X, int T, float *Y, int r0
                 }                                                                                                      \
             }                                                                                                          \
         }                                                                                                              \
+        free(plain);                                                                                                   \
     }
 
 MATMUL(mm_i8, tile_i8, 1)
@@ -205,5 +214,5 @@ int qhx_avx2_supported(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 }
 
-const qhx_kernel_set qhx_kernels_avx2 = {"avx2", avx2_matmul, qhx_avx2_dot, qhx_avx2_axpy, qhx_avx2_supported};
+const qhx_kernel_set qhx_kernels_avx2 = {"avx2", avx2_matmul, NULL, NULL, qhx_avx2_dot, qhx_avx2_axpy, qhx_avx2_supported};
 #endif

@@ -2,11 +2,13 @@
  * matmul_avx2.c). Weights widen in registers; tiles of 4 rows x 4 tokens in prefill, 4 rows x 1
  * token in decode. VNNI would need int8 activations; decode is bandwidth-bound without it, so the
  * exact fp32-activation path is the one kept. */
+#include "format/w8.h"
 #include "kernels/kernels.h"
 
 #ifdef QHX_HAVE_AVX512
 #include <cpuid.h>
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
@@ -55,9 +57,12 @@ TILE(tile_f32, load_f32, 4)
         const size_t cols = (size_t)W->cols, ws = cols * ES;                                                           \
         const unsigned char *base = W->data;                                                                           \
         float out[4][4];                                                                                               \
+        unsigned char *plain = ES == 1 ? malloc(4 * cols) : NULL; /* W8: a row group unpacked */                       \
+        if (ES == 1 && !plain) abort();                                                                                \
         for (int r = r0; r < r1; r += 4) {                                                                             \
             const int nr = r1 - r < 4 ? r1 - r : 4;                                                                    \
             const unsigned char *w = base + (size_t)r * ws;                                                            \
+            if (ES == 1) qhx_w8_get_group(W->data, cols, (size_t)r, (int8_t *)(w = plain));                           \
             for (int t = 0; t < T; t += 4) {                                                                           \
                 const int nt = T - t < 4 ? T - t : 4;                                                                  \
                 const float *x = X + (size_t)t * cols;                                                                 \
@@ -78,6 +83,7 @@ TILE(tile_f32, load_f32, 4)
                 }                                                                                                      \
             }                                                                                                          \
         }                                                                                                              \
+        free(plain);                                                                                                   \
     }
 
 MATMUL(mm_i8, tile_i8, 1)
@@ -122,5 +128,5 @@ static int avx512_supported(void) {
            has_f16c();
 }
 
-const qhx_kernel_set qhx_kernels_avx512 = {"avx512", avx512_matmul, avx512_dot, avx512_axpy, avx512_supported};
+const qhx_kernel_set qhx_kernels_avx512 = {"avx512", avx512_matmul, NULL, NULL, avx512_dot, avx512_axpy, avx512_supported};
 #endif

@@ -2,6 +2,7 @@
  * the twin every SIMD variant is tested against: fp32 accumulation in the same blocked order the
  * SIMD kernels use (8 lanes, summed pairwise at the end), so the comparison tolerance stays tight. */
 #include "kernels/kernels.h"
+#include "format/w8.h"
 #include "kernels/q8.h"
 #include "model/ops.h"
 #include "util/half.h"
@@ -20,7 +21,7 @@ static void widen_row(const qhx_tensor *W, int r, float *out) {
     uint16_t h;
     switch (W->dtype) {
     case QHX_I8:
-        for (size_t c = 0; c < cols; c++) out[c] = (float)((const int8_t *)row)[c];
+        for (size_t c = 0; c < cols; c++) out[c] = (float)((const int8_t *)W->data)[qhx_w8_at(cols, (size_t)r, c)];
         break;
     case QHX_F16:
         for (size_t c = 0; c < cols; c++) memcpy(&h, row + 2 * c, 2), out[c] = qhx_f16_to_f32(h);
@@ -92,16 +93,15 @@ static void scalar_axpy(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-/* the twin of the -q8 SIMD sets: the same rounding of the activations, integer block sums */
-static void scalar_q8_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
-    if (W->dtype != QHX_I8) { scalar_matmul(W, X, T, Y, r0, r1); return; }
-    const size_t cols = (size_t)W->cols, pad = qhx_q8_padded(cols), nb = pad / QHX_Q8_BLOCK;
-    int8_t *q = malloc(pad * (size_t)T);
-    float *s = malloc(sizeof(float) * nb * (size_t)T);
-    if (!q || !s) abort();
-    for (int t = 0; t < T; t++) qhx_q8_quantize(X + (size_t)t * cols, cols, q + (size_t)t * pad, s + (size_t)t * nb);
+/* the twin of the -q8 SIMD sets: the same rounded activations, integer block sums */
+static void scalar_q8_matmul(const qhx_tensor *W, const qhx_q8_acts *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, pad = X->pad, nb = pad / QHX_Q8_BLOCK;
+    const int8_t *q = X->q;
+    const float *s = X->s;
+    int8_t *w = malloc(cols);
+    if (!w) abort();
     for (int r = r0; r < r1; r++) {
-        const int8_t *w = (const int8_t *)W->data + (size_t)r * cols;
+        qhx_w8_get_row(W->data, cols, (size_t)r, w);
         for (int t = 0; t < T; t++) {
             const int8_t *qt = q + (size_t)t * pad;
             float acc = 0.0f;
@@ -114,12 +114,11 @@ static void scalar_q8_matmul(const qhx_tensor *W, const float *X, int T, float *
             Y[(size_t)t * W->rows + r] = acc * W->scale[r];
         }
     }
-    free(q);
-    free(s);
+    free(w);
 }
 
 static int always(void) { return 1; }
 
-const qhx_kernel_set qhx_kernels_ref = {"ref", ref_matmul, ref_dot, scalar_axpy, always};
-const qhx_kernel_set qhx_kernels_scalar = {"scalar", scalar_matmul, scalar_dot, scalar_axpy, always};
-const qhx_kernel_set qhx_kernels_scalar_q8 = {"scalar-q8", scalar_q8_matmul, scalar_dot, scalar_axpy, always};
+const qhx_kernel_set qhx_kernels_ref = {"ref", ref_matmul, NULL, NULL, ref_dot, scalar_axpy, always};
+const qhx_kernel_set qhx_kernels_scalar = {"scalar", scalar_matmul, NULL, NULL, scalar_dot, scalar_axpy, always};
+const qhx_kernel_set qhx_kernels_scalar_q8 = {"scalar-q8", scalar_matmul, scalar_q8_matmul, qhx_q8_quantize_abs, scalar_dot, scalar_axpy, always};

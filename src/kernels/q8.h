@@ -10,16 +10,26 @@
 
 #define QHX_Q8_BLOCK 32
 
+/* Round to nearest, ties to even, for |v| <= 127: adding 1.5 * 2^23 leaves no fraction bits, so
+ * the FPU rounds in the add (what lrintf does, without the libm call). */
+static inline int8_t qhx_q8_round(float v) { return (int8_t)(int)((v + 0x1.8p23f) - 0x1.8p23f); }
+
 /* q: cols rounded up to a whole block (the tail zero); s: one scale per block */
 static inline void qhx_q8_quantize(const float *x, size_t cols, int8_t *q, float *s) {
     for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q8_BLOCK, b++) {
         const size_t n = cols - c0 < QHX_Q8_BLOCK ? cols - c0 : QHX_Q8_BLOCK;
         float mx = 0.0f;
-        for (size_t i = 0; i < n; i++) mx = fmaxf(mx, fabsf(x[c0 + i]));
+        for (size_t i = 0; i < n; i++) mx = fabsf(x[c0 + i]) > mx ? fabsf(x[c0 + i]) : mx;
         const float inv = mx > 0 ? 127.0f / mx : 0.0f;
         s[b] = mx / 127.0f;
-        for (size_t i = 0; i < QHX_Q8_BLOCK; i++) q[c0 + i] = (int8_t)(i < n ? lrintf(x[c0 + i] * inv) : 0);
+        for (size_t i = 0; i < QHX_Q8_BLOCK; i++) q[c0 + i] = i < n ? qhx_q8_round(x[c0 + i] * inv) : 0;
     }
+}
+
+/* the same with |q| too, for kernels that multiply |x| by sign-moved weights */
+static inline void qhx_q8_quantize_abs(const float *x, size_t cols, int8_t *q, int8_t *aq, float *s) {
+    qhx_q8_quantize(x, cols, q, s);
+    for (size_t c = 0; c < (cols + QHX_Q8_BLOCK - 1) / QHX_Q8_BLOCK * QHX_Q8_BLOCK; c++) aq[c] = (int8_t)(q[c] < 0 ? -q[c] : q[c]);
 }
 
 static inline size_t qhx_q8_padded(size_t cols) { return (cols + QHX_Q8_BLOCK - 1) / QHX_Q8_BLOCK * QHX_Q8_BLOCK; }

@@ -5,16 +5,17 @@
 #define QHX_MODEL_H
 #include "format/checkpoint.h"
 #include "format/qhxf.h"
+#include "format/w8.h"
 #include "kernels/kernels.h"
 #include "qhexrt.h"
 
 #define QHX_MAX_SHARDS 64
 #define QHX_BUNDLE_SCHEMA 1
 #define QHX_TARGET "cpu-x86_64"
-#define QHX_LAYOUT_W8 "w8-rows-f32scale"
 
 struct qhx_runtime {
     qhx_exec ex;
+    qhx_q8_acts acts;     /* ex.acts */
     int n_threads;
     int progress;
 };

@@ -1,4 +1,5 @@
 #include "model/ops.h"
+#include "format/w8.h"
 #include "util/half.h"
 
 #include <math.h>
@@ -12,7 +13,10 @@ float qhx_tensor_get(const qhx_tensor *t, size_t i) {
     case QHX_F32: memcpy(&f, p + 4 * i, 4); return f;
     case QHX_BF16: memcpy(&h, p + 2 * i, 2); return qhx_bf16_to_f32(h);
     case QHX_F16: memcpy(&h, p + 2 * i, 2); return qhx_f16_to_f32(h);
-    case QHX_I8: return (float)((const int8_t *)p)[i] * t->scale[i / (size_t)t->cols];
+    case QHX_I8: {
+        const size_t r = i / (size_t)t->cols, c = i % (size_t)t->cols;
+        return (float)((const int8_t *)p)[qhx_w8_at((size_t)t->cols, r, c)] * t->scale[r];
+    }
     default: return 0.0f;
     }
 }

@@ -9,6 +9,7 @@
  *               x += MLP(norm(x))
  *   logits = lm_head · norm(x)
  */
+#include "format/qhxf.h"
 #include "kernels/kernels.h"
 #include "model/ops.h"
 #include "model/qwen35.h"
@@ -365,7 +366,7 @@ void qhx_qwen35_head(const qhx_exec *ex, const qhx_config *c, const qhx_weights 
 
 static uint64_t tensor_bytes(const qhx_tensor *t) {
     if (!t->data) return 0;
-    return (uint64_t)t->rows * t->cols * qhx_dtype_size(t->dtype) + (t->dtype == QHX_I8 ? 4 * (uint64_t)t->rows : 0);
+    return qhxf_data_bytes(t->dtype, (uint64_t)t->rows, (uint64_t)t->cols) + (t->dtype == QHX_I8 ? 4 * (uint64_t)t->rows : 0);
 }
 
 uint64_t qhx_weights_bytes_per_token(const qhx_config *c, const qhx_weights *w) {

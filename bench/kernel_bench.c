@@ -1,0 +1,88 @@
+/* What each kernel set streams: W8 matrices of the 4B shape's MLP (9216 x 2560, 23.6 MB; eight of
+ * them in turn, so the weights come from memory, not the 32 MB L3), decode (1 token) on one thread and on the pool, and prefill (64 tokens) on
+ * the pool. Decode reports weight GB/s, prefill multiply-adds per second; both next to the read
+ * bandwidth of a plain streaming loop measured in the same run. Ratios only: the machine is shared.
+ *   build/kernel_bench [THREADS] */
+#include "kernels/kernels.h"
+#include "util/error.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* best of `reps` of a callback, seconds */
+#define BEST(reps, stmt)                                                                                               \
+    ({                                                                                                                 \
+        double best_ = 1e30;                                                                                           \
+        for (int r_ = 0; r_ < (reps); r_++) {                                                                          \
+            const double t0_ = now();                                                                                  \
+            stmt;                                                                                                      \
+            const double dt_ = now() - t0_;                                                                            \
+            if (dt_ < best_) best_ = dt_;                                                                              \
+        }                                                                                                              \
+        best_;                                                                                                         \
+    })
+
+typedef struct {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum[16];
+} stream_job;
+
+static void stream_part(void *arg, int i, int n) {
+    stream_job *j = arg;
+    const size_t a = j->n * i / n, b = j->n * (i + 1) / n;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t k = a; k + 4 <= b; k += 4) s0 ^= j->p[k], s1 ^= j->p[k + 1], s2 ^= j->p[k + 2], s3 ^= j->p[k + 3];
+    j->sum[i] = s0 ^ s1 ^ s2 ^ s3;
+}
+
+int main(int argc, char **argv) {
+    const int threads = argc > 1 ? atoi(argv[1]) : 2;
+    const int rows = 9216, cols = 2560, T = 64;
+    const size_t wbytes = (size_t)rows * cols, NM = 8;
+    int8_t *w = malloc(wbytes * NM);
+    float *scale = malloc(sizeof(float) * rows), *X = malloc(sizeof(float) * cols * T), *Y = malloc(sizeof(float) * rows * T);
+    uint64_t seed = 1;
+    for (size_t i = 0; i < wbytes * NM; i++) seed = seed * 6364136223846793005ull + 1, w[i] = (int8_t)(seed >> 56);
+    for (int r = 0; r < rows; r++) scale[r] = 1e-3f;
+    for (int i = 0; i < cols * T; i++) seed = seed * 6364136223846793005ull + 1, X[i] = (float)(int)(seed >> 40 & 0xffff) / 65536.0f - 0.5f;
+    qhx_tensor W[8];
+    for (size_t m = 0; m < NM; m++) W[m] = (qhx_tensor){QHX_I8, rows, cols, w + m * wbytes, scale};
+    qhx_pool *pool = qhx_pool_new(threads);
+
+    const size_t sbytes = (size_t)256 << 20;
+    uint64_t *buf = malloc(sbytes);
+    memset(buf, 1, sbytes);
+    stream_job sj = {buf, sbytes / 8, {0}};
+    const double st = BEST(5, qhx_pool_run(pool, stream_part, &sj));
+    const double bw = sbytes / st / 1e9;
+    printf("read bandwidth, %d threads: %.1f GB/s\n", qhx_pool_size(pool), bw);
+
+    const char *sets[] = {"scalar", "avx2", "avx2-q8", "avx512"};
+    for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+        const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
+        if (!ks) { qhx_clear_error(); continue; }
+        const int reps = strcmp(sets[s], "scalar") ? 5 : 1;
+        qhx_q8_acts acts = {0};
+        const qhx_exec one = {ks, NULL, &acts}, all = {ks, pool, &acts};
+        const double d1 = BEST(reps, for (size_t m = 0; m < NM; m++) qhx_matmul(&one, &W[m], X, 1, Y)) / NM;
+        const double dn = BEST(reps, for (size_t m = 0; m < NM; m++) qhx_matmul(&all, &W[m], X, 1, Y)) / NM;
+        const double pf = BEST(reps / 4 + 1, qhx_matmul(&all, &W[0], X, T, Y));
+        printf("%-8s decode 1 thread %5.1f GB/s | decode %d threads %5.1f GB/s = %.2f of bandwidth | prefill %d: %6.1f GMAC/s\n",
+               sets[s], wbytes / d1 / 1e9, qhx_pool_size(pool), wbytes / dn / 1e9, wbytes / dn / 1e9 / bw, T,
+               (double)wbytes * T / pf / 1e9);
+        qhx_q8_acts_free(&acts);
+    }
+    qhx_pool_free(pool);
+    free(w), free(scale), free(X), free(Y), free(buf);
+    return 0;
+}
