@@ -58,7 +58,6 @@ INLINE __m256 load_f32(const void *p) { return _mm256_loadu_ps((const float *)p)
             _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) out[i][j] = hsum(acc[i][j]);                                                  \
     }
 
-TILE(tile_i8, load_i8, 1)
 TILE(tile_f16, load_f16, 2)
 TILE(tile_bf16, load_bf16, 2)
 TILE(tile_f32, load_f32, 4)
@@ -143,12 +142,9 @@ static void prefill(const qhx_tensor *W, const float *X, int T, float *Y, int r0
         const size_t cols = (size_t)W->cols, ws = cols * ES;                                                           \
         const unsigned char *base = W->data;                                                                           \
         float out[4][4];                                                                                               \
-        unsigned char *plain = ES == 1 ? malloc(4 * cols) : NULL; /* W8: a row group unpacked */                       \
-        if (ES == 1 && !plain) abort();                                                                                \
         for (int r = r0; r < r1; r += 4) {                                                                             \
             const int nr = r1 - r < 4 ? r1 - r : 4;                                                                    \
             const unsigned char *w = base + (size_t)r * ws;                                                            \
-            if (ES == 1) qhx_w8_get_group(W->data, cols, (size_t)r, (int8_t *)(w = plain));                           \
             for (int t = 0; t < T; t += 4) {                                                                           \
                 const int nt = T - t < 4 ? T - t : 4;                                                                  \
                 const float *x = X + (size_t)t * cols;                                                                 \
@@ -169,18 +165,47 @@ static void prefill(const qhx_tensor *W, const float *X, int T, float *Y, int r0
                 }                                                                                                      \
             }                                                                                                          \
         }                                                                                                              \
-        free(plain);                                                                                                   \
     }
 
-MATMUL(mm_i8, tile_i8, 1)
 MATMUL(mm_f16, tile_f16, 2)
 MATMUL(mm_bf16, tile_bf16, 2)
 MATMUL(mm_f32, tile_f32, 4)
 
+INLINE void w8_block(const unsigned char *wb, const float *x, __m256 acc[4]) {
+    _mm_prefetch((const char *)wb + 2048, _MM_HINT_T0); /* as in the int8 kernel */
+    _mm_prefetch((const char *)wb + 2048 + 64, _MM_HINT_T0);
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+        const __m256 xv = _mm256_loadu_ps(x + 8 * k);
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+            acc[i] = _mm256_fmadd_ps(load_i8(wb + i * QHX_W8_BLOCK + 8 * k), xv, acc[i]);
+    }
+}
+
+/* Decode over the W8 layout: a row group's 4 rows x 8 columns at a time, straight from the
+ * packed blocks (the layout's zero padding makes the ragged tail plain arithmetic). */
+TARGET static void mm_w8(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, full = cols / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
+    for (int r = r0; r < r1; r += QHX_W8_GROUP) {
+        const unsigned char *g = (const unsigned char *)W->data + (size_t)r / QHX_W8_GROUP * gbytes;
+        const int nr = r1 - r < QHX_W8_GROUP ? r1 - r : QHX_W8_GROUP;
+        for (int t = 0; t < T; t++) {
+            const float *x = X + (size_t)t * cols;
+            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (size_t b = 0; b < full; b++) w8_block(g + b * QHX_W8_GROUP * QHX_W8_BLOCK, x + b * QHX_W8_BLOCK, acc);
+            if (cols > full * QHX_W8_BLOCK) { /* the ragged block */
+                float xt[QHX_W8_BLOCK] = {0};
+                memcpy(xt, x + full * QHX_W8_BLOCK, sizeof(float) * (cols - full * QHX_W8_BLOCK));
+                w8_block(g + full * QHX_W8_GROUP * QHX_W8_BLOCK, xt, acc);
+            }
+            for (int i = 0; i < nr; i++) Y[(size_t)t * W->rows + r + i] = hsum(acc[i]) * W->scale[r + i];
+        }
+    }
+}
+
 static void avx2_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
     if (T >= 4) { prefill(W, X, T, Y, r0, r1); return; }
     switch (W->dtype) {
-    case QHX_I8: mm_i8(W, X, T, Y, r0, r1); break;
+    case QHX_I8: mm_w8(W, X, T, Y, r0, r1); break;
     case QHX_F16: mm_f16(W, X, T, Y, r0, r1); break;
     case QHX_BF16: mm_bf16(W, X, T, Y, r0, r1); break;
     default: mm_f32(W, X, T, Y, r0, r1); break;
