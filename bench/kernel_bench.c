@@ -1,4 +1,4 @@
-/* What each kernel set streams: W8 matrices of the 4B shape's MLP (9216 x 2560, 23.6 MB; eight of
+/* What each kernel set streams (the -q8 sets decode with fp32 activations, as qhx_matmul does): W8 matrices of the 4B shape's MLP (9216 x 2560, 23.6 MB; eight of
  * them in turn, so the weights come from memory, not the 32 MB L3), decode (1 token) on one thread and on the pool, and prefill (64 tokens) on
  * the pool. Decode reports weight GB/s, prefill multiply-adds per second; both next to the read
  * bandwidth of a plain streaming loop measured in the same run. Ratios only: the machine is shared.

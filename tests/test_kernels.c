@@ -129,7 +129,7 @@ int main(void) {
     const qhx_kernel_set *q8 = qhx_kernels_find("auto");
     if (q8 && q8->matmul_q8 && strcmp(q8->name, "scalar-q8")) {
         matrix m = make(QHX_I8, 602, 3001);
-        for (int T = 1; T <= 7; T += 6) {
+        for (int T = 2; T <= 7; T += 5) {
             float *X = malloc(sizeof(float) * (size_t)T * 3001), *a = malloc(sizeof(float) * (size_t)T * 602),
                   *b = malloc(sizeof(float) * (size_t)T * 602);
             for (int i = 0; i < T * 3001; i++) X[i] = frand();
