@@ -27,20 +27,23 @@ for mode in "" --stepwise; do
     check "cmp -s $tmp/l1 $tmp/l2" "2-shard and 1-shard logits differ ($mode)"
 done
 
-# on one bundle: prompt processing as a batch (chunked delta rule) == token by token (recurrent).
-# With fp32 activations (avx2) the two differ by float rounding only. With int8 activations (the
-# default) a last-bit difference can move an activation across a rounding boundary, a step of
-# 1/127 of its block, so the bound is that of int8 rounding.
-for k in avx2 auto; do
-    [[ $k == avx2 ]] && ! grep -q avx2 /proc/cpuinfo && continue
-    "$qhx" logits "$tmp/one" --tokens "$ids" --out "$tmp/seq" --kernels $k &&
-        "$qhx" logits "$tmp/one" --tokens "$ids" --out "$tmp/step" --stepwise --kernels $k
-    dev=$(paste <(od -An -v -f -w4 "$tmp/seq") <(od -An -v -f -w4 "$tmp/step") |
-        awk '{d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; a = $1 < 0 ? -$1 : $1; if (a > s) s = a} END {printf "%.2e", m / s}')
-    tol=$([[ $k == avx2 ]] && echo 1e-4 || echo 1e-2)
-    echo "  bundle: batched prefill vs token by token over $(tr -cd , <<<"$ids" | wc -c) tokens ($k kernels): max deviation $dev of max |logit| (tolerance $tol)"
-    check "awk 'BEGIN{exit !($dev < $tol)}'" "batched vs token-by-token logits deviate by $dev ($k kernels)"
-done
+# on one bundle: prompt processing as a batch (chunked delta rule) == token by token (recurrent),
+# both with fp32 activations (scalar kernels: every machine), where they differ by float rounding
+# only; then the default batch (int8 activations on AVX2 machines) against that, which moves each
+# activation by up to half a step of 1/127 of its 32-column block.
+maxdev() {
+    paste <(od -An -v -f -w4 "$1") <(od -An -v -f -w4 "$2") |
+        awk '{d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; a = $1 < 0 ? -$1 : $1; if (a > s) s = a} END {printf "%.2e", m / s}'
+}
+n_ids=$(tr -cd , <<<"$ids" | wc -c)
+"$qhx" logits "$tmp/one" --tokens "$ids" --out "$tmp/seq" --kernels scalar &&
+    "$qhx" logits "$tmp/one" --tokens "$ids" --out "$tmp/step" --stepwise --kernels scalar
+dev=$(maxdev "$tmp/seq" "$tmp/step")
+echo "  bundle: batched prefill vs token by token over $n_ids tokens: max deviation $dev of max |logit| (tolerance 1e-4)"
+check "awk 'BEGIN{exit !($dev < 1e-4)}'" "batched vs token-by-token logits deviate by $dev"
+"$qhx" logits "$tmp/one" --tokens "$ids" --out "$tmp/fast" && dev=$(maxdev "$tmp/fast" "$tmp/seq")
+echo "  bundle: default kernels vs fp32 activations over $n_ids tokens: max deviation $dev of max |logit| (tolerance 3e-2)"
+check "awk 'BEGIN{exit !($dev < 3e-2)}'" "default kernels deviate from fp32 activations by $dev"
 
 # the seed's positional CLI gives what qhx generate gives
 "$qhx" generate "$tmp/two" "And God said" -n 20 >"$tmp/g1" 2>/dev/null
