@@ -107,8 +107,9 @@ void qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, 
     matmul_job j = {ex->ks, W, X, NULL, Y, T, W->rows, 1, 0};
     qhx_q8_acts local = {0};
     /* Int8 activations pay where each weight serves several tokens (prefill: 1.2-1.5x). One token
-     * streams the weights once either way, and there the fp32 kernel measured faster on the 4B
-     * shape (5.4-5.8 vs 5.0-5.2 tok/s, alternating runs) and is exact against the W8 weights. */
+     * streams the weights once either way: there the two measured equal on the 4B shape (5.22-5.60
+     * vs 5.40-5.64 tok/s, alternating runs), and fp32 activations are exact against the W8
+     * weights, so decode keeps them. */
     if (W->dtype == QHX_I8 && ex->ks->matmul_q8 && T > 1) {
         qhx_q8_acts *a = ex->acts ? ex->acts : &local;
         acts_reserve(a, (size_t)W->cols, T);
