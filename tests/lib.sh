@@ -3,6 +3,13 @@
 set -u
 build=${1:-build}
 qhx="$build/qhx"
+# QHX_VALGRIND=DIR: every qhx the suite starts runs under memcheck (tests/vg_wrap.sh, logs in DIR)
+if [[ -n ${QHX_VALGRIND:-} ]]; then
+    mkdir -p "$QHX_VALGRIND"
+    printf '#!/bin/sh\nexec %q %q "$@"\n' "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/vg_wrap.sh" "$(realpath "$qhx")" >"$QHX_VALGRIND/qhx"
+    chmod +x "$QHX_VALGRIND/qhx"
+    qhx="$QHX_VALGRIND/qhx"
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0

@@ -112,6 +112,38 @@ int main(void) {
     }
     CHECK(variants >= 1, "no kernel set besides scalar ran");
 
+    /* gemm (the delta rule's products) of every set against the double reference, odd shapes and
+     * strides, C accumulated into: |error| relative to sum_k |alpha A B| + |C| */
+    for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+        const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
+        if (!ks) continue; /* reported above */
+        const int Ms[] = {1, 3, 4, 5, 9}, Ns[] = {1, 8, 15, 16, 17, 40}, Ks[] = {1, 7, 64, 129};
+        double worst = 0;
+        for (int mi = 0; mi < 5; mi++)
+            for (int ni = 0; ni < 6; ni++)
+                for (int ki = 0; ki < 4; ki++) {
+                    const int M = Ms[mi], N = Ns[ni], K = Ks[ki], lda = K + 3, ldb = N + 5, ldc = N + 2;
+                    float *A = malloc(sizeof(float) * (size_t)M * lda), *B = malloc(sizeof(float) * (size_t)K * ldb);
+                    float *C = malloc(sizeof(float) * (size_t)M * ldc), *R = malloc(sizeof(float) * (size_t)M * ldc);
+                    for (int i = 0; i < M * lda; i++) A[i] = frand();
+                    for (int i = 0; i < K * ldb; i++) B[i] = frand();
+                    for (int i = 0; i < M * ldc; i++) C[i] = R[i] = frand();
+                    ks->gemm(M, N, K, -0.75f, A, lda, B, ldb, C, ldc);
+                    for (int i = 0; i < M; i++)
+                        for (int j = 0; j < N; j++) {
+                            double ref = R[i * ldc + j], mag = fabs(ref);
+                            for (int k = 0; k < K; k++) ref += -0.75 * A[i * lda + k] * B[k * ldb + j], mag += fabs(0.75 * A[i * lda + k] * B[k * ldb + j]);
+                            const double e = fabs(C[i * ldc + j] - ref) / mag;
+                            if (!(e <= worst)) worst = e;
+                        }
+                    for (int i = 0; i < M; i++) /* the padding between rows stays untouched */
+                        for (int j = N; j < ldc; j++) worst = C[i * ldc + j] == R[i * ldc + j] ? worst : 1.0;
+                    free(A), free(B), free(C), free(R);
+                }
+        CHECK(worst <= 1e-6, "%s gemm: worst error %.2e", sets[s], worst);
+        printf("  gemm    %-9s vs double: 120 shapes, worst error %.2e of sum|a b| (tolerance 1e-06)\n", sets[s], worst);
+    }
+
     /* the W8 layout: every element where qhx_tensor_get finds it, padding zero */
     {
         matrix m = make(QHX_I8, 7, 70);

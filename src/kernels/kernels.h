@@ -30,6 +30,9 @@ typedef struct {
     void (*quantize)(const float *x, size_t cols, int8_t *q, int8_t *aq, float *s);
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n);  /* y += a x */
+    /* C[M][N] += alpha A[M][K] B[K][N], row-major with row strides: the chunked delta rule's
+     * small products (64 x 128 x 128 per chunk and head) */
+    void (*gemm)(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
     int (*supported)(void);
 } qhx_kernel_set;
 
@@ -48,6 +51,7 @@ const char *qhx_kernels_names(void);
 /* the AVX2 vector ops, shared by the AVX2 sets */
 float qhx_avx2_dot(const float *a, const float *b, int n);
 void qhx_avx2_axpy(float *y, float a, const float *x, int n);
+void qhx_avx2_gemm(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
 int qhx_avx2_supported(void);
 
 void qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, float *Y);

@@ -228,6 +228,46 @@ TARGET void qhx_avx2_axpy(float *y, float a, const float *x, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* Tiles of MR rows x 16 columns: 2 * MR accumulators, B's row loaded once per k for all MR rows. */
+INLINE void gemm_tile(int MR, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+    __m256 acc[4][2];
+    _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int k = 0; k < K; k++) {
+        const __m256 b0 = _mm256_loadu_ps(B + (size_t)k * ldb), b1 = _mm256_loadu_ps(B + (size_t)k * ldb + 8);
+        _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++) {
+            const __m256 a = _mm256_broadcast_ss(A + (size_t)r * lda + k);
+            acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+        }
+    }
+    const __m256 al = _mm256_set1_ps(alpha);
+    _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++) {
+        float *c = C + (size_t)r * ldc;
+        _mm256_storeu_ps(c, _mm256_fmadd_ps(al, acc[r][0], _mm256_loadu_ps(c)));
+        _mm256_storeu_ps(c + 8, _mm256_fmadd_ps(al, acc[r][1], _mm256_loadu_ps(c + 8)));
+    }
+}
+
+TARGET void qhx_avx2_gemm(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+    const int N16 = N & ~15;
+    for (int i = 0; i < M; i += 4) {
+        const int mr = M - i < 4 ? M - i : 4;
+        const float *a = A + (size_t)i * lda;
+        float *c = C + (size_t)i * ldc;
+        for (int j = 0; j < N16; j += 16) {
+            if (mr == 4) gemm_tile(4, K, alpha, a, lda, B + j, ldb, c + j, ldc);
+            else
+                for (int r = 0; r < mr; r++) gemm_tile(1, K, alpha, a + (size_t)r * lda, lda, B + j, ldb, c + (size_t)r * ldc + j, ldc);
+        }
+        for (int r = 0; r < mr; r++) /* the last N % 16 columns */
+            for (int j = N16; j < N; j++) {
+                float acc = 0.0f;
+                for (int k = 0; k < K; k++) acc += a[(size_t)r * lda + k] * B[(size_t)k * ldb + j];
+                c[(size_t)r * ldc + j] += alpha * acc;
+            }
+    }
+}
+
 /* CPUID leaf 1, ECX bit 29 (not every compiler's __builtin_cpu_supports knows "f16c") */
 static int has_f16c(void) {
     unsigned a, b, c, d;
@@ -239,5 +279,6 @@ int qhx_avx2_supported(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 }
 
-const qhx_kernel_set qhx_kernels_avx2 = {"avx2", avx2_matmul, NULL, NULL, qhx_avx2_dot, qhx_avx2_axpy, qhx_avx2_supported};
+const qhx_kernel_set qhx_kernels_avx2 = {.name = "avx2", .matmul = avx2_matmul, .dot = qhx_avx2_dot, .axpy = qhx_avx2_axpy,
+                                         .gemm = qhx_avx2_gemm, .supported = qhx_avx2_supported};
 #endif

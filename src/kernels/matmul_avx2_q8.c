@@ -108,5 +108,7 @@ static void fp32_matmul(const qhx_tensor *W, const float *X, int T, float *Y, in
     qhx_kernels_avx2.matmul(W, X, T, Y, r0, r1);
 }
 
-const qhx_kernel_set qhx_kernels_avx2_q8 = {"avx2-q8", fp32_matmul, avx2_q8_matmul, quantize, qhx_avx2_dot, qhx_avx2_axpy, qhx_avx2_supported};
+const qhx_kernel_set qhx_kernels_avx2_q8 = {.name = "avx2-q8", .matmul = fp32_matmul, .matmul_q8 = avx2_q8_matmul,
+                                            .quantize = quantize, .dot = qhx_avx2_dot, .axpy = qhx_avx2_axpy,
+                                            .gemm = qhx_avx2_gemm, .supported = qhx_avx2_supported};
 #endif

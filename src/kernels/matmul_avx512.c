@@ -128,5 +128,6 @@ static int avx512_supported(void) {
            has_f16c();
 }
 
-const qhx_kernel_set qhx_kernels_avx512 = {"avx512", avx512_matmul, NULL, NULL, avx512_dot, avx512_axpy, avx512_supported};
+const qhx_kernel_set qhx_kernels_avx512 = {.name = "avx512", .matmul = avx512_matmul, .dot = avx512_dot, .axpy = avx512_axpy,
+                                           .gemm = qhx_avx2_gemm, .supported = avx512_supported};
 #endif

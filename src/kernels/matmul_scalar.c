@@ -117,8 +117,27 @@ static void scalar_q8_matmul(const qhx_tensor *W, const qhx_q8_acts *X, int T, f
     free(w);
 }
 
+/* row by row, k by k: the order of an axpy per (i, k), as the delta rule was first written */
+static void scalar_gemm(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+    for (int i = 0; i < M; i++)
+        for (int k = 0; k < K; k++) scalar_axpy(C + (size_t)i * ldc, alpha * A[(size_t)i * lda + k], B + (size_t)k * ldb, N);
+}
+
+static void ref_gemm(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = 0.0;
+            for (int k = 0; k < K; k++) acc += (double)A[(size_t)i * lda + k] * B[(size_t)k * ldb + j];
+            C[(size_t)i * ldc + j] = (float)(C[(size_t)i * ldc + j] + alpha * acc);
+        }
+}
+
 static int always(void) { return 1; }
 
-const qhx_kernel_set qhx_kernels_ref = {"ref", ref_matmul, NULL, NULL, ref_dot, scalar_axpy, always};
-const qhx_kernel_set qhx_kernels_scalar = {"scalar", scalar_matmul, NULL, NULL, scalar_dot, scalar_axpy, always};
-const qhx_kernel_set qhx_kernels_scalar_q8 = {"scalar-q8", scalar_matmul, scalar_q8_matmul, qhx_q8_quantize_abs, scalar_dot, scalar_axpy, always};
+const qhx_kernel_set qhx_kernels_ref = {
+    .name = "ref", .matmul = ref_matmul, .dot = ref_dot, .axpy = scalar_axpy, .gemm = ref_gemm, .supported = always};
+const qhx_kernel_set qhx_kernels_scalar = {
+    .name = "scalar", .matmul = scalar_matmul, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm, .supported = always};
+const qhx_kernel_set qhx_kernels_scalar_q8 = {.name = "scalar-q8", .matmul = scalar_matmul, .matmul_q8 = scalar_q8_matmul,
+                                              .quantize = qhx_q8_quantize_abs, .dot = scalar_dot, .axpy = scalar_axpy,
+                                              .gemm = scalar_gemm, .supported = always};

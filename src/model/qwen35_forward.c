@@ -33,11 +33,16 @@ static float *carve(carver *cv, size_t n) {
     return p;
 }
 
+/* floats of one thread's work area for delta_chunk (delta_step uses dv of it) */
+static size_t chunk_work_floats(int dk, int dv) {
+    return ((size_t)CHUNK * CHUNK * 3 + (size_t)CHUNK * (2 * dv + 2 * dk + 2) + 15) & ~(size_t)15;
+}
+
 /* floats of scratch one call over n tokens at position pos needs, with `threads` work areas */
 static size_t scratch_need(const qhx_config *c, int n, int pos, int threads) {
     size_t T = (size_t)n, D = c->hidden, conv = qhx_config_conv_dim(c);
     size_t hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, attn = (size_t)c->n_heads * c->head_dim;
-    size_t work = ((size_t)CHUNK * CHUNK + CHUNK * (dv * 2 + dk + 1) + dv + 15) & ~(size_t)15;
+    size_t work = chunk_work_floats((int)dk, (int)dv);
     size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + work * threads;
     size_t att = T * attn * 3 + (((size_t)pos + T + 15) & ~(size_t)15) * threads;
     size_t mlp = T * (size_t)c->ffn * 2;
@@ -87,48 +92,66 @@ static void delta_step(const qhx_kernel_set *ks, float *S, const float *q, const
 }
 
 /* The chunked rule (§3.5.2) over n <= CHUNK tokens for one value head; the same maths as n delta
- * steps. q/k/v rows are `stride` floats apart; o rows are `ostride` apart. */
+ * steps, with the products over the chunk as small matrix products (ks->gemm). q/k/v rows are
+ * `stride` floats apart; o rows are `ostride` apart. */
 static void delta_chunk(const qhx_kernel_set *ks, float *S, const float *q, const float *k, const float *v,
                         size_t stride, const float *beta, const float *g, size_t gstride, int n, int dk, int dv,
                         float *o, size_t ostride, float *work) {
     float *L = work;                      /* [CHUNK][CHUNK] (kb_i · k_j) e^{G_i - G_j}, j < i */
-    float *U = L + CHUNK * CHUNK;         /* [CHUNK][dv]   (I + L)^-1 (v β) */
+    float *P = L + CHUNK * CHUNK;         /* [CHUNK][CHUNK] (q_i · k_j) e^{G_i - G_j}, j <= i, else 0 */
+    float *E = P + CHUNK * CHUNK;         /* [CHUNK][CHUNK] e^{G_i - G_j}, j <= i */
+    float *U = E + CHUNK * CHUNK;         /* [CHUNK][dv]   (I + L)^-1 (v β) */
     float *Wk = U + CHUNK * dv;           /* [CHUNK][dk]   (I + L)^-1 (k β e^G) */
-    float *G = Wk + CHUNK * dk;           /* [CHUNK]       cumulative log-decay */
-    float *Vn = G + CHUNK;                /* [CHUNK][dv]   U - W S */
+    float *Vn = Wk + CHUNK * dk;          /* [CHUNK][dv]   U - W S */
+    float *KT = Vn + CHUNK * dv;          /* [dk][CHUNK]   k transposed (later scaled per column) */
+    float *G = KT + (size_t)dk * CHUNK;   /* [CHUNK]       cumulative log-decay */
+    float *eG = G + CHUNK;                /* [CHUNK]       e^{G_i} */
     float acc = 0.0f;
-    for (int i = 0; i < n; i++) G[i] = acc += g[i * gstride];
+    for (int i = 0; i < n; i++) G[i] = acc += g[i * gstride], eG[i] = expf(G[i]);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j <= i; j++) E[i * CHUNK + j] = expf(G[i] - G[j]);
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < dk; d++) KT[(size_t)d * CHUNK + j] = k[j * stride + d];
 
+    /* L and P: all (k_i · k_j) and (q_i · k_j) at once, then masked and decayed */
+    memset(L, 0, sizeof(float) * (size_t)n * CHUNK);
+    memset(P, 0, sizeof(float) * (size_t)n * CHUNK);
+    ks->gemm(n, n, dk, 1.0f, k, (int)stride, KT, CHUNK, L, CHUNK);
+    ks->gemm(n, n, dk, 1.0f, q, (int)stride, KT, CHUNK, P, CHUNK);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            L[i * CHUNK + j] = j < i ? L[i * CHUNK + j] * beta[i * gstride] * E[i * CHUNK + j] : 0.0f;
+            P[i * CHUNK + j] = j <= i ? P[i * CHUNK + j] * E[i * CHUNK + j] : 0.0f;
+        }
+
+    /* forward substitution: rows of (I + L)^-1 applied to v β and k β e^G */
     for (int i = 0; i < n; i++) {
         const float *ki = k + i * stride;
-        for (int j = 0; j < i; j++) L[i * CHUNK + j] = ks->dot(ki, k + j * stride, dk) * beta[i * gstride] * expf(G[i] - G[j]);
-        /* forward substitution: rows of (I + L)^-1 applied to v β and k β e^G */
         for (int e = 0; e < dv; e++) U[i * dv + e] = v[i * stride + e] * beta[i * gstride];
-        for (int e = 0; e < dk; e++) Wk[i * dk + e] = ki[e] * beta[i * gstride] * expf(G[i]);
+        for (int e = 0; e < dk; e++) Wk[i * dk + e] = ki[e] * beta[i * gstride] * eG[i];
         for (int j = 0; j < i; j++) {
             ks->axpy(U + i * dv, -L[i * CHUNK + j], U + j * dv, dv);
             ks->axpy(Wk + i * dk, -L[i * CHUNK + j], Wk + j * dk, dk);
         }
     }
-    for (int i = 0; i < n; i++) { /* Vn = U - W S */
-        memcpy(Vn + i * dv, U + i * dv, sizeof(float) * dv);
-        for (int d = 0; d < dk; d++) ks->axpy(Vn + i * dv, -Wk[i * dk + d], S + (size_t)d * dv, dv);
-    }
-    for (int i = 0; i < n; i++) { /* o_i = e^{G_i} q_i S + sum_{j <= i} (q_i · k_j) e^{G_i - G_j} Vn_j */
-        const float *qi = q + i * stride;
-        float *oi = o + i * ostride;
-        for (int e = 0; e < dv; e++) oi[e] = 0.0f;
-        for (int d = 0; d < dk; d++) ks->axpy(oi, qi[d], S + (size_t)d * dv, dv);
-        const float gi = expf(G[i]);
-        for (int e = 0; e < dv; e++) oi[e] *= gi;
-        for (int j = 0; j <= i; j++) ks->axpy(oi, ks->dot(qi, k + j * stride, dk) * expf(G[i] - G[j]), Vn + j * dv, dv);
-    }
+    memcpy(Vn, U, sizeof(float) * (size_t)n * dv); /* Vn = U - W S */
+    ks->gemm(n, dv, dk, -1.0f, Wk, dk, S, dv, Vn, dv);
+
+    /* o_i = e^{G_i} q_i S + sum_{j <= i} (q_i · k_j) e^{G_i - G_j} Vn_j */
+    for (int i = 0; i < n; i++) memset(o + i * ostride, 0, sizeof(float) * dv);
+    ks->gemm(n, dv, dk, 1.0f, q, (int)stride, S, dv, o, (int)ostride);
+    for (int i = 0; i < n; i++)
+        for (int e = 0; e < dv; e++) o[i * ostride + e] *= eG[i];
+    ks->gemm(n, dv, n, 1.0f, P, CHUNK, Vn, dv, o, (int)ostride);
+
+    /* S = e^{G_n} S + sum_j e^{G_n - G_j} k_j^T Vn_j */
     const float total = expf(G[n - 1]);
     for (int d = 0; d < dk * dv; d++) S[d] *= total;
     for (int j = 0; j < n; j++) {
         const float w = expf(G[n - 1] - G[j]);
-        for (int d = 0; d < dk; d++) ks->axpy(S + (size_t)d * dv, k[j * stride + d] * w, Vn + j * dv, dv);
+        for (int d = 0; d < dk; d++) KT[(size_t)d * CHUNK + j] *= w;
     }
+    ks->gemm(dk, dv, n, 1.0f, KT, CHUNK, Vn, dv, S, dv);
 }
 
 /* The value heads are independent: they run in parallel, each thread with its own work rows. */
@@ -173,7 +196,7 @@ static void gated_deltanet(const qhx_exec *ex, const qhx_config *c, const qhx_la
     float *z = carve(&cv, (size_t)T * hv * dv), *o = carve(&cv, (size_t)T * hv * dv);
     float *b = carve(&cv, (size_t)T * hv), *a = carve(&cv, (size_t)T * hv);
     float *beta = carve(&cv, (size_t)T * hv), *g = carve(&cv, (size_t)T * hv);
-    const size_t work_floats = ((size_t)CHUNK * CHUNK + CHUNK * (size_t)(2 * dv + dk + 1) + dv + 15) & ~(size_t)15;
+    const size_t work_floats = chunk_work_floats(dk, dv);
     float *work = carve(&cv, work_floats * (size_t)qhx_pool_size(ex->pool));
 
     qhx_matmul(ex, &lw->qkv, h, T, mixed);

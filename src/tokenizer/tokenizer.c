@@ -71,8 +71,8 @@ static merge_cand heap_pop(merge_cand *h, size_t *n) {
 static int bpe(const qhx_tokenizer *t, const unsigned char *piece, size_t n, idvec *out, int32_t *sym, int32_t *next,
                int32_t *prev, merge_cand *heap) {
     if (t->ignore_merges) {
-        int32_t e = qhx_strmap_find(&t->vocab, (const char *)piece, n);
-        if (e >= 0) return push(out, t->vocab.entry[e].value);
+        int32_t id;
+        if (qhx_strmap_get(&t->vocab, (const char *)piece, n, &id)) return push(out, id);
     }
     size_t hn = 0;
     uint64_t v;
@@ -118,9 +118,9 @@ static int encode_piece(qhx_tokenizer *t, const unsigned char *p, size_t n, idve
     const int cacheable = n <= CACHE_MAX_PIECE;
     if (cacheable) {
         pthread_mutex_lock(&t->lock);
-        int32_t e = qhx_strmap_find(&t->cache, (const char *)p, n);
-        if (e >= 0) {
-            const int32_t *c = t->cache_ids + t->cache.entry[e].value;
+        int32_t at;
+        if (qhx_strmap_get(&t->cache, (const char *)p, n, &at)) {
+            const int32_t *c = t->cache_ids + at;
             int rc = 0;
             for (int32_t i = 1; i <= c[0] && !rc; i++) rc = push(out, c[i]);
             pthread_mutex_unlock(&t->lock);

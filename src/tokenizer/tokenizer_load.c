@@ -205,16 +205,15 @@ static qhx_status read_model(qhx_tokenizer *t, const cJSON *model, const char *n
         const size_t la = unbytelevel(mbuf, na, cp_to_byte);
         memcpy(mbuf + la, b, nb);
         const size_t lb = unbytelevel(mbuf + la, nb, cp_to_byte);
-        int32_t ia = qhx_strmap_find(&t->vocab, mbuf, la), ib = qhx_strmap_find(&t->vocab, mbuf + la, lb);
-        int32_t im = qhx_strmap_find(&t->vocab, mbuf, la + lb);
-        if (ia < 0 || ib < 0 || im < 0) {
+        int32_t ia, ib, im;
+        if (!qhx_strmap_get(&t->vocab, mbuf, la, &ia) || !qhx_strmap_get(&t->vocab, mbuf + la, lb, &ib) ||
+            !qhx_strmap_get(&t->vocab, mbuf, la + lb, &im)) {
             rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d ('%.30s' + '%.30s') uses or makes a token not in the vocab", name, rank, a, b);
         } else {
-            uint64_t key = (uint64_t)(uint32_t)t->vocab.entry[ia].value << 32 | (uint32_t)t->vocab.entry[ib].value;
+            uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
             uint64_t old;
             /* the first (lowest-rank) occurrence of a pair wins, as in HF */
-            if (!qhx_u64map_get(&t->merges, key, &old))
-                qhx_u64map_put(&t->merges, key, (uint64_t)rank << 32 | (uint32_t)t->vocab.entry[im].value);
+            if (!qhx_u64map_get(&t->merges, key, &old)) qhx_u64map_put(&t->merges, key, (uint64_t)rank << 32 | (uint32_t)im);
         }
     }
     free(buf);
@@ -222,9 +221,8 @@ static qhx_status read_model(qhx_tokenizer *t, const cJSON *model, const char *n
     if (rc) return rc;
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
-        int32_t e = qhx_strmap_find(&t->vocab, &c, 1);
-        if (e < 0) return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: the vocab has no token for byte 0x%02x (not byte-level BPE)", name, b);
-        t->byte_id[b] = t->vocab.entry[e].value;
+        if (!qhx_strmap_get(&t->vocab, &c, 1, &t->byte_id[b]))
+            return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: the vocab has no token for byte 0x%02x (not byte-level BPE)", name, b);
     }
     return QHX_OK;
 }
