@@ -43,7 +43,7 @@ static size_t scratch_need(const qhx_config *c, int n, int pos, int threads) {
     size_t T = (size_t)n, D = c->hidden, conv = qhx_config_conv_dim(c);
     size_t hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, attn = (size_t)c->n_heads * c->head_dim;
     size_t work = chunk_work_floats((int)dk, (int)dv);
-    size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + work * threads;
+    size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + work * threads + conv * (size_t)c->conv_kernel;
     size_t att = T * attn * 3 + (((size_t)pos + T + 15) & ~(size_t)15) * threads;
     size_t mlp = T * (size_t)c->ffn * 2;
     size_t blk = gdn > att ? gdn : att;
@@ -53,14 +53,18 @@ static size_t scratch_need(const qhx_config *c, int n, int pos, int threads) {
 
 /* ---- Gated DeltaNet (spec §3.5) ------------------------------------------------------------- */
 
-/* Causal depthwise conv over time (kernel K, no bias) then SiLU; the state keeps the last K-1 inputs. */
-static void causal_conv(const qhx_config *c, const qhx_layer_weights *lw, float *fifo, const float *in, float *out, int T) {
+/* Causal depthwise conv over time (kernel K, no bias) then SiLU; the state keeps the last K-1 inputs.
+ * wt: K * C floats of scratch for the taps, tap-major, so the inner loop runs along channels. */
+static void causal_conv(const qhx_config *c, const qhx_layer_weights *lw, float *fifo, const float *in, float *out, int T,
+                        float *wt) {
     const int K = c->conv_kernel, C = qhx_config_conv_dim(c);
+    for (int ch = 0; ch < C; ch++)
+        for (int j = 0; j < K; j++) wt[(size_t)j * C + ch] = qhx_tensor_get(&lw->conv, (size_t)ch * K + j);
     for (int t = 0; t < T; t++) {
         const float *x = in + (size_t)t * C;
         for (int ch = 0; ch < C; ch++) {
-            float y = qhx_tensor_get(&lw->conv, (size_t)ch * K + (K - 1)) * x[ch];
-            for (int j = 0; j < K - 1; j++) y += qhx_tensor_get(&lw->conv, (size_t)ch * K + j) * fifo[(size_t)j * C + ch];
+            float y = wt[(size_t)(K - 1) * C + ch] * x[ch];
+            for (int j = 0; j < K - 1; j++) y += wt[(size_t)j * C + ch] * fifo[(size_t)j * C + ch];
             out[(size_t)t * C + ch] = qhx_silu(y);
         }
         if (K > 1) {
@@ -198,12 +202,13 @@ static void gated_deltanet(const qhx_exec *ex, const qhx_config *c, const qhx_la
     float *beta = carve(&cv, (size_t)T * hv), *g = carve(&cv, (size_t)T * hv);
     const size_t work_floats = chunk_work_floats(dk, dv);
     float *work = carve(&cv, work_floats * (size_t)qhx_pool_size(ex->pool));
+    float *taps = carve(&cv, (size_t)C * c->conv_kernel);
 
     qhx_matmul(ex, &lw->qkv, h, T, mixed);
     qhx_matmul(ex, &lw->z, h, T, z);
     qhx_matmul(ex, &lw->b, h, T, b);
     qhx_matmul(ex, &lw->a, h, T, a);
-    causal_conv(c, lw, ls->conv, mixed, xc, T);
+    causal_conv(c, lw, ls->conv, mixed, xc, T, taps);
 
     for (int t = 0; t < T; t++) {
         for (int j = 0; j < hv; j++) {
