@@ -123,6 +123,6 @@ expect_err 1 "longer than 64 MiB" sh -c "$limit head -c 1073741824 /dev/zero | t
 expect_err 1 "no such model" "$build/examples/minimal" /nope x 1
 
 # docs/cli.md is the commands' current --help
-scripts/cli_doc.sh "$qhx" | cmp -s - docs/cli.md && ok || bad "docs/cli.md is stale: run scripts/cli_doc.sh >docs/cli.md"
+scripts/cli_doc.sh "$build/qhx" | cmp -s - docs/cli.md && ok || bad "docs/cli.md is stale: run scripts/cli_doc.sh >docs/cli.md"
 
 finish cli
