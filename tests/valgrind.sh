@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# valgrind memcheck over every C test binary and the CLI's commands (generate, sampling, chat,
-# tokenize, template, forge, inspect, perplexity, logits, a served request). Slow (an hour on two
-# cores), so `make test-valgrind` runs it on demand rather than in `make check`; no suppressions.
+# valgrind memcheck over every C test binary, the CLI's commands (generate, sampling, chat,
+# tokenize, template, forge, inspect, perplexity, logits, a served request) and the CLI and bundle
+# suites. Slow (hours on two cores), so `make test-valgrind` runs it on demand rather than in
+# `make check`; no suppressions.
 # The CLI runs with -t 1: valgrind runs one thread at a time, and the pool's spinning workers would
 # starve the one doing the work.
 source "$(dirname "$0")/lib.sh"
@@ -36,4 +37,15 @@ curl -s "127.0.0.1:$port/v1/completions" -d '{bad' >/dev/null
 kill -INT $spid; wait $spid; rc=$?
 if [[ $rc -eq 0 ]] && ! grep -q "==[0-9]*==" "$tmp/serve"; then pass=$((pass + 1)); echo "  serve: clean"
 else fail=$((fail + 1)); echo "FAIL serve (exit $rc):"; grep "==[0-9]*==" "$tmp/serve" | head -30; fi
+# The CLI and bundle suites with every qhx they start under memcheck (QHX_VALGRIND, tests/vg_wrap.sh):
+# their own checks must pass and no process may leave a report. (The server and chat suites wait on
+# sockets and a terminal with timeouts that memcheck's 50x slowdown would trip; ASan covers them.)
+for suite in cli bundle; do
+    logs="$tmp/vg-$suite"
+    QHX_VALGRIND="$logs" "tests/${suite}_test.sh" "$build" >"$tmp/suite" 2>&1; rc=$?
+    reports=$(find "$logs" -name '*.log' -size +0 | head -5)
+    runs=$(find "$logs" -name '*.log' | wc -l)
+    if [[ $rc -eq 0 && -z $reports ]]; then pass=$((pass + 1)); echo "  $suite suite: $runs qhx runs clean; $(tail -1 "$tmp/suite")"
+    else fail=$((fail + 1)); echo "FAIL $suite suite under memcheck (exit $rc):"; tail -5 "$tmp/suite"; for r in $reports; do head -30 "$r"; done; fi
+done
 finish valgrind

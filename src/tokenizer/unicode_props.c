@@ -1,15 +1,23 @@
 /* Debian 12's PCRE2 (10.42) carries Unicode 14 tables; tokenizers are made with newer ones (Hugging
  * Face's regex engine: Unicode 15+), so `\p{L}` there also matches letters PCRE2 has never heard
- * of (Kaktovik numerals, the Egyptian hieroglyph extensions, ...). utf8proc knows Unicode 15. For
- * each `\p{X}` of a general category in a pre-tokenizer pattern, the code points utf8proc puts in
- * X and PCRE2 does not are listed next to it, inside the same character class, so the pattern means
- * what its authors meant. The lists are computed once per process. */
+ * of (Kaktovik numerals, the Egyptian hieroglyph extensions, ...). utf8proc knows Unicode 15.0,
+ * and unicode_added.h (generated from the Unicode Character Database) the code points 15.1 and 16.0
+ * assigned, the version Hugging Face's engine matches. For each `\p{X}` of a general category in a
+ * pre-tokenizer pattern, the code points those put in X and PCRE2 does not are listed next to it,
+ * inside the same character class, so the pattern means what its authors meant. The lists are
+ * computed once per process.
+ *
+ * `\s` (and `\S` outside a class) is spelled out too: PCRE2 counts U+180E MONGOLIAN VOWEL SEPARATOR as horizontal space, a
+ * leftover from Unicode 6.2, while the tokenizers' engine follows the White_Space property, which
+ * dropped it in 6.3 (measured: the only code point below U+30000 where the two tokenized apart). */
 #include "tokenizer/tokenizer_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
+
+#include "tokenizer/unicode_added.h"
 
 #define C(x) (1u << UTF8PROC_CATEGORY_##x)
 static const struct {
@@ -23,6 +31,9 @@ static const struct {
     {"S", C(SM) | C(SC) | C(SK) | C(SO)},
 };
 #define N_PROPS (sizeof props / sizeof props[0])
+
+/* the White_Space property: what \s means to Hugging Face's engine */
+static const char white_space[] = "\\t\\n\\x0b\\f\\r\\x20\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}";
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char *extras[N_PROPS]; /* "\x{..}-\x{..}..." or "" once computed */
@@ -60,9 +71,14 @@ static const char *extras_of(size_t k) {
         char *s = calloc(1, 1);
         size_t len = 0, cap = 1;
         uint32_t run = UINT32_MAX; /* start of the current run of missing code points */
+        size_t a = 0;              /* the first unicode_added range not wholly below cp */
+        const size_t n_added = sizeof unicode_added / sizeof unicode_added[0];
         for (uint32_t cp = 0; md && s && cp <= 0x110000; cp++) {
+            while (a < n_added && unicode_added[a].hi < cp) a++;
+            const int added = a < n_added && unicode_added[a].lo <= cp;
+            const int cat = added ? unicode_added[a].category : utf8proc_category((utf8proc_int32_t)cp);
             int missing = 0;
-            if (cp < 0x110000 && !(cp >= 0xd800 && cp <= 0xdfff) && (props[k].mask >> utf8proc_category((utf8proc_int32_t)cp) & 1))
+            if (cp < 0x110000 && !(cp >= 0xd800 && cp <= 0xdfff) && (props[k].mask >> cat & 1))
                 missing = !pcre2_has(re, md, cp);
             if (missing && run == UINT32_MAX) run = cp;
             if (!missing && run != UINT32_MAX) append(&s, &len, &cap, run, cp - 1), run = UINT32_MAX;
@@ -83,9 +99,14 @@ char *qhx_regex_newer_unicode(const char *pattern) {
     int in_class = 0;
     for (const char *p = pattern; *p;) {
         const char *start = p;
-        const char *name = NULL;
+        const char *name = NULL, *replace = NULL;
         size_t name_len = 0;
-        if (p[0] == '\\' && p[1] == 'p' && p[2] == '{') {
+        int negate = 0;
+        if (p[0] == '\\' && (p[1] == 's' || (p[1] == 'S' && !in_class))) { /* a \S inside [...] keeps PCRE2's sense */
+            replace = white_space;
+            negate = p[1] == 'S';
+            p += 2;
+        } else if (p[0] == '\\' && p[1] == 'p' && p[2] == '{') {
             const char *end = strchr(p + 3, '}');
             if (end) name = p + 3, name_len = (size_t)(end - name), p = end + 1;
             else p += 2;
@@ -107,6 +128,7 @@ char *qhx_regex_newer_unicode(const char *pattern) {
         const char *add = "";
         for (size_t k = 0; name && k < N_PROPS; k++)
             if (strlen(props[k].name) == name_len && !memcmp(props[k].name, name, name_len)) add = extras_of(k);
+        if (replace) add = replace, start = p; /* \s: only the list */
         const size_t n = (size_t)(p - start), extra = strlen(add);
         if (len + n + extra + 4 > cap) {
             cap = (len + n + extra + 4) * 2;
@@ -114,7 +136,8 @@ char *qhx_regex_newer_unicode(const char *pattern) {
             if (!q) { free(out); return NULL; }
             out = q;
         }
-        if (*add && !in_class) out[len++] = '['; /* \p{L} alone becomes [\p{L}...] */
+        if (*add && !in_class) out[len++] = '['; /* \p{L} alone becomes [\p{L}...], \s [\t\n...] */
+        if (negate) out[len++] = '^';
         memcpy(out + len, start, n);
         len += n;
         memcpy(out + len, add, extra);
