@@ -49,6 +49,7 @@ typedef struct {
     int tty;
     char *reasoning, *answer; /* the reply so far, apart */
     size_t n_reasoning, n_answer, cap;
+    size_t shown;             /* reasoning bytes printed: none until it holds more than whitespace */
     int32_t *ids;             /* its tokens */
     size_t n_ids, cap_ids;
 } reply;
@@ -75,15 +76,19 @@ static int chat_on_token(int32_t tok, const char *text, size_t len, void *user) 
         if (!a || !b) return 1;
         r->cap = cap;
     }
-    const size_t r0 = r->n_reasoning, a0 = r->n_answer;
+    const size_t a0 = r->n_answer;
     think_split_feed(&r->split, text, len, r->reasoning, &r->n_reasoning, r->answer, &r->n_answer);
-    if (r->n_reasoning > r0) {
+    size_t from = r->shown;
+    if (!r->shown) /* an empty thought ("<think>\n\n</think>") prints nothing */
+        while (from < r->n_reasoning && strchr(" \t\r\n", r->reasoning[from])) from++;
+    if (r->n_reasoning > from) {
         if (r->tty) fputs("\033[2m", stdout);
-        fwrite(r->reasoning + r0, 1, r->n_reasoning - r0, stdout);
+        fwrite(r->reasoning + from, 1, r->n_reasoning - from, stdout);
         if (r->tty) fputs("\033[0m", stdout);
+        r->shown = r->n_reasoning;
     }
     if (r->n_answer > a0) {
-        if (!a0 && r->n_reasoning) fputs("\n", stdout); /* the answer starts on its own line */
+        if (!a0 && r->shown) fputs("\n", stdout); /* the answer starts on its own line */
         fwrite(r->answer + a0, 1, r->n_answer - a0, stdout);
     }
     fflush(stdout);
