@@ -84,7 +84,7 @@ static void quantize_part(void *arg, int i, int n) {
 /* Room for T rows of `cols` int8 activations; the kernels load them aligned. */
 static void acts_reserve(qhx_q8_acts *a, size_t cols, int T) {
     a->pad = qhx_q8_padded(cols);
-    const size_t need = a->pad * (size_t)T;
+    const size_t need = (a->pad * (size_t)T + 63) & ~(size_t)63; /* aligned_alloc: a multiple of the alignment */
     if (need <= a->cap) return;
     qhx_q8_acts_free(a);
     a->q = aligned_alloc(64, need);
