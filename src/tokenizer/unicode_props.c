@@ -1,15 +1,16 @@
-/* Debian 12's PCRE2 (10.42) carries Unicode 14 tables; tokenizers are made with newer ones (Hugging
- * Face's regex engine: Unicode 15+), so `\p{L}` there also matches letters PCRE2 has never heard
- * of (Kaktovik numerals, the Egyptian hieroglyph extensions, ...). utf8proc knows Unicode 15.0,
- * and unicode_added.h (generated from the Unicode Character Database) the code points 15.1 and 16.0
- * assigned, the version Hugging Face's engine matches. For each `\p{X}` of a general category in a
- * pre-tokenizer pattern, the code points those put in X and PCRE2 does not are listed next to it,
- * inside the same character class, so the pattern means what its authors meant. The lists are
- * computed once per process.
+/* Debian 12's PCRE2 (10.42) carries Unicode 14.0 tables; Hugging Face's tokenizers match with
+ * Unicode 16.0 ones, so `\p{L}` there also matches letters PCRE2 has never heard of (Kaktovik
+ * numerals, CJK extension I, the Egyptian hieroglyph extension, Garay, ...). unicode_added.h,
+ * generated from the Unicode Character Database, lists the code points 15.0, 15.1 and 16.0
+ * assigned, with their general category. For each `\p{X}` of a general category in a
+ * pre-tokenizer pattern, those in X are listed next to it, inside the same character class, so the
+ * pattern means what its authors meant; a newer PCRE2 that knows some of them already finds them
+ * listed twice, which changes nothing.
  *
- * `\s` (and `\S` outside a class) is spelled out too: PCRE2 counts U+180E MONGOLIAN VOWEL SEPARATOR as horizontal space, a
- * leftover from Unicode 6.2, while the tokenizers' engine follows the White_Space property, which
- * dropped it in 6.3 (measured: the only code point below U+30000 where the two tokenized apart). */
+ * `\s` (and `\S` outside a class) is spelled out too: PCRE2 counts U+180E MONGOLIAN VOWEL SEPARATOR
+ * as horizontal space, a leftover from Unicode 6.2, while the tokenizers' engine follows the
+ * White_Space property, which dropped it in 6.3 (measured: the only code point below U+30000 where
+ * the two tokenized apart). */
 #include "tokenizer/tokenizer_internal.h"
 
 #include <stdio.h>
@@ -35,16 +36,6 @@ static const struct {
 /* the White_Space property: what \s means to Hugging Face's engine */
 static const char white_space[] = "\\t\\n\\x0b\\f\\r\\x20\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}";
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static char *extras[N_PROPS]; /* "\x{..}-\x{..}..." or "" once computed */
-
-/* 1 if PCRE2's own \p{name} matches code point cp */
-static int pcre2_has(pcre2_code *re, pcre2_match_data *md, uint32_t cp) {
-    unsigned char buf[4];
-    const size_t n = (size_t)utf8proc_encode_char((utf8proc_int32_t)cp, buf);
-    return pcre2_match(re, buf, n, 0, PCRE2_ANCHORED, md, NULL) >= 0;
-}
-
 static void append(char **s, size_t *len, size_t *cap, uint32_t a, uint32_t b) {
     char item[40];
     const int n = a == b ? snprintf(item, sizeof item, "\\x{%x}", a) : snprintf(item, sizeof item, "\\x{%x}-\\x{%x}", a, b);
@@ -59,37 +50,18 @@ static void append(char **s, size_t *len, size_t *cap, uint32_t a, uint32_t b) {
     *len += (size_t)n;
 }
 
-static const char *extras_of(size_t k) {
-    pthread_mutex_lock(&lock);
-    if (!extras[k]) {
-        char pat[16];
-        snprintf(pat, sizeof pat, "\\p{%s}", props[k].name);
-        int err;
-        PCRE2_SIZE off;
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &err, &off, NULL);
-        pcre2_match_data *md = re ? pcre2_match_data_create_from_pattern(re, NULL) : NULL;
-        char *s = calloc(1, 1);
-        size_t len = 0, cap = 1;
-        uint32_t run = UINT32_MAX; /* start of the current run of missing code points */
-        size_t a = 0;              /* the first unicode_added range not wholly below cp */
-        const size_t n_added = sizeof unicode_added / sizeof unicode_added[0];
-        for (uint32_t cp = 0; md && s && cp <= 0x110000; cp++) {
-            while (a < n_added && unicode_added[a].hi < cp) a++;
-            const int added = a < n_added && unicode_added[a].lo <= cp;
-            const int cat = added ? unicode_added[a].category : utf8proc_category((utf8proc_int32_t)cp);
-            int missing = 0;
-            if (cp < 0x110000 && !(cp >= 0xd800 && cp <= 0xdfff) && (props[k].mask >> cat & 1))
-                missing = !pcre2_has(re, md, cp);
-            if (missing && run == UINT32_MAX) run = cp;
-            if (!missing && run != UINT32_MAX) append(&s, &len, &cap, run, cp - 1), run = UINT32_MAX;
-        }
-        pcre2_match_data_free(md);
-        pcre2_code_free(re);
-        extras[k] = s ? s : calloc(1, 1);
+/* "\x{..}-\x{..}..." for the added code points in props[k]; malloc'd, NULL when out of memory */
+static char *extras_of(size_t k) {
+    char *s = calloc(1, 1);
+    size_t len = 0, cap = 1;
+    const size_t n = sizeof unicode_added / sizeof unicode_added[0];
+    for (size_t i = 0; i < n && s; i++) {
+        if (!(props[k].mask >> unicode_added[i].category & 1)) continue;
+        const uint32_t lo = unicode_added[i].lo; /* adjacent ranges of categories both in X: one item */
+        while (i + 1 < n && unicode_added[i + 1].lo == unicode_added[i].hi + 1 && (props[k].mask >> unicode_added[i + 1].category & 1)) i++;
+        append(&s, &len, &cap, lo, unicode_added[i].hi);
     }
-    const char *e = extras[k];
-    pthread_mutex_unlock(&lock);
-    return e ? e : "";
+    return s;
 }
 
 char *qhx_regex_newer_unicode(const char *pattern) {
@@ -126,14 +98,15 @@ char *qhx_regex_newer_unicode(const char *pattern) {
             }
         }
         const char *add = "";
-        for (size_t k = 0; name && k < N_PROPS; k++)
-            if (strlen(props[k].name) == name_len && !memcmp(props[k].name, name, name_len)) add = extras_of(k);
+        char *owned = NULL;
+        for (size_t k = 0; name && k < N_PROPS && !owned; k++)
+            if (strlen(props[k].name) == name_len && !memcmp(props[k].name, name, name_len) && (owned = extras_of(k))) add = owned;
         if (replace) add = replace, start = p; /* \s: only the list */
         const size_t n = (size_t)(p - start), extra = strlen(add);
         if (len + n + extra + 4 > cap) {
             cap = (len + n + extra + 4) * 2;
             char *q = realloc(out, cap);
-            if (!q) { free(out); return NULL; }
+            if (!q) { free(out); free(owned); return NULL; }
             out = q;
         }
         if (*add && !in_class) out[len++] = '['; /* \p{L} alone becomes [\p{L}...], \s [\t\n...] */
@@ -143,6 +116,7 @@ char *qhx_regex_newer_unicode(const char *pattern) {
         memcpy(out + len, add, extra);
         len += extra;
         if (*add && !in_class) out[len++] = ']';
+        free(owned);
     }
     out[len] = 0;
     return out;
