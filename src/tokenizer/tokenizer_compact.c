@@ -132,13 +132,21 @@ static qhx_status parse(qhx_tokenizer **out_t, const unsigned char *data, size_t
     }
     const unsigned char *lens = take(&r, 4ull * h.n_ids);
     if (!lens) return QHX_ERR_FORMAT;
+    uint64_t total = 0; /* every piece with its NUL, in one block */
+    for (uint32_t i = 0; i < h.n_ids; i++)
+        if (u32at(lens, i) != GAP) total += (uint64_t)u32at(lens, i) + 1;
+    if (total > (uint64_t)(r.end - r.p) + h.n_ids) return qhx_fail(QHX_ERR_FORMAT, "%s: piece lengths exceed the file", name);
+    if (!(t->piece_block = malloc((size_t)total + 1))) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    char *at = t->piece_block;
     for (uint32_t i = 0; i < h.n_ids; i++) {
         const uint32_t n = u32at(lens, i);
         if (n == GAP) continue;
         const unsigned char *b = take(&r, n);
-        if (!b || !(t->piece[i] = malloc((size_t)n + 1))) return b ? qhx_fail(QHX_ERR_NOMEM, "out of memory") : QHX_ERR_FORMAT;
-        memcpy(t->piece[i], b, n);
-        t->piece[i][n] = 0;
+        if (!b) return QHX_ERR_FORMAT;
+        t->piece[i] = at;
+        memcpy(at, b, n);
+        at[n] = 0;
+        at += (size_t)n + 1;
         t->piece_len[i] = n;
         if (n > t->max_piece) t->max_piece = n;
         t->n_ids = (int)i + 1;

@@ -19,6 +19,7 @@ enum { QHX_NORM_NONE = 0 }; /* otherwise a set of utf8proc options */
 struct qhx_tokenizer {
     qhx_strmap vocab;         /* raw bytes -> id, regular BPE tokens */
     char **piece;             /* id -> raw bytes, every id (added tokens too); NULL for gaps */
+    char *piece_block;        /* set: every piece lies in this one block (compact loads), not malloc'd alone */
     uint32_t *piece_len;
     uint32_t max_piece;      /* an upper bound on piece_len (a replaced piece may have been longer) */
     int n_ids;               /* one past the largest id seen */

@@ -383,8 +383,9 @@ qhx_status qhx_tokenizer_load(const char *path, qhx_tokenizer **out) {
 
 void qhx_tokenizer_free(qhx_tokenizer *t) {
     if (!t) return;
-    if (t->piece)
+    if (t->piece && !t->piece_block)
         for (int i = 0; i < t->n_ids; i++) free(t->piece[i]);
+    free(t->piece_block);
     free(t->piece);
     free(t->piece_len);
     for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
