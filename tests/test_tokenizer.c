@@ -229,6 +229,20 @@ int main(void) {
     bad_tokenizer("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "byte 0x");
     bad_tokenizer("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a\"]}}", "merge 0");
     bad_tokenizer("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": \"x\"}, \"merges\": []}}", "vocab entry 'a'");
+    { /* 6000 merges, split over two threads: the lowest bad rank is named, in either half */
+        const int bad_at[][2] = {{4500, 4501}, {100, 5000}};
+        for (int k = 0; k < 2; k++) {
+            char *json = malloc(6000 * 8 + 256), *p = json;
+            p += sprintf(p, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [");
+            for (int r = 0; r < 6000; r++)
+                p += sprintf(p, "%s%s", r ? "," : "", r == bad_at[k][0] ? "\"a c\"" : r == bad_at[k][1] ? "\"ab\"" : "\"a b\"");
+            sprintf(p, "]}}");
+            char needle[32];
+            snprintf(needle, sizeof needle, "merge %d ", bad_at[k][0]);
+            bad_tokenizer(json, needle);
+            free(json);
+        }
+    }
     qhx_tokenizer *t = NULL;
     CHECK(qhx_tokenizer_load("/nonexistent/tokenizer.json", &t) == QHX_ERR_IO && strstr(qhx_last_error(), "/nonexistent"), "missing file");
     return tl_finish("tokenizer");

@@ -137,6 +137,103 @@ static qhx_status read_pretokenizer(qhx_tokenizer *t, const cJSON *p, const char
     return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: pre-tokenizer '%.40s' is not supported (Split, ByteLevel, Sequence)", name, ty);
 }
 
+/* Scratch of one merge worker: the merge's halves, un-byte-levelled side by side. */
+typedef struct {
+    char *buf;
+    size_t cap;
+} merge_scratch;
+
+/* The (left id, right id) key and (rank, merged id) value of merge e, or 0 when it is malformed or
+ * names a token outside the vocab (read_merges then reports it, in rank order). Reads t only. */
+static int merge_entry(const qhx_tokenizer *t, const cJSON *e, int rank, const int16_t cp_to_byte[512], merge_scratch *w,
+                       uint64_t *key, uint64_t *val) {
+    const char *a, *b;
+    size_t na, nb;
+    if (cJSON_IsString(e)) { /* "a b" */
+        const char *sp = strchr(e->valuestring, ' ');
+        if (!sp || strchr(sp + 1, ' ')) return 0;
+        a = e->valuestring, na = (size_t)(sp - a), b = sp + 1, nb = strlen(b);
+    } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(e->child) && cJSON_IsString(e->child->next)) {
+        a = e->child->valuestring, na = strlen(a), b = e->child->next->valuestring, nb = strlen(b);
+    } else {
+        return 0;
+    }
+    if (na + nb + 1 > w->cap) {
+        w->cap = 2 * (na + nb) + 64;
+        free(w->buf);
+        if (!(w->buf = malloc(w->cap))) { w->cap = 0; return 0; }
+    }
+    memcpy(w->buf, a, na);
+    const size_t la = unbytelevel(w->buf, na, cp_to_byte);
+    memcpy(w->buf + la, b, nb);
+    const size_t lb = unbytelevel(w->buf + la, nb, cp_to_byte);
+    int32_t ia, ib, im;
+    if (!qhx_strmap_get(&t->vocab, w->buf, la, &ia) || !qhx_strmap_get(&t->vocab, w->buf + la, lb, &ib) ||
+        !qhx_strmap_get(&t->vocab, w->buf, la + lb, &im))
+        return 0;
+    *key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
+    *val = (uint64_t)rank << 32 | (uint32_t)im;
+    return 1;
+}
+
+typedef struct {
+    const qhx_tokenizer *t;
+    const cJSON *first;
+    int r0, r1;
+    const int16_t *cp_to_byte;
+    uint64_t *key, *val;  /* by rank */
+    int bad;              /* the first rank that failed, or -1 */
+} merge_job;
+
+static void *merge_range(void *arg) {
+    merge_job *j = arg;
+    merge_scratch w = {0};
+    const cJSON *e = j->first;
+    for (int r = j->r0; r < j->r1 && j->bad < 0; r++, e = e->next)
+        if (!merge_entry(j->t, e, r, j->cp_to_byte, &w, &j->key[r], &j->val[r])) j->bad = r;
+    free(w.buf);
+    return NULL;
+}
+
+/* Merges: the lookups (three per merge, ~150 k merges) run on two threads, each on half of the
+ * ranks; the pairs then go into the map in rank order, so the first (lowest-rank) occurrence of a
+ * pair wins, as in HF. A failure is reported for the lowest failing rank. */
+static qhx_status read_merges(qhx_tokenizer *t, const cJSON *merges, int nm, const char *name, const int16_t cp_to_byte[512]) {
+    uint64_t *key = malloc(sizeof *key * ((size_t)nm + 1)), *val = malloc(sizeof *val * ((size_t)nm + 1));
+    if (!key || !val) { free(key), free(val); return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", name); }
+    const int half = nm / 2;
+    const cJSON *mid = merges->child;
+    for (int r = 0; r < half; r++) mid = mid->next;
+    merge_job jobs[2] = {{t, merges->child, 0, half, cp_to_byte, key, val, -1}, {t, mid, half, nm, cp_to_byte, key, val, -1}};
+    pthread_t helper;
+    const int threaded = nm >= 4096 && !pthread_create(&helper, NULL, merge_range, &jobs[1]);
+    merge_range(&jobs[0]);
+    if (threaded) pthread_join(helper, NULL);
+    else merge_range(&jobs[1]);
+    const int bad = jobs[0].bad >= 0 ? jobs[0].bad : jobs[1].bad;
+    qhx_status rc = QHX_OK;
+    if (bad >= 0) {
+        const cJSON *e = merges->child;
+        for (int r = 0; r < bad; r++) e = e->next;
+        if (!cJSON_IsString(e) && !(cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(e->child) &&
+                                    cJSON_IsString(e->child->next)))
+            rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d is neither \"a b\" nor [\"a\", \"b\"]", name, bad);
+        else if (cJSON_IsString(e) && (!strchr(e->valuestring, ' ') || strchr(strchr(e->valuestring, ' ') + 1, ' ')))
+            rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d '%.40s' is not two tokens", name, bad, e->valuestring);
+        else
+            rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d ('%.30s' + '%.30s') uses or makes a token not in the vocab", name, bad,
+                          cJSON_IsString(e) ? e->valuestring : e->child->valuestring,
+                          cJSON_IsString(e) ? strchr(e->valuestring, ' ') + 1 : e->child->next->valuestring);
+    }
+    for (int r = 0; r < nm && !rc; r++) {
+        uint64_t old;
+        if (!qhx_u64map_get(&t->merges, key[r], &old)) qhx_u64map_put(&t->merges, key[r], val[r]);
+    }
+    free(key);
+    free(val);
+    return rc;
+}
+
 static qhx_status read_model(qhx_tokenizer *t, const cJSON *model, const char *name, const int16_t cp_to_byte[512]) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
     if (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE"))
@@ -172,52 +269,8 @@ static qhx_status read_model(qhx_tokenizer *t, const cJSON *model, const char *n
         if (qhx_strmap_put(&t->vocab, buf, len, (int32_t)e->valuedouble) < 0) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
         else rc = set_piece(t, (int32_t)e->valuedouble, buf, len, name);
     }
-    int rank = 0;
-    char *mbuf = NULL;
-    size_t mcap = 0;
-    for (const cJSON *e = merges->child; e && !rc; e = e->next, rank++) {
-        const char *a, *b;
-        char *sp = NULL;
-        if (cJSON_IsString(e)) { /* "a b" */
-            size_t len = strlen(e->valuestring);
-            if (len + 1 > cap) { cap = 2 * len + 64; free(buf); buf = malloc(cap); if (!buf) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); break; } }
-            memcpy(buf, e->valuestring, len + 1);
-            sp = strchr(buf, ' ');
-            if (!sp || strchr(sp + 1, ' ')) { rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d '%.40s' is not two tokens", name, rank, e->valuestring); break; }
-            *sp = 0;
-            a = buf;
-            b = sp + 1;
-        } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(e->child) && cJSON_IsString(e->child->next)) {
-            a = e->child->valuestring;
-            b = e->child->next->valuestring;
-        } else {
-            rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d is neither \"a b\" nor [\"a\", \"b\"]", name, rank);
-            break;
-        }
-        /* a and b un-byte-levelled side by side in one reusable buffer: ab is their concatenation */
-        const size_t na = strlen(a), nb = strlen(b);
-        if (na + nb + 1 > mcap) {
-            mcap = 2 * (na + nb) + 64;
-            free(mbuf);
-            if (!(mbuf = malloc(mcap))) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); break; }
-        }
-        memcpy(mbuf, a, na);
-        const size_t la = unbytelevel(mbuf, na, cp_to_byte);
-        memcpy(mbuf + la, b, nb);
-        const size_t lb = unbytelevel(mbuf + la, nb, cp_to_byte);
-        int32_t ia, ib, im;
-        if (!qhx_strmap_get(&t->vocab, mbuf, la, &ia) || !qhx_strmap_get(&t->vocab, mbuf + la, lb, &ib) ||
-            !qhx_strmap_get(&t->vocab, mbuf, la + lb, &im)) {
-            rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d ('%.30s' + '%.30s') uses or makes a token not in the vocab", name, rank, a, b);
-        } else {
-            uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
-            uint64_t old;
-            /* the first (lowest-rank) occurrence of a pair wins, as in HF */
-            if (!qhx_u64map_get(&t->merges, key, &old)) qhx_u64map_put(&t->merges, key, (uint64_t)rank << 32 | (uint32_t)im);
-        }
-    }
     free(buf);
-    free(mbuf);
+    if (!rc) rc = read_merges(t, merges, nm, name, cp_to_byte);
     if (rc) return rc;
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
