@@ -1,7 +1,8 @@
 /* AVX2 + FMA + F16C matmul, every dtype, fp32 activations: the weights are widened in registers
  * (int8 -> fp32 with one scale per row, fp16/bf16 -> fp32), so results match the scalar twin up
- * to FMA rounding. Tiles of 4 rows x 4 tokens reuse each widened weight vector 4 times in
- * prefill; decode (1 token) streams 4 rows at once against one activation vector.
+ * to FMA rounding. Prefill widens 4 rows once and sweeps every token over them; decode streams
+ * 4 rows at once against one activation vector (for W8, a row group of the packed layout,
+ * format/w8.h, in one sequential stream). Also the delta rule's small products (gemm).
  * Compiled for these instructions through target attributes, so the rest of the build stays
  * baseline x86-64 and this code only runs when the CPU reports AVX2/FMA/F16C. */
 #include "format/w8.h"
