@@ -82,22 +82,17 @@ static void l2norm(float *x, int n) {
 }
 
 /* One token of the recurrent rule (§3.5.1) for one value head: decay, read, delta, write, output.
- * S is [dk][dv]; every inner loop runs along a row of S (axpy), the layout the SIMD kernels want.
- * Two passes over S, not four: the decay folds into the read, and each row is updated and read
- * for the output while it is in L1 (the states of a 4B model are 48 MB, read every token). */
+ * S is [dk][dv]; every inner loop runs along a row of S (axpy), the layout the SIMD kernels want. */
 static void delta_step(const qhx_kernel_set *ks, float *S, const float *q, const float *k, const float *v, float beta,
                        float g, int dk, int dv, float *o, float *kv) {
     const float decay = expf(g);
+    for (int i = 0; i < dk * dv; i++) S[i] *= decay;
     for (int j = 0; j < dv; j++) kv[j] = 0.0f;
-    for (int i = 0; i < dk; i++) ks->axpy(kv, k[i] * decay, S + (size_t)i * dv, dv); /* kv = (decay S)^T k */
+    for (int i = 0; i < dk; i++) ks->axpy(kv, k[i], S + (size_t)i * dv, dv);        /* kv = S^T k */
     for (int j = 0; j < dv; j++) kv[j] = (v[j] - kv[j]) * beta;                      /* delta */
+    for (int i = 0; i < dk; i++) ks->axpy(S + (size_t)i * dv, k[i], kv, dv);        /* S += k delta^T */
     for (int j = 0; j < dv; j++) o[j] = 0.0f;
-    for (int i = 0; i < dk; i++) {
-        float *row = S + (size_t)i * dv;
-        for (int j = 0; j < dv; j++) row[j] *= decay;                                /* S = decay S + k delta^T */
-        ks->axpy(row, k[i], kv, dv);
-        ks->axpy(o, q[i], row, dv);                                                  /* o = S^T q */
-    }
+    for (int i = 0; i < dk; i++) ks->axpy(o, q[i], S + (size_t)i * dv, dv);         /* o = S^T q */
 }
 
 /* The chunked rule (§3.5.2) over n <= CHUNK tokens for one value head; the same maths as n delta
