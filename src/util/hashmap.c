@@ -28,41 +28,36 @@ void qhx_strmap_free(qhx_strmap *m) {
 }
 
 void qhx_strmap_clear(qhx_strmap *m) {
-    memset(m->slots, 0, sizeof *m->slots * ((size_t)m->mask + 1));
+    memset(m->slots, 0, sizeof(uint64_t) * ((size_t)m->mask + 1));
     m->count = 0;
     m->arena_len = 0;
 }
 
-/* The slot holding key, or the empty slot where it would go. */
-static qhx_strmap_slot *slot_of(const qhx_strmap *m, const char *key, size_t len, uint64_t h) {
-    const uint32_t tag = (uint32_t)(h >> 32);
+int32_t qhx_strmap_find(const qhx_strmap *m, const char *key, size_t len) {
+    uint64_t h = qhx_hash_bytes(key, len);
+    uint32_t tag = (uint32_t)(h >> 32);
     for (uint32_t i = (uint32_t)h & m->mask;; i = (i + 1) & m->mask) {
-        qhx_strmap_slot *s = &m->slots[i];
-        if (!s->len1 || (s->tag == tag && s->len1 - 1 == len && !memcmp(m->arena + s->off, key, len))) return s;
+        uint64_t s = m->slots[i];
+        if (!s) return -1;
+        uint32_t e = (uint32_t)s - 1;
+        if ((uint32_t)(s >> 32) == tag && m->entry[e].len == len && !memcmp(m->arena + m->entry[e].off, key, len))
+            return (int32_t)e;
     }
-}
-
-int qhx_strmap_get(const qhx_strmap *m, const char *key, size_t len, int32_t *value) {
-    const qhx_strmap_slot *s = slot_of(m, key, len, qhx_hash_bytes(key, len));
-    if (!s->len1) return 0;
-    *value = s->value;
-    return 1;
 }
 
 static int grow(qhx_strmap *m) {
     uint32_t ncap = m->cap_entries * 2;
     qhx_strmap_entry *en = realloc(m->entry, sizeof *en * ncap);
     if (en) m->entry = en;
-    qhx_strmap_slot *slots = calloc(((size_t)m->mask + 1) * 2, sizeof *slots);
+    uint64_t *slots = calloc(((size_t)m->mask + 1) * 2, sizeof *slots);
     if (!en || !slots) { free(slots); return -1; }
     m->cap_entries = ncap;
     uint32_t nmask = m->mask * 2 + 1;
-    for (uint32_t i = 0; i <= m->mask; i++) {
-        const qhx_strmap_slot *s = &m->slots[i];
-        if (!s->len1) continue;
-        uint32_t j = (uint32_t)qhx_hash_bytes(m->arena + s->off, s->len1 - 1) & nmask;
-        while (slots[j].len1) j = (j + 1) & nmask;
-        slots[j] = *s;
+    for (uint32_t e = 0; e < m->count; e++) {
+        uint64_t h = qhx_hash_bytes(m->arena + m->entry[e].off, m->entry[e].len);
+        uint32_t i = (uint32_t)h & nmask;
+        while (slots[i]) i = (i + 1) & nmask;
+        slots[i] = (h >> 32 << 32) | (e + 1);
     }
     free(m->slots);
     m->slots = slots;
@@ -70,15 +65,10 @@ static int grow(qhx_strmap *m) {
     return 0;
 }
 
-int qhx_strmap_put(qhx_strmap *m, const char *key, size_t len, int32_t value) {
-    uint64_t h = qhx_hash_bytes(key, len);
-    qhx_strmap_slot *s = slot_of(m, key, len, h);
-    if (s->len1) { s->value = value; return 0; }
-    if (len > UINT32_MAX / 2) return -1;
-    if (m->count + 1 >= m->cap_entries) {
-        if (grow(m)) return -1;
-        s = slot_of(m, key, len, h);
-    }
+int32_t qhx_strmap_put(qhx_strmap *m, const char *key, size_t len, int32_t value) {
+    int32_t e = qhx_strmap_find(m, key, len);
+    if (e >= 0) { m->entry[e].value = value; return e; }
+    if (len > UINT32_MAX / 2 || (m->count + 1 >= m->cap_entries && grow(m))) return -1;
     if (m->arena_len + len > m->arena_cap) {
         size_t ncap = (m->arena_cap + len) * 2;
         char *a = ncap > UINT32_MAX ? NULL : realloc(m->arena, ncap);
@@ -86,11 +76,15 @@ int qhx_strmap_put(qhx_strmap *m, const char *key, size_t len, int32_t value) {
         m->arena = a;
         m->arena_cap = ncap;
     }
-    m->entry[m->count++] = (qhx_strmap_entry){(uint32_t)m->arena_len, (uint32_t)len};
-    *s = (qhx_strmap_slot){(uint32_t)(h >> 32), (uint32_t)m->arena_len, (uint32_t)len + 1, value};
+    e = (int32_t)m->count++;
+    m->entry[e] = (qhx_strmap_entry){(uint32_t)m->arena_len, (uint32_t)len, value};
     memcpy(m->arena + m->arena_len, key, len);
     m->arena_len += len;
-    return 0;
+    uint64_t h = qhx_hash_bytes(key, len);
+    uint32_t i = (uint32_t)h & m->mask;
+    while (m->slots[i]) i = (i + 1) & m->mask;
+    m->slots[i] = (h >> 32 << 32) | (uint32_t)(e + 1);
+    return e;
 }
 
 int qhx_u64map_init(qhx_u64map *m, uint32_t expect) {

@@ -7,22 +7,14 @@
 
 typedef struct {
     uint32_t off, len;  /* the key: arena[off, off + len) */
+    int32_t value;
 } qhx_strmap_entry;
 
-/* A slot holds everything a lookup needs but the key's bytes, so a hit costs two cache lines
- * (slot, key): tokenizer.json loads look up three keys per merge. */
 typedef struct {
-    uint32_t tag;       /* hash high 32 bits */
-    uint32_t off;       /* the key: arena[off, off + len1 - 1) */
-    uint32_t len1;      /* key length + 1; 0 = empty */
-    int32_t value;
-} qhx_strmap_slot;
-
-typedef struct {
-    qhx_strmap_slot *slots;
+    uint64_t *slots;   /* (hash high 32 bits << 32) | (entry index + 1); 0 = empty */
     uint32_t mask;
     uint32_t count;
-    qhx_strmap_entry *entry; /* the keys in insertion order, for walking the map */
+    qhx_strmap_entry *entry; /* one record per key: a lookup touches a slot, an entry and the key */
     char *arena;
     size_t arena_len, arena_cap;
     uint32_t cap_entries;
@@ -31,10 +23,17 @@ typedef struct {
 int qhx_strmap_init(qhx_strmap *m, uint32_t expect);
 void qhx_strmap_free(qhx_strmap *m);
 void qhx_strmap_clear(qhx_strmap *m);
+/* Returns the entry index or -1. */
+int32_t qhx_strmap_find(const qhx_strmap *m, const char *key, size_t len);
 /* Returns 1 and sets *value when key is present, else 0. */
-int qhx_strmap_get(const qhx_strmap *m, const char *key, size_t len, int32_t *value);
-/* Inserts (or overwrites) key -> value; returns 0, or -1 when out of memory. */
-int qhx_strmap_put(qhx_strmap *m, const char *key, size_t len, int32_t value);
+static inline int qhx_strmap_get(const qhx_strmap *m, const char *key, size_t len, int32_t *value) {
+    const int32_t e = qhx_strmap_find(m, key, len);
+    if (e < 0) return 0;
+    *value = m->entry[e].value;
+    return 1;
+}
+/* Inserts (or overwrites) key -> value; returns the entry index or -1 when out of memory. */
+int32_t qhx_strmap_put(qhx_strmap *m, const char *key, size_t len, int32_t value);
 
 typedef struct {
     uint64_t *keys, *vals;
