@@ -155,13 +155,10 @@ static qhx_status write_file(forge *f, const char *name, qhxf_kind kind, int l0,
 static uint64_t align64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
 
 static uint64_t spec_bytes(const qhx_tensor_spec *s) {
-    uint64_t n = 1;
-    for (int d = 0; d < s->ndim; d++) n *= (uint64_t)s->shape[d];
     const qhx_dtype dt = qhx_bundle_dtype(s);
     int rows, cols;
     qhx_spec_dims(s, &rows, &cols);
-    return align64(dt == QHX_I8 ? qhxf_data_bytes(dt, (uint64_t)rows, (uint64_t)cols) : n * qhx_dtype_size(dt)) +
-           (dt == QHX_I8 ? align64(4 * (uint64_t)rows) : 0);
+    return align64(qhxf_data_bytes(dt, (uint64_t)rows, (uint64_t)cols)) + (dt == QHX_I8 ? align64(4 * (uint64_t)rows) : 0);
 }
 
 /* Fewest shards under `cap` by greedy packing; 0 when some layer alone exceeds it. */

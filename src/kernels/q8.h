@@ -10,6 +10,8 @@
 
 #define QHX_Q8_BLOCK 32
 
+static inline size_t qhx_q8_padded(size_t cols) { return (cols + QHX_Q8_BLOCK - 1) / QHX_Q8_BLOCK * QHX_Q8_BLOCK; }
+
 /* Round to nearest, ties to even, for |v| <= 127: adding 1.5 * 2^23 leaves no fraction bits, so
  * the FPU rounds in the add (what lrintf does, without the libm call). */
 static inline int8_t qhx_q8_round(float v) { return (int8_t)(int)((v + 0x1.8p23f) - 0x1.8p23f); }
@@ -29,9 +31,7 @@ static inline void qhx_q8_quantize(const float *x, size_t cols, int8_t *q, float
 /* the same with |q| too, for kernels that multiply |x| by sign-moved weights */
 static inline void qhx_q8_quantize_abs(const float *x, size_t cols, int8_t *q, int8_t *aq, float *s) {
     qhx_q8_quantize(x, cols, q, s);
-    for (size_t c = 0; c < (cols + QHX_Q8_BLOCK - 1) / QHX_Q8_BLOCK * QHX_Q8_BLOCK; c++) aq[c] = (int8_t)(q[c] < 0 ? -q[c] : q[c]);
+    for (size_t c = 0; c < qhx_q8_padded(cols); c++) aq[c] = (int8_t)(q[c] < 0 ? -q[c] : q[c]);
 }
-
-static inline size_t qhx_q8_padded(size_t cols) { return (cols + QHX_Q8_BLOCK - 1) / QHX_Q8_BLOCK * QHX_Q8_BLOCK; }
 
 #endif

@@ -149,12 +149,9 @@ static void delta_chunk(const qhx_kernel_set *ks, float *S, const float *q, cons
     ks->gemm(n, dv, n, 1.0f, P, CHUNK, Vn, dv, o, (int)ostride);
 
     /* S = e^{G_n} S + sum_j e^{G_n - G_j} k_j^T Vn_j */
-    const float total = expf(G[n - 1]);
-    for (int d = 0; d < dk * dv; d++) S[d] *= total;
-    for (int j = 0; j < n; j++) {
-        const float w = expf(G[n - 1] - G[j]);
-        for (int d = 0; d < dk; d++) KT[(size_t)d * CHUNK + j] *= w;
-    }
+    for (int d = 0; d < dk * dv; d++) S[d] *= eG[n - 1];
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < dk; d++) KT[(size_t)d * CHUNK + j] *= E[(n - 1) * CHUNK + j];
     ks->gemm(dk, dv, n, 1.0f, KT, CHUNK, Vn, dv, S, dv);
 }
 

@@ -53,11 +53,7 @@ qhx_status qhx_tokenizer_save_compact(const qhx_tokenizer *t, const char *path) 
     for (int i = 0; i < t->n_ids; i++) put32(&o, t->piece[i] ? t->piece_len[i] : GAP);
     for (int i = 0; i < t->n_ids; i++)
         if (t->piece[i]) put(&o, t->piece[i], t->piece_len[i]);
-    for (uint32_t e = 0; e < t->vocab.count; e++) {
-        int32_t id = 0;
-        qhx_strmap_get(&t->vocab, t->vocab.arena + t->vocab.entry[e].off, t->vocab.entry[e].len, &id);
-        put32(&o, (uint32_t)id), put32(&o, t->vocab.entry[e].len);
-    }
+    for (uint32_t e = 0; e < t->vocab.count; e++) put32(&o, (uint32_t)t->vocab.entry[e].value), put32(&o, t->vocab.entry[e].len);
     for (uint32_t e = 0; e < t->vocab.count; e++) put(&o, t->vocab.arena + t->vocab.entry[e].off, t->vocab.entry[e].len);
     for (uint32_t s = 0; s <= t->merges.mask; s++)
         if (t->merges.keys[s] != UINT64_MAX) put(&o, &t->merges.keys[s], 8), put(&o, &t->merges.vals[s], 8);

@@ -143,25 +143,35 @@ typedef struct {
     size_t cap;
 } merge_scratch;
 
-/* The (left id, right id) key and (rank, merged id) value of merge e, or 0 when it is malformed or
- * names a token outside the vocab (read_merges then reports it, in rank order). Reads t only. */
-static int merge_entry(const qhx_tokenizer *t, const cJSON *e, int rank, const int16_t cp_to_byte[512], merge_scratch *w,
-                       uint64_t *key, uint64_t *val) {
-    const char *a, *b;
-    size_t na, nb;
+/* What is wrong with a merge, so read_merges can say it for the lowest bad rank. */
+typedef enum { MERGE_OK, MERGE_SHAPE, MERGE_NOT_TWO, MERGE_NOT_IN_VOCAB, MERGE_NOMEM } merge_status;
+
+/* Merge e's halves: a[0, na) and b[0, nb); MERGE_SHAPE or MERGE_NOT_TWO when it has none. */
+static merge_status merge_halves(const cJSON *e, const char **a, size_t *na, const char **b, size_t *nb) {
     if (cJSON_IsString(e)) { /* "a b" */
         const char *sp = strchr(e->valuestring, ' ');
-        if (!sp || strchr(sp + 1, ' ')) return 0;
-        a = e->valuestring, na = (size_t)(sp - a), b = sp + 1, nb = strlen(b);
-    } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(e->child) && cJSON_IsString(e->child->next)) {
-        a = e->child->valuestring, na = strlen(a), b = e->child->next->valuestring, nb = strlen(b);
-    } else {
-        return 0;
+        if (!sp || strchr(sp + 1, ' ')) return MERGE_NOT_TWO;
+        *a = e->valuestring, *na = (size_t)(sp - *a), *b = sp + 1, *nb = strlen(*b);
+        return MERGE_OK;
     }
+    if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(e->child) && cJSON_IsString(e->child->next)) {
+        *a = e->child->valuestring, *na = strlen(*a), *b = e->child->next->valuestring, *nb = strlen(*b);
+        return MERGE_OK;
+    }
+    return MERGE_SHAPE;
+}
+
+/* The (left id, right id) key and (rank, merged id) value of merge e. Reads t only. */
+static merge_status merge_entry(const qhx_tokenizer *t, const cJSON *e, int rank, const int16_t cp_to_byte[512],
+                                merge_scratch *w, uint64_t *key, uint64_t *val) {
+    const char *a, *b;
+    size_t na, nb;
+    const merge_status st = merge_halves(e, &a, &na, &b, &nb);
+    if (st) return st;
     if (na + nb + 1 > w->cap) {
         w->cap = 2 * (na + nb) + 64;
         free(w->buf);
-        if (!(w->buf = malloc(w->cap))) { w->cap = 0; return 0; }
+        if (!(w->buf = malloc(w->cap))) { w->cap = 0; return MERGE_NOMEM; }
     }
     memcpy(w->buf, a, na);
     const size_t la = unbytelevel(w->buf, na, cp_to_byte);
@@ -170,10 +180,10 @@ static int merge_entry(const qhx_tokenizer *t, const cJSON *e, int rank, const i
     int32_t ia, ib, im;
     if (!qhx_strmap_get(&t->vocab, w->buf, la, &ia) || !qhx_strmap_get(&t->vocab, w->buf + la, lb, &ib) ||
         !qhx_strmap_get(&t->vocab, w->buf, la + lb, &im))
-        return 0;
+        return MERGE_NOT_IN_VOCAB;
     *key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
     *val = (uint64_t)rank << 32 | (uint32_t)im;
-    return 1;
+    return MERGE_OK;
 }
 
 typedef struct {
@@ -183,6 +193,8 @@ typedef struct {
     const int16_t *cp_to_byte;
     uint64_t *key, *val;  /* by rank */
     int bad;              /* the first rank that failed, or -1 */
+    const cJSON *bad_e;   /* that merge */
+    merge_status why;
 } merge_job;
 
 static void *merge_range(void *arg) {
@@ -190,7 +202,7 @@ static void *merge_range(void *arg) {
     merge_scratch w = {0};
     const cJSON *e = j->first;
     for (int r = j->r0; r < j->r1 && j->bad < 0; r++, e = e->next)
-        if (!merge_entry(j->t, e, r, j->cp_to_byte, &w, &j->key[r], &j->val[r])) j->bad = r;
+        if ((j->why = merge_entry(j->t, e, r, j->cp_to_byte, &w, &j->key[r], &j->val[r]))) j->bad = r, j->bad_e = e;
     free(w.buf);
     return NULL;
 }
@@ -204,26 +216,29 @@ static qhx_status read_merges(qhx_tokenizer *t, const cJSON *merges, int nm, con
     const int half = nm / 2;
     const cJSON *mid = merges->child;
     for (int r = 0; r < half; r++) mid = mid->next;
-    merge_job jobs[2] = {{t, merges->child, 0, half, cp_to_byte, key, val, -1}, {t, mid, half, nm, cp_to_byte, key, val, -1}};
+    merge_job jobs[2] = {{t, merges->child, 0, half, cp_to_byte, key, val, -1, NULL, MERGE_OK},
+                         {t, mid, half, nm, cp_to_byte, key, val, -1, NULL, MERGE_OK}};
     pthread_t helper;
     const int threaded = nm >= 4096 && !pthread_create(&helper, NULL, merge_range, &jobs[1]);
     merge_range(&jobs[0]);
     if (threaded) pthread_join(helper, NULL);
     else merge_range(&jobs[1]);
-    const int bad = jobs[0].bad >= 0 ? jobs[0].bad : jobs[1].bad;
+    const merge_job *bad = jobs[0].bad >= 0 ? &jobs[0] : jobs[1].bad >= 0 ? &jobs[1] : NULL;
     qhx_status rc = QHX_OK;
-    if (bad >= 0) {
-        const cJSON *e = merges->child;
-        for (int r = 0; r < bad; r++) e = e->next;
-        if (!cJSON_IsString(e) && !(cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(e->child) &&
-                                    cJSON_IsString(e->child->next)))
-            rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d is neither \"a b\" nor [\"a\", \"b\"]", name, bad);
-        else if (cJSON_IsString(e) && (!strchr(e->valuestring, ' ') || strchr(strchr(e->valuestring, ' ') + 1, ' ')))
-            rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d '%.40s' is not two tokens", name, bad, e->valuestring);
-        else
-            rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d ('%.30s' + '%.30s') uses or makes a token not in the vocab", name, bad,
-                          cJSON_IsString(e) ? e->valuestring : e->child->valuestring,
-                          cJSON_IsString(e) ? strchr(e->valuestring, ' ') + 1 : e->child->next->valuestring);
+    if (bad) {
+        const char *a = "", *b = "";
+        size_t na = 0, nb = 0;
+        merge_halves(bad->bad_e, &a, &na, &b, &nb);
+        switch (bad->why) {
+        case MERGE_SHAPE: rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d is neither \"a b\" nor [\"a\", \"b\"]", name, bad->bad); break;
+        case MERGE_NOT_TWO:
+            rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d '%.40s' is not two tokens", name, bad->bad, bad->bad_e->valuestring);
+            break;
+        case MERGE_NOMEM: rc = qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", name); break;
+        default:
+            rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d ('%.*s' + '%.30s') uses or makes a token not in the vocab", name, bad->bad,
+                          (int)(na < 30 ? na : 30), a, b);
+        }
     }
     for (int r = 0; r < nm && !rc; r++) {
         uint64_t old;
