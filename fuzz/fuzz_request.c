@@ -20,6 +20,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
+void qhx_fuzz_cleanup(void) { qhx_model_close(sv.m); } /* called by the replay driver only */
+
 int LLVMFuzzerTestOneInput(const uint8_t *p, size_t n) {
     if (n < 1 || n > (1 << 16)) return 0;
     refusal why;

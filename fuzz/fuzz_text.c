@@ -15,6 +15,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
+void qhx_fuzz_cleanup(void) { qhx_tokenizer_free(tok); } /* called by the replay driver only */
+
 int LLVMFuzzerTestOneInput(const uint8_t *p, size_t n) {
     for (int flags = 0; flags < 4; flags++) {
         int32_t *ids;

@@ -1,4 +1,5 @@
-/* the compact tokenizer form (after its magic, which the harness supplies). */
+/* the compact tokenizer form (after its magic, which the harness supplies; the harness also seals
+ * the size and checksum, so that inputs reach the structural checks behind them). */
 #include "tokenizer/tokenizer_internal.h"
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *p, size_t n) {
     if (!buf) return 0;
     memcpy(buf, QHX_TOK_MAGIC, 8);
     memcpy(buf + 8, p, n);
+    qhx_tokenizer_compact_seal(buf, n + 8);
     qhx_tokenizer *t;
     if (qhx_tokenizer_parse_compact(buf, n + 8, "fuzz", &t) == QHX_OK) {
         int32_t *ids;

@@ -9,7 +9,9 @@ if [[ -n ${QHX_VALGRIND:-} ]]; then
     printf '#!/bin/sh\nexec %q %q "$@"\n' "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/vg_wrap.sh" "$(realpath "$qhx")" >"$QHX_VALGRIND/qhx"
     chmod +x "$QHX_VALGRIND/qhx"
     qhx="$QHX_VALGRIND/qhx"
+    export QHX_SLOW=${QHX_SLOW:-40} # memcheck runs a program ~50x slower: the suites' waits stretch by this
 fi
+slow=${QHX_SLOW:-1}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0

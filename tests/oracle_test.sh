@@ -3,17 +3,13 @@
 # Unicode (fixed seed; QHX_ORACLE_SEED=N tries others), and on every code point Unicode 15.1/16.0
 # added and every whitespace code point, each in contexts where its class decides the split.
 # Every text must give identical ids.
-set -u
-build=${1:-build}
-qhx="$build/qhx"
+source "$(dirname "$0")/lib.sh"
 data=${QHX_DATA:-build/data}
 cd "$(dirname "$0")/.."
-pass=0 fail=0
 if [[ ! -d tests/oracle/node_modules/tokenizers ]]; then
     echo "oracle: node_modules missing (make check installs them: scripts/deps.sh)"
     echo "oracle: 0 passed, 1 failed"; exit 1
 fi
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for tk in qwen3 qwen3-qwen35regex; do
     node tests/oracle/tokenizer_oracle.js "$data/tokenizers/$tk/tokenizer.json" 1000 ${QHX_ORACLE_SEED:-1} >"$tmp/want.jsonl" || { fail=$((fail + 1)); continue; }
     node tests/oracle/codepoint_oracle.js "$data/tokenizers/$tk/tokenizer.json" >>"$tmp/want.jsonl" || { fail=$((fail + 1)); continue; }
@@ -24,5 +20,4 @@ for tk in qwen3 qwen3-qwen35regex; do
              console.log(`  '$tk': ${w.length-bad}/${w.length} texts identical (1000 random, the rest one per added or whitespace code point)`); process.exit(bad?1:0)' "$tmp/want.jsonl" "$tmp/got.jsonl" \
         && pass=$((pass + 1)) || fail=$((fail + 1))
 done
-echo "oracle: $pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish oracle

@@ -4,6 +4,7 @@
  *   send TEXT     type TEXT; \n is Enter, \x03 is Ctrl-C
  *   sleep MS      pause
  *   exit CODE     wait for CMD to end and require its exit status
+ * Every wait is multiplied by $QHX_SLOW (tests/lib.sh sets it under memcheck).
  * The whole transcript goes to stdout. Exits 0 when every step held, 1 otherwise (saying which). */
 #include <errno.h>
 #include <poll.h>
@@ -56,6 +57,7 @@ int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: pty_drive SCRIPT CMD [ARGS...]\n"); return 2; }
     FILE *script = fopen(argv[1], "r");
     if (!script) { perror(argv[1]); return 2; }
+    const double slow = getenv("QHX_SLOW") && atof(getenv("QHX_SLOW")) >= 1 ? atof(getenv("QHX_SLOW")) : 1;
     int fd;
     struct winsize ws = {.ws_row = 40, .ws_col = 120};
     pid_t pid = forkpty(&fd, NULL, NULL, &ws);
@@ -74,7 +76,7 @@ int main(int argc, char **argv) {
         if (arg) *arg++ = 0; else arg = line + strlen(line);
         unescape(arg);
         if (!strcmp(line, "expect")) {
-            double until = now() + 120;
+            double until = now() + 120 * slow;
             char *hit;
             out[n_out] = 0;
             while (!(hit = memmem(out + matched, n_out - matched, arg, strlen(arg)))) {
@@ -85,10 +87,10 @@ int main(int argc, char **argv) {
         } else if (!strcmp(line, "send")) {
             if (write(fd, arg, strlen(arg)) != (ssize_t)strlen(arg)) { fprintf(stderr, "pty_drive: write failed\n"); failed = 1; }
         } else if (!strcmp(line, "sleep")) {
-            double until = now() + atoi(arg) / 1000.0;
+            double until = now() + atoi(arg) / 1000.0 * slow;
             while (now() < until && pump(fd, 20) >= 0) {}
         } else if (!strcmp(line, "exit")) {
-            double until = now() + 60;
+            double until = now() + 60 * slow;
             while (pump(fd, 100) >= 0 && now() < until) {}
             if (waitpid(pid, &status, 0) != pid) { perror("waitpid"); failed = 1; }
             ended = 1;

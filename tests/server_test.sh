@@ -17,7 +17,7 @@ start_server() {
     "$qhx" serve models/q35-kjv --port 0 "$@" 2>"$log" &
     pids+=($!)
     server_pid=$!
-    for _ in $(seq 100); do
+    for _ in $(seq $((100 * slow))); do
         port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$')
         [[ -n $port ]] && return 0
         sleep 0.1
@@ -91,9 +91,9 @@ kill -INT "$server_pid"; wait "$server_pid"; rc=$?
 # one slot: a client that hangs up mid-stream must free it for the next request
 start_server "$tmp/log1" --parallel 1 -n 200000 || { echo "server: $pass passed, $((fail + 1)) failed"; exit 1; }
 url="http://127.0.0.1:$port"
-curl -sN --max-time 1 "$(post completions)" -d '{"prompt":"And","max_tokens":200000,"stream":true,"temperature":1,"ignore":1}' >"$tmp/partial"
+curl -sN --max-time "$slow" "$(post completions)" -d '{"prompt":"And","max_tokens":200000,"stream":true,"temperature":1,"ignore":1}' >"$tmp/partial"
 t0=$(date +%s)
-curl -s --max-time 60 "$(post completions)" -d '{"prompt":"And God said","max_tokens":24,"temperature":0}' >"$tmp/next"
+curl -s --max-time $((60 * slow)) "$(post completions)" -d '{"prompt":"And God said","max_tokens":24,"temperature":0}' >"$tmp/next"
 t1=$(date +%s)
 grep -q '^data: {' "$tmp/partial" && ok || bad "the long stream sent nothing before the hang-up"
 node -e 'const a=JSON.parse(require("fs").readFileSync(process.argv[1])), b=JSON.parse(require("fs").readFileSync(process.argv[2]));

@@ -2,6 +2,7 @@
  * special-token switch, invalid UTF-8, the streaming decoder and malformed tokenizer files. */
 #include "qhexrt.h"
 #include "testlib.h"
+#include "util/hashmap.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -122,7 +123,82 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* Writes bytes[0, n) to path and loads it as a tokenizer: the load's status (the tokenizer, if
+ * one loaded, freed). */
+static qhx_status load_written(const char *path, const unsigned char *bytes, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return QHX_ERR_IO;
+    fwrite(bytes, 1, n, f);
+    fclose(f);
+    qhx_tokenizer *t = NULL;
+    const qhx_status rc = qhx_tokenizer_load(path, &t);
+    qhx_tokenizer_free(t);
+    return rc;
+}
+
+/* The ready-made tables of the compact form: an exported table is adopted; one with a key out of
+ * place, a record out of order or out of bounds, or too full, is refused. */
+static void hashmaps(void) {
+    qhx_strmap m;
+    CHECK(qhx_strmap_init(&m, 4) == 0, "strmap init");
+    char key[32];
+    int put = 0;
+    for (int i = 0; i < 3000; i++) { /* grows several times */
+        int n = snprintf(key, sizeof key, "k%d", i * 7919);
+        put += qhx_strmap_put(&m, key, (size_t)n, i) == 0;
+    }
+    CHECK(put == 3000, "puts: %d/3000", put);
+    CHECK(qhx_strmap_put(&m, "", 0, 77) == 0, "empty key");
+    uint64_t *slots;
+    uint32_t *rec;
+    CHECK(qhx_strmap_export(&m, &slots, &rec) == 0, "export");
+    qhx_strmap v;
+    CHECK(qhx_strmap_view(&v, slots, m.mask, rec, m.rec_len, m.count) == 0, "view of an exported table refused");
+    int found = 0;
+    int32_t val;
+    for (int i = 0; i < 3000; i++) {
+        int n = snprintf(key, sizeof key, "k%d", i * 7919);
+        found += qhx_strmap_get(&v, key, (size_t)n, &val) && val == i;
+    }
+    CHECK(found == 3000 && qhx_strmap_get(&v, "", 0, &val) && val == 77 && !qhx_strmap_get(&v, "nope", 4, &val),
+          "view lookups: %d/3000", found);
+    CHECK(qhx_strmap_put(&v, "x", 1, 1) == -1, "a view accepted a put");
+    uint32_t first = 0;
+    while (!slots[first]) first++;
+    slots[first] ^= 1ull << 40; /* the tag no longer matches the key */
+    CHECK(qhx_strmap_view(&v, slots, m.mask, rec, m.rec_len, m.count) == -1, "a wrong tag accepted");
+    slots[first] ^= 1ull << 40;
+    uint32_t empty = first;
+    while (slots[empty]) empty++;
+    slots[empty] = slots[first], slots[first] = 0; /* the key moved past a gap */
+    CHECK(qhx_strmap_view(&v, slots, m.mask, rec, m.rec_len, m.count) == -1, "a misplaced key accepted");
+    slots[first] = slots[empty], slots[empty] = 0;
+    rec[1] += 4000; /* a key running past the records */
+    CHECK(qhx_strmap_view(&v, slots, m.mask, rec, m.rec_len, m.count) == -1, "a record out of bounds accepted");
+    rec[1] -= 4000;
+    CHECK(qhx_strmap_view(&v, slots, m.mask, rec, m.rec_len, m.count + 1) == -1, "a wrong count accepted");
+    CHECK(qhx_strmap_view(&v, slots, 15, rec, m.rec_len, 9) == -1, "an over-full table accepted");
+    free(slots), free(rec);
+    qhx_strmap_free(&m);
+
+    qhx_u64map u;
+    CHECK(qhx_u64map_init(&u, 1000) == 0, "u64map init");
+    for (uint64_t k = 0; k < 1000; k++) qhx_u64map_put(&u, k << 32 | (k * 31), k);
+    qhx_u64map w;
+    CHECK(qhx_u64map_view(&w, u.slot, u.mask, u.count) == 0, "u64 view refused");
+    uint64_t got;
+    CHECK(qhx_u64map_get(&w, 5ull << 32 | 155, &got) && got == 5, "u64 view lookup");
+    uint32_t i = 0;
+    while (u.slot[i].key == UINT64_MAX) i++;
+    uint32_t gap = i;
+    while (u.slot[gap].key != UINT64_MAX) gap++;
+    u.slot[gap] = u.slot[i], u.slot[i].key = UINT64_MAX;
+    CHECK(qhx_u64map_view(&w, u.slot, u.mask, u.count) == -1, "a misplaced u64 key accepted");
+    qhx_u64map_free(&u);
+}
+
 int main(void) {
+    hashmaps();
     char path[512];
     const char *toks[] = {"qwen3", "qwen3-qwen35regex"};
     const char *sets[] = {"edge", "kjv", "multilingual"};
@@ -159,22 +235,14 @@ int main(void) {
         size_t clen;
         unsigned char *cbytes = tl_read(cpath, &clen);
         const size_t cuts[] = {4, 20, clen / 3, clen / 2, clen - 1};
-        for (size_t i = 0; cbytes && i < 5; i++) {
-            FILE *f = fopen(cpath, "wb");
-            fwrite(cbytes, 1, cuts[i], f);
-            fclose(f);
-            qhx_tokenizer *bad = NULL;
-            CHECK(qhx_tokenizer_load(cpath, &bad) != QHX_OK && strstr(qhx_last_error(), cpath), "truncated at %zu: %s", cuts[i], qhx_last_error());
-            qhx_tokenizer_free(bad);
-        }
+        for (size_t i = 0; cbytes && i < 5; i++)
+            CHECK(load_written(cpath, cbytes, cuts[i]) != QHX_OK && strstr(qhx_last_error(), cpath), "truncated at %zu: %s", cuts[i], qhx_last_error());
         if (cbytes) {
+            cbytes[clen / 2] ^= 0x20; /* one damaged byte in the tables */
+            CHECK(load_written(cpath, cbytes, clen) == QHX_ERR_FORMAT && strstr(qhx_last_error(), "checksum"), "%s", qhx_last_error());
+            cbytes[clen / 2] ^= 0x20;
             cbytes[8] = 9; /* version */
-            FILE *f = fopen(cpath, "wb");
-            fwrite(cbytes, 1, clen, f);
-            fclose(f);
-            qhx_tokenizer *bad = NULL;
-            CHECK(qhx_tokenizer_load(cpath, &bad) == QHX_ERR_UNSUPPORTED && strstr(qhx_last_error(), "version 9"), "%s", qhx_last_error());
-            qhx_tokenizer_free(bad);
+            CHECK(load_written(cpath, cbytes, clen) == QHX_ERR_UNSUPPORTED && strstr(qhx_last_error(), "version 9"), "%s", qhx_last_error());
         }
         free(cbytes);
         if (k == 0) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # valgrind memcheck over every C test binary, the CLI's commands (generate, sampling, chat,
-# tokenize, template, forge, inspect, perplexity, logits, a served request) and the CLI and bundle
-# suites. Slow (hours on two cores), so `make test-valgrind` runs it on demand rather than in
+# tokenize, template, forge, inspect, perplexity, logits, a served request) and every shell suite
+# (CLI, bundle, chat, server, tokenizer oracle, fuzz-input replay). Slow (hours on two cores), so `make test-valgrind` runs it on demand rather than in
 # `make check`; no suppressions.
 # The CLI runs with -t 1: valgrind runs one thread at a time, and the pool's spinning workers would
 # starve the one doing the work.
@@ -37,12 +37,13 @@ curl -s "127.0.0.1:$port/v1/completions" -d '{bad' >/dev/null
 kill -INT $spid; wait $spid; rc=$?
 if [[ $rc -eq 0 ]] && ! grep -q "==[0-9]*==" "$tmp/serve"; then pass=$((pass + 1)); echo "  serve: clean"
 else fail=$((fail + 1)); echo "FAIL serve (exit $rc):"; grep "==[0-9]*==" "$tmp/serve" | head -30; fi
-# The CLI and bundle suites with every qhx they start under memcheck (QHX_VALGRIND, tests/vg_wrap.sh):
-# their own checks must pass and no process may leave a report. (The server and chat suites wait on
-# sockets and a terminal with timeouts that memcheck's 50x slowdown would trip; ASan covers them.)
-for suite in cli bundle; do
+# The shell suites with every qhx they start under memcheck (QHX_VALGRIND, tests/vg_wrap.sh): their
+# own checks must pass and no process may leave a report. Their waits (a server starting, a terminal
+# answering, a client's timeout) stretch by QHX_SLOW, 40 under memcheck (tests/lib.sh).
+for suite in cli_test bundle_test chat_test server_test oracle_test fuzz_regress; do
     logs="$tmp/vg-$suite"
-    QHX_VALGRIND="$logs" "tests/${suite}_test.sh" "$build" >"$tmp/suite" 2>&1; rc=$?
+    mkdir -p "$logs"
+    QHX_VALGRIND="$logs" "tests/$suite.sh" "$build" >"$tmp/suite" 2>&1; rc=$?
     reports=$(find "$logs" -name '*.log' -size +0 | head -5)
     runs=$(find "$logs" -name '*.log' | wc -l)
     if [[ $rc -eq 0 && -z $reports ]]; then pass=$((pass + 1)); echo "  $suite suite: $runs qhx runs clean; $(tail -1 "$tmp/suite")"

@@ -17,12 +17,13 @@ static float sum8(const float acc[8]) {
 /* Row r of W widened to fp32 (int8 rows unscaled: the scale is applied to the dot product). */
 static void widen_row(const qhx_tensor *W, int r, float *out) {
     const size_t cols = (size_t)W->cols;
+    if (W->dtype == QHX_I8) { /* packed in row groups (format/w8.h), not row-major */
+        for (size_t c = 0; c < cols; c++) out[c] = (float)((const int8_t *)W->data)[qhx_w8_at(cols, (size_t)r, c)];
+        return;
+    }
     const unsigned char *row = (const unsigned char *)W->data + (size_t)r * cols * qhx_dtype_size(W->dtype);
     uint16_t h;
     switch (W->dtype) {
-    case QHX_I8:
-        for (size_t c = 0; c < cols; c++) out[c] = (float)((const int8_t *)W->data)[qhx_w8_at(cols, (size_t)r, c)];
-        break;
     case QHX_F16:
         for (size_t c = 0; c < cols; c++) memcpy(&h, row + 2 * c, 2), out[c] = qhx_f16_to_f32(h);
         break;

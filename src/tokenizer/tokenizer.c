@@ -153,7 +153,7 @@ static int encode_piece(qhx_tokenizer *t, const unsigned char *p, size_t n, idve
             if (ci) { t->cache_ids = ci; t->cache_cap = nc; }
         }
         if (t->cache_len + cnt + 1 <= t->cache_cap &&
-            qhx_strmap_put(&t->cache, (const char *)p, n, (int32_t)t->cache_len) >= 0) {
+            !qhx_strmap_put(&t->cache, (const char *)p, n, (int32_t)t->cache_len)) {
             t->cache_ids[t->cache_len] = (int32_t)cnt;
             memcpy(t->cache_ids + t->cache_len + 1, out->ids + start, cnt * sizeof(int32_t));
             t->cache_len += cnt + 1;

@@ -18,8 +18,8 @@ enum { QHX_NORM_NONE = 0 }; /* otherwise a set of utf8proc options */
 
 struct qhx_tokenizer {
     qhx_strmap vocab;         /* raw bytes -> id, regular BPE tokens */
-    char **piece;             /* id -> raw bytes, every id (added tokens too); NULL for gaps */
-    char *piece_block;        /* set: every piece lies in this one block (compact loads), not malloc'd alone */
+    const char **piece;           /* id -> raw bytes, every id (added tokens too); NULL for gaps; never
+                                 owned alone (they lie in the vocab, the added tokens or the file) */
     uint32_t *piece_len;
     uint32_t max_piece;      /* an upper bound on piece_len (a replaced piece may have been longer) */
     int n_ids;               /* one past the largest id seen */
@@ -33,6 +33,7 @@ struct qhx_tokenizer {
     pcre2_code *split;        /* the pre-tokenizer regex (NULL: no split) */
     char *split_pattern;      /* its source, for the compact form */
     int add_prefix_space, ignore_merges;
+    void *blob;               /* a compact file's bytes, when the tables point into them */
     /* word cache: piece bytes -> offset into cache_ids ([count, ids...]) */
     pthread_mutex_t lock;
     qhx_strmap cache;
@@ -53,6 +54,9 @@ qhx_tokenizer *qhx_tokenizer_alloc(int n_ids);
 
 /* The compact binary form (tokenizer_compact.c): the same tables, loaded without JSON parsing. */
 #define QHX_TOK_MAGIC "QHXTOK\r\n"
+/* The tokenizer points into p (8-byte aligned), which must outlive it. */
 qhx_status qhx_tokenizer_parse_compact(const unsigned char *p, size_t len, const char *name, qhx_tokenizer **out);
+/* Sets the size and checksum fields of a compact form in memory (the fuzzer's way past them). */
+void qhx_tokenizer_compact_seal(unsigned char *p, size_t len);
 
 #endif

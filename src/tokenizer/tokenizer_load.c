@@ -14,6 +14,7 @@
 #include <utf8proc.h>
 
 #define MAX_IDS (1 << 24)
+#define MAX_FILE_BYTES (512u << 20)
 
 void qhx_bytelevel_tables(uint32_t byte_to_cp[256]) {
     int n = 0;
@@ -24,10 +25,23 @@ void qhx_bytelevel_tables(uint32_t byte_to_cp[256]) {
 }
 
 /* Byte-level token text -> raw bytes, in place (the result is never longer). Characters outside
- * the byte alphabet keep their UTF-8 bytes. */
+ * the byte alphabet keep their UTF-8 bytes. The alphabet lies below U+0200, so one- and two-byte
+ * sequences are decoded here (half the load time went to a library call per character). */
 static size_t unbytelevel(char *s, size_t len, const int16_t cp_to_byte[512]) {
     size_t o = 0;
     for (size_t i = 0; i < len;) {
+        const unsigned char c = (unsigned char)s[i];
+        if (c < 0x80 && cp_to_byte[c] >= 0) {
+            s[o++] = (char)cp_to_byte[c], i++;
+            continue;
+        }
+        if (c >= 0xc2 && c <= 0xc7 && i + 1 < len && ((unsigned char)s[i + 1] & 0xc0) == 0x80) {
+            const int cp = (c & 0x1f) << 6 | ((unsigned char)s[i + 1] & 0x3f);
+            if (cp_to_byte[cp] >= 0) {
+                s[o++] = (char)cp_to_byte[cp], i += 2;
+                continue;
+            }
+        }
         utf8proc_int32_t cp;
         utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &cp);
         if (k <= 0) { s[o++] = s[i++]; continue; }
@@ -42,13 +56,11 @@ static size_t unbytelevel(char *s, size_t len, const int16_t cp_to_byte[512]) {
     return o;
 }
 
+/* Pieces are never owned alone: a vocab token's lies in the vocab's record, an added token's is
+ * its content, a compact form's lies in the file. */
 static qhx_status set_piece(qhx_tokenizer *t, int32_t id, const char *bytes, size_t len, const char *name) {
     if (id < 0 || id >= t->id_cap) return qhx_fail(QHX_ERR_FORMAT, "%s: token id %d out of range", name, id);
-    free(t->piece[id]);
-    t->piece[id] = malloc(len + 1);
-    if (!t->piece[id]) return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", name);
-    memcpy(t->piece[id], bytes, len);
-    t->piece[id][len] = 0;
+    t->piece[id] = bytes;
     t->piece_len[id] = (uint32_t)len;
     if (len > t->max_piece) t->max_piece = (uint32_t)len;
     if (id >= t->n_ids) t->n_ids = id + 1;
@@ -281,10 +293,12 @@ static qhx_status read_model(qhx_tokenizer *t, const cJSON *model, const char *n
         if (len + 1 > cap) { cap = 2 * len + 64; free(buf); buf = malloc(cap); if (!buf) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); break; } }
         memcpy(buf, e->string, len);
         len = unbytelevel(buf, len, cp_to_byte);
-        if (qhx_strmap_put(&t->vocab, buf, len, (int32_t)e->valuedouble) < 0) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
-        else rc = set_piece(t, (int32_t)e->valuedouble, buf, len, name);
+        if (qhx_strmap_put(&t->vocab, buf, len, (int32_t)e->valuedouble)) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
     }
     free(buf);
+    /* the vocab's pieces are its keys: the records stay put from here on */
+    for (size_t at = 0; !rc && at < t->vocab.rec_len; at += qhx_strmap_rec_words(t->vocab.rec[at + 1]))
+        rc = set_piece(t, (int32_t)t->vocab.rec[at], (const char *)(t->vocab.rec + at + 2), t->vocab.rec[at + 1], name);
     if (!rc) rc = read_merges(t, merges, nm, name, cp_to_byte);
     if (rc) return rc;
     for (int b = 0; b < 256; b++) {
@@ -439,21 +453,26 @@ qhx_status qhx_tokenizer_load(const char *path, qhx_tokenizer **out) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(full, sizeof full, "%s/tokenizer.json", path);
     else snprintf(full, sizeof full, "%s", path);
+    /* read, not mapped: the compact form's tables hold offsets, checked once at load; a file
+     * rewritten in place under a mapping could change them after the check */
     char *buf;
     size_t len;
-    qhx_status rc = qhx_read_file(full, 512u << 20, &buf, &len);
+    qhx_status rc = qhx_read_file(full, MAX_FILE_BYTES, &buf, &len);
     if (rc) return rc;
-    if (len >= 8 && !memcmp(buf, QHX_TOK_MAGIC, 8)) rc = qhx_tokenizer_parse_compact((const unsigned char *)buf, len, full, out);
-    else rc = qhx_tokenizer_parse(buf, len, full, out);
+    if (len >= 8 && !memcmp(buf, QHX_TOK_MAGIC, 8)) {
+        if (!(rc = qhx_tokenizer_parse_compact((const unsigned char *)buf, len, full, out))) {
+            (*out)->blob = buf; /* the tables live in it */
+            return QHX_OK;
+        }
+    } else {
+        rc = qhx_tokenizer_parse(buf, len, full, out);
+    }
     free(buf);
     return rc;
 }
 
 void qhx_tokenizer_free(qhx_tokenizer *t) {
     if (!t) return;
-    if (t->piece && !t->piece_block)
-        for (int i = 0; i < t->n_ids; i++) free(t->piece[i]);
-    free(t->piece_block);
     free(t->piece);
     free(t->piece_len);
     for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
@@ -465,5 +484,6 @@ void qhx_tokenizer_free(qhx_tokenizer *t) {
     if (t->split) pcre2_code_free(t->split);
     free(t->split_pattern);
     pthread_mutex_destroy(&t->lock);
+    free(t->blob);
     free(t);
 }

@@ -3,7 +3,8 @@
 // tokens): the server must give the same text. Prints "ok ..." / "FAIL ..." lines and the tally.
 const OpenAI = require("openai");
 const [base, greedyFile] = process.argv.slice(2);
-const client = new OpenAI({ baseURL: base + "/v1", apiKey: "none", maxRetries: 0, timeout: 120000 });
+const slow = Math.max(1, Number(process.env.QHX_SLOW) || 1); // under memcheck (tests/lib.sh)
+const client = new OpenAI({ baseURL: base + "/v1", apiKey: "none", maxRetries: 0, timeout: 120000 * slow });
 let pass = 0, fail = 0;
 const check = (cond, what, detail) => {
   if (cond) { pass++; console.log("ok", what); } else { fail++; console.log("FAIL", what, detail === undefined ? "" : JSON.stringify(detail)); }
