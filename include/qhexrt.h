@@ -109,6 +109,16 @@ void qhx_model_get_info(const qhx_model *m, qhx_model_info *info);
 /* A bundle's manifest JSON text (owned by the model), or NULL for a checkpoint. */
 const char *qhx_model_manifest(const qhx_model *m);
 
+/* One pass of the plain read loop of qhx_runtime_read_bandwidth over the model's mapped weight
+ * files, on the runtime's threads: the yardstick measured on the very pages decode streams.
+ * bytes / seconds is the read bandwidth of that moment; `qhx bench` interleaves such passes with
+ * decode so both see the same machine. */
+typedef struct {
+    uint64_t bytes;
+    double seconds;
+} qhx_read_probe;
+qhx_read_probe qhx_model_read_weights(qhx_model *m);
+
 /* The model's tokenizer (the bundle's, or the checkpoint directory's tokenizer.json), loaded on
  * first use and owned by the model. */
 qhx_status qhx_model_tokenizer(qhx_model *m, qhx_tokenizer **out);

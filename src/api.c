@@ -82,19 +82,25 @@ static void bw_part(void *arg, int i, int n) {
     j->sink[i % 64] += (double)(__builtin_cpu_supports("avx2") ? read_avx2(p, (b1 - b0) * 4096) : read_scalar(p, (b1 - b0) * 4096));
 }
 
+/* seconds one pass of the read loop over buf takes on the runtime's threads */
+static double read_pass(qhx_runtime *rt, const unsigned char *buf, size_t bytes) {
+    bw_job j = {buf, bytes & ~(size_t)4095, {0}};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    qhx_pool_run(rt->ex.pool, bw_part, &j);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+}
+
 double qhx_runtime_read_bandwidth(qhx_runtime *rt, size_t bytes) {
     if (!bytes) bytes = (size_t)1 << 30;
-    unsigned char *buf = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
+    bytes = (bytes + 4095) & ~(size_t)4095;
+    unsigned char *buf = aligned_alloc(4096, bytes);
     if (!buf) return 0;
     memset(buf, 1, bytes); /* fault every page in before timing */
-    bw_job j = {buf, bytes, {0}};
     double best = 0;
     for (int pass = 0; pass < 5; pass++) {
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        qhx_pool_run(rt->ex.pool, bw_part, &j);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        const double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        const double s = read_pass(rt, buf, bytes);
         if (s > 0 && bytes / s / 1e9 > best) best = bytes / s / 1e9;
     }
     free(buf);
@@ -248,3 +254,14 @@ qhx_status qhx_session_eval(qhx_session *s, const int32_t *tokens, int n, qhx_ev
 }
 
 qhx_model *qhx_session_model(const qhx_session *s) { return s->model; }
+
+qhx_read_probe qhx_model_read_weights(qhx_model *m) {
+    qhx_read_probe r = {0, 0};
+    const int n = m->manifest ? m->n_files : m->ck.n_files;
+    for (int i = 0; i < n; i++) {
+        const qhx_mapfile *f = m->manifest ? &m->files[i].map : &m->ck.files[i].map;
+        r.seconds += read_pass(m->rt, f->data, f->size);
+        r.bytes += f->size & ~(uint64_t)4095;
+    }
+    return r;
+}

@@ -57,14 +57,15 @@ int parse_float(const char *flag, const char *s, double lo, double hi, float *ou
     return 0;
 }
 
-/* "1,2,3" -> ids; refuses empty items, signs, junk and anything beyond int32. */
-int parse_tokens(const char *s, int32_t **ids, int *n) {
+/* "1,2,3" -> ids; refuses empty items, signs, junk and anything beyond int32. `flag` names the
+ * option in errors. */
+int parse_ids(const char *flag, const char *s, int32_t **ids, int *n) {
     *ids = NULL;
     *n = 0;
-    if (!s || !*s) return die("--tokens: empty token list"), -1;
+    if (!s || !*s) return die("%s: empty list", flag), -1;
     size_t cap = 1;
     for (const char *p = s; *p; p++) cap += *p == ',';
-    if (cap > (1u << 24)) return die("--tokens: more than %u ids", 1u << 24), -1;
+    if (cap > (1u << 24)) return die("%s: more than %u items", flag, 1u << 24), -1;
     int32_t *out = malloc(cap * sizeof *out);
     if (!out) return die("out of memory"), -1;
     const char *p = s;
@@ -81,7 +82,7 @@ int parse_tokens(const char *s, int32_t **ids, int *n) {
     }
     free(out);
     *n = 0;
-    return die("--tokens: '%s' is not a comma-separated list of token ids", s), -1;
+    return die("%s: '%s' is not a comma-separated list of non-negative integers", flag, s), -1;
 }
 
 /* Writes a whole file under a temporary name and renames it into place. */

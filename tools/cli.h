@@ -15,7 +15,7 @@ int api_error(void);
 double now_s(void);
 int parse_long(const char *flag, const char *s, long long lo, long long hi, long long *out);
 int parse_float(const char *flag, const char *s, double lo, double hi, float *out);
-int parse_tokens(const char *s, int32_t **ids, int *n);
+int parse_ids(const char *flag, const char *s, int32_t **ids, int *n);
 /* Steps *i to the value of flag argv[*i]; fails (reported) when there is none. */
 int want_value(int argc, char **argv, int *i);
 int write_atomic(const char *path, const void *data, size_t len);
