@@ -144,6 +144,46 @@ int main(void) {
         printf("  gemm    %-9s vs double: 120 shapes, worst error %.2e of sum|a b| (tolerance 1e-06)\n", sets[s], worst);
     }
 
+    /* delta_step (the recurrent rule, one token and head) of every set against the rule in double,
+     * odd head sizes (the SIMD sets sweep 32 columns at a time): |error| relative to 1 + max|S| */
+    for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+        const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
+        if (!ks) continue;
+        const int dks[] = {1, 7, 128}, dvs[] = {1, 31, 32, 33, 100, 128};
+        double worst = 0;
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 6; b++)
+                for (int rep = 0; rep < 2; rep++) {
+                    const int dk = dks[a], dv = dvs[b];
+                    float *S = malloc(sizeof(float) * dk * dv), *q = malloc(sizeof(float) * dk), *k = malloc(sizeof(float) * dk);
+                    float *v = malloc(sizeof(float) * dv), *o = malloc(sizeof(float) * dv), *kv = malloc(sizeof(float) * dv);
+                    double *R = malloc(sizeof(double) * dk * dv), *d = malloc(sizeof(double) * dv);
+                    const float beta = 0.5f + 0.5f * frand(), decay = rep ? 1e-30f : 0.6f + 0.3f * frand();
+                    for (int i = 0; i < dk * dv; i++) R[i] = S[i] = frand();
+                    for (int i = 0; i < dk; i++) q[i] = frand(), k[i] = frand() / sqrtf((float)dk);
+                    for (int j = 0; j < dv; j++) v[j] = frand();
+                    ks->delta_step(S, q, k, v, beta, decay, dk, dv, o, kv);
+                    double mag = 1;
+                    for (int i = 0; i < dk * dv; i++) R[i] *= decay, mag = fabs(R[i]) > mag ? fabs(R[i]) : mag;
+                    for (int j = 0; j < dv; j++) {
+                        double acc = 0;
+                        for (int i = 0; i < dk; i++) acc += R[i * dv + j] * k[i];
+                        d[j] = (v[j] - acc) * beta;
+                    }
+                    for (int i = 0; i < dk * dv; i++) R[i] += k[i / dv] * d[i % dv];
+                    for (int i = 0; i < dk * dv; i++) worst = fmax(worst, fabs(S[i] - R[i]) / mag);
+                    for (int j = 0; j < dv; j++) {
+                        double acc = 0;
+                        for (int i = 0; i < dk; i++) acc += R[i * dv + j] * q[i];
+                        worst = fmax(worst, fabs(o[j] - acc) / (mag * (1 + dk)));
+                    }
+                    if (worst != worst) worst = 1; /* NaN */
+                    free(S), free(q), free(k), free(v), free(o), free(kv), free(R), free(d);
+                }
+        CHECK(worst <= 1e-6, "%s delta_step: worst error %.2e", sets[s], worst);
+        printf("  delta   %-9s vs double: 36 shapes, worst error %.2e (tolerance 1e-06)\n", sets[s], worst);
+    }
+
     /* the W8 layout: every element where qhx_tensor_get finds it, padding zero */
     {
         matrix m = make(QHX_I8, 7, 70);

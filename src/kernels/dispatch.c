@@ -47,14 +47,19 @@ const qhx_kernel_set *qhx_kernels_find(const char *name) {
     return NULL;
 }
 
+#define MAX_GROUP 4
+
+/* Several matrices over the same input, as one parallel-for: chunk k of the whole group is chunk
+ * k - first[i] of matrix i. */
 typedef struct {
     const qhx_kernel_set *ks;
-    const qhx_tensor *W;
+    const qhx_tensor *const *W;
+    float *const *Y;
+    int n;
     const float *X;
-    const qhx_q8_acts *acts;  /* set: the int8 kernel on these */
-    float *Y;
+    const qhx_q8_acts *acts;  /* set: the int8 kernel for the I8 matrices */
     int T;
-    int chunk_rows, chunks;
+    int chunk_rows[MAX_GROUP], first[MAX_GROUP + 1];
     atomic_int next;          /* the next chunk to take */
 } matmul_job;
 
@@ -65,16 +70,19 @@ typedef struct {
 static void matmul_part(void *arg, int i, int n) {
     (void)i, (void)n;
     matmul_job *j = arg;
-    for (int c; (c = atomic_fetch_add(&j->next, 1)) < j->chunks;) {
-        const int r0 = c * j->chunk_rows, r1 = r0 + j->chunk_rows < j->W->rows ? r0 + j->chunk_rows : j->W->rows;
-        if (j->acts) j->ks->matmul_q8(j->W, j->acts, j->T, j->Y, r0, r1);
-        else j->ks->matmul(j->W, j->X, j->T, j->Y, r0, r1);
+    for (int k; (k = atomic_fetch_add(&j->next, 1)) < j->first[j->n];) {
+        int m = 0;
+        while (k >= j->first[m + 1]) m++;
+        const qhx_tensor *W = j->W[m];
+        const int r0 = (k - j->first[m]) * j->chunk_rows[m], r1 = r0 + j->chunk_rows[m] < W->rows ? r0 + j->chunk_rows[m] : W->rows;
+        if (j->acts && W->dtype == QHX_I8) j->ks->matmul_q8(W, j->acts, j->T, j->Y[m], r0, r1);
+        else j->ks->matmul(W, j->X, j->T, j->Y[m], r0, r1);
     }
 }
 
 static void quantize_part(void *arg, int i, int n) {
     const matmul_job *j = arg;
-    const size_t cols = (size_t)j->W->cols, pad = j->acts->pad;
+    const size_t cols = (size_t)j->W[0]->cols, pad = j->acts->pad;
     for (int t = (int)((long long)j->T * i / n); t < (int)((long long)j->T * (i + 1) / n); t++) {
         j->ks->quantize(j->X + (size_t)t * cols, cols, j->acts->q + (size_t)t * pad, j->acts->aq + (size_t)t * pad,
                         j->acts->s + (size_t)t * (pad / QHX_Q8_BLOCK));
@@ -103,27 +111,40 @@ void qhx_q8_acts_free(qhx_q8_acts *a) {
     a->cap = 0;
 }
 
-void qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, float *Y) {
-    matmul_job j = {ex->ks, W, X, NULL, Y, T, W->rows, 1, 0};
+void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx_tensor *const W[], float *const Y[]) {
+    if (n < 1 || n > MAX_GROUP) abort(); /* a caller's bug: group sizes are fixed in the graph */
+    matmul_job j = {.ks = ex->ks, .W = W, .Y = Y, .n = n, .X = X, .T = T};
     qhx_q8_acts local = {0};
     /* Int8 activations pay where each weight serves several tokens (prefill: 1.2-1.5x). One token
      * streams the weights once either way: there the two measured equal on the 4B shape (5.22-5.60
-     * vs 5.40-5.64 tok/s, alternating runs), and fp32 activations are exact against the W8
-     * weights, so decode keeps them. */
-    if (W->dtype == QHX_I8 && ex->ks->matmul_q8 && T > 1) {
+     * vs 5.40-5.64 tok/s, alternating runs; again 0.83-0.85 vs 0.76-0.84 of the bandwidth), and
+     * fp32 activations are exact against the W8 weights, so decode keeps them. */
+    int any_i8 = 0;
+    for (int m = 0; m < n; m++) {
+        if (W[m]->cols != W[0]->cols) abort(); /* one input: a caller's bug otherwise */
+        any_i8 |= W[m]->dtype == QHX_I8;
+    }
+    if (any_i8 && ex->ks->matmul_q8 && T > 1) {
         qhx_q8_acts *a = ex->acts ? ex->acts : &local;
-        acts_reserve(a, (size_t)W->cols, T);
+        acts_reserve(a, (size_t)W[0]->cols, T);
         j.acts = a;
         qhx_pool_run(ex->pool, quantize_part, &j);
     }
-    if (!ex->pool || W->rows < 64) {
-        matmul_part(&j, 0, 1);
-    } else {
-        /* 16 chunks a thread: a late thread costs at most 1/16 of its share */
-        const int blocks = (W->rows + 15) / 16, want = 16 * qhx_pool_size(ex->pool);
-        j.chunk_rows = 16 * ((blocks + want - 1) / want);
-        j.chunks = (W->rows + j.chunk_rows - 1) / j.chunk_rows;
-        qhx_pool_run(ex->pool, matmul_part, &j);
+    /* 16 chunks a thread over the whole group: a late thread costs at most 1/16 of its share;
+     * matrices under 64 rows are one chunk each */
+    int blocks = 0;
+    for (int m = 0; m < n; m++) blocks += (W[m]->rows + 15) / 16;
+    const int want = 16 * qhx_pool_size(ex->pool), rows = 16 * ((blocks + want - 1) / want);
+    j.first[0] = 0;
+    for (int m = 0; m < n; m++) {
+        j.chunk_rows[m] = W[m]->rows < 64 || !ex->pool ? W[m]->rows : rows;
+        j.first[m + 1] = j.first[m] + (W[m]->rows + j.chunk_rows[m] - 1) / j.chunk_rows[m];
     }
+    if (ex->pool && j.first[n] > 1) qhx_pool_run(ex->pool, matmul_part, &j);
+    else matmul_part(&j, 0, 1);
     qhx_q8_acts_free(&local);
+}
+
+void qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, float *Y) {
+    qhx_matmul_many(ex, X, T, 1, &W, &Y);
 }

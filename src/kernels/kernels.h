@@ -33,6 +33,10 @@ typedef struct {
     /* C[M][N] += alpha A[M][K] B[K][N], row-major with row strides: the chunked delta rule's
      * small products (64 x 128 x 128 per chunk and head) */
     void (*gemm)(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
+    /* One token of the recurrent gated delta rule (spec §3.5.1) for one value head, S [dk][dv]:
+     * S = decay S;  S += k ((v - S^T k) beta)^T;  o = S^T q.  kv: dv floats of scratch. */
+    void (*delta_step)(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
+                       float *o, float *kv);
     int (*supported)(void);
 } qhx_kernel_set;
 
@@ -52,9 +56,17 @@ const char *qhx_kernels_names(void);
 float qhx_avx2_dot(const float *a, const float *b, int n);
 void qhx_avx2_axpy(float *y, float a, const float *x, int n);
 void qhx_avx2_gemm(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
+void qhx_avx2_delta_step(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
+                         float *o, float *kv);
 int qhx_avx2_supported(void);
+/* the rule as the spec writes it, step by step: the twin of every other delta_step */
+void qhx_scalar_delta_step(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
+                           float *o, float *kv);
 
 void qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, float *Y);
+/* Y[m] = W[m] X for up to 4 matrices of the same width as one parallel-for: one wait for the
+ * group instead of one a matrix, and small matrices run beside the large ones. */
+void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx_tensor *const W[], float *const Y[]);
 void qhx_q8_acts_free(qhx_q8_acts *a);
 
 extern const qhx_kernel_set qhx_kernels_ref, qhx_kernels_scalar, qhx_kernels_avx2, qhx_kernels_avx512,

@@ -129,5 +129,5 @@ static int avx512_supported(void) {
 }
 
 const qhx_kernel_set qhx_kernels_avx512 = {.name = "avx512", .matmul = avx512_matmul, .dot = avx512_dot, .axpy = avx512_axpy,
-                                           .gemm = qhx_avx2_gemm, .supported = avx512_supported};
+                                           .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step, .supported = avx512_supported};
 #endif

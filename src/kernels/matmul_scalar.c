@@ -133,12 +133,25 @@ static void ref_gemm(int M, int N, int K, float alpha, const float *A, int lda, 
         }
 }
 
+void qhx_scalar_delta_step(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
+                           float *o, float *kv) {
+    for (int i = 0; i < dk * dv; i++) S[i] *= decay;
+    for (int j = 0; j < dv; j++) kv[j] = 0.0f;
+    for (int i = 0; i < dk; i++) scalar_axpy(kv, k[i], S + (size_t)i * dv, dv);        /* kv = S^T k */
+    for (int j = 0; j < dv; j++) kv[j] = (v[j] - kv[j]) * beta;                        /* delta */
+    for (int i = 0; i < dk; i++) scalar_axpy(S + (size_t)i * dv, k[i], kv, dv);        /* S += k delta^T */
+    for (int j = 0; j < dv; j++) o[j] = 0.0f;
+    for (int i = 0; i < dk; i++) scalar_axpy(o, q[i], S + (size_t)i * dv, dv);         /* o = S^T q */
+}
+
 static int always(void) { return 1; }
 
 const qhx_kernel_set qhx_kernels_ref = {
-    .name = "ref", .matmul = ref_matmul, .dot = ref_dot, .axpy = scalar_axpy, .gemm = ref_gemm, .supported = always};
+    .name = "ref", .matmul = ref_matmul, .dot = ref_dot, .axpy = scalar_axpy, .gemm = ref_gemm,
+    .delta_step = qhx_scalar_delta_step, .supported = always};
 const qhx_kernel_set qhx_kernels_scalar = {
-    .name = "scalar", .matmul = scalar_matmul, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm, .supported = always};
+    .name = "scalar", .matmul = scalar_matmul, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
+    .delta_step = qhx_scalar_delta_step, .supported = always};
 const qhx_kernel_set qhx_kernels_scalar_q8 = {.name = "scalar-q8", .matmul = scalar_matmul, .matmul_q8 = scalar_q8_matmul,
                                               .quantize = qhx_q8_quantize_abs, .dot = scalar_dot, .axpy = scalar_axpy,
-                                              .gemm = scalar_gemm, .supported = always};
+                                              .gemm = scalar_gemm, .delta_step = qhx_scalar_delta_step, .supported = always};

@@ -1,11 +1,29 @@
 /* Scalar fp32 building blocks of the reference forward. Simple on purpose: they are the oracle. */
 #ifndef QHX_OPS_H
 #define QHX_OPS_H
+#include "format/w8.h"
 #include "model/qwen35.h"
+#include "util/half.h"
 #include <math.h>
+#include <string.h>
 
-/* Element i of a weight, widened to fp32 (the data may be unaligned: safetensors packs tightly). */
-float qhx_tensor_get(const qhx_tensor *t, size_t i);
+/* Element i of a weight, widened to fp32 (the data may be unaligned: safetensors packs tightly).
+ * Inline: the norms and the conv read their small weights through it once per token. */
+static inline float qhx_tensor_get(const qhx_tensor *t, size_t i) {
+    const unsigned char *p = t->data;
+    uint16_t h;
+    float f;
+    switch (t->dtype) {
+    case QHX_F32: memcpy(&f, p + 4 * i, 4); return f;
+    case QHX_BF16: memcpy(&h, p + 2 * i, 2); return qhx_bf16_to_f32(h);
+    case QHX_F16: memcpy(&h, p + 2 * i, 2); return qhx_f16_to_f32(h);
+    case QHX_I8: {
+        const size_t r = i / (size_t)t->cols, c = i % (size_t)t->cols;
+        return (float)((const int8_t *)p)[qhx_w8_at((size_t)t->cols, r, c)] * t->scale[r];
+    }
+    default: return 0.0f;
+    }
+}
 /* out = x / rms(x) * (1 + w): Qwen3.5's zero-centred RMSNorm. out may alias x. */
 void qhx_rmsnorm1p(float *out, const float *x, const qhx_tensor *w, int n, float eps);
 

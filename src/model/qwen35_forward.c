@@ -81,20 +81,6 @@ static void l2norm(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-/* One token of the recurrent rule (§3.5.1) for one value head: decay, read, delta, write, output.
- * S is [dk][dv]; every inner loop runs along a row of S (axpy), the layout the SIMD kernels want. */
-static void delta_step(const qhx_kernel_set *ks, float *S, const float *q, const float *k, const float *v, float beta,
-                       float g, int dk, int dv, float *o, float *kv) {
-    const float decay = expf(g);
-    for (int i = 0; i < dk * dv; i++) S[i] *= decay;
-    for (int j = 0; j < dv; j++) kv[j] = 0.0f;
-    for (int i = 0; i < dk; i++) ks->axpy(kv, k[i], S + (size_t)i * dv, dv);        /* kv = S^T k */
-    for (int j = 0; j < dv; j++) kv[j] = (v[j] - kv[j]) * beta;                      /* delta */
-    for (int i = 0; i < dk; i++) ks->axpy(S + (size_t)i * dv, k[i], kv, dv);        /* S += k delta^T */
-    for (int j = 0; j < dv; j++) o[j] = 0.0f;
-    for (int i = 0; i < dk; i++) ks->axpy(o, q[i], S + (size_t)i * dv, dv);         /* o = S^T q */
-}
-
 /* The chunked rule (§3.5.2) over n <= CHUNK tokens for one value head; the same maths as n delta
  * steps, with the products over the chunk as small matrix products (ks->gemm). q/k/v rows are
  * `stride` floats apart; o rows are `ostride` apart. */
@@ -155,34 +141,62 @@ static void delta_chunk(const qhx_kernel_set *ks, float *S, const float *q, cons
     ks->gemm(dk, dv, n, 1.0f, KT, CHUNK, Vn, dv, S, dv);
 }
 
-/* The value heads are independent: they run in parallel, each thread with its own work rows. */
+/* Everything after the conv happens per key head and the value heads that read it (HF
+ * repeat_interleave: value head j reads key head j / group), so it runs in parallel with no
+ * sharing: q/k normalisation, the gates, the delta rule, the gated RMSNorm. */
 typedef struct {
     const qhx_kernel_set *ks;
-    float *ssm, *xc, *beta, *g, *o, *work;
+    const qhx_config *c;
+    const qhx_layer_weights *lw;
+    float *ssm, *xc, *z, *b, *a, *beta, *g, *o, *work;
     size_t work_floats;
-    int T, C, hk, hv, dk, dv, group, stepwise;
+    int T, stepwise;
 } heads_job;
 
 static void deltanet_heads(void *arg, int th, int nth) {
     const heads_job *J = arg;
-    const int C = J->C, hv = J->hv, dk = J->dk, dv = J->dv;
+    const qhx_config *c = J->c;
+    const qhx_layer_weights *lw = J->lw;
+    const int T = J->T, C = qhx_config_conv_dim(c), hk = c->lin_k_heads, hv = c->lin_v_heads;
+    const int dk = c->lin_k_dim, dv = c->lin_v_dim, group = hv / hk;
+    const float qscale = 1.0f / sqrtf((float)dk);
     float *work = J->work + (size_t)th * J->work_floats;
-    for (int j = th; j < hv; j += nth) {
-        float *S = J->ssm + (size_t)j * dk * dv;
-        const float *q = J->xc + (size_t)(j / J->group) * dk;
-        const float *k = J->xc + (size_t)(J->hk + j / J->group) * dk;
-        const float *v = J->xc + (size_t)2 * J->hk * dk + (size_t)j * dv;
-        if (J->stepwise) {
-            for (int t = 0; t < J->T; t++)
-                delta_step(J->ks, S, q + (size_t)t * C, k + (size_t)t * C, v + (size_t)t * C, J->beta[(size_t)t * hv + j],
-                           J->g[(size_t)t * hv + j], dk, dv, J->o + ((size_t)t * hv + j) * dv, work);
-        } else {
-            for (int t0 = 0; t0 < J->T; t0 += CHUNK) {
-                const int n = J->T - t0 < CHUNK ? J->T - t0 : CHUNK;
-                const size_t off = (size_t)t0 * C;
-                delta_chunk(J->ks, S, q + off, k + off, v + off, (size_t)C, J->beta + (size_t)t0 * hv + j,
-                            J->g + (size_t)t0 * hv + j, (size_t)hv, n, dk, dv, J->o + ((size_t)t0 * hv + j) * dv,
-                            (size_t)hv * dv, work);
+    for (int kh = th; kh < hk; kh += nth) {
+        float *q = J->xc + (size_t)kh * dk, *k = J->xc + (size_t)(hk + kh) * dk; /* row: q heads | k heads | v heads */
+        for (int t = 0; t < T; t++) {
+            float *qt = q + (size_t)t * C, *kt = k + (size_t)t * C;
+            l2norm(qt, dk);
+            l2norm(kt, dk);
+            for (int e = 0; e < dk; e++) qt[e] *= qscale;
+        }
+        for (int j = kh * group; j < (kh + 1) * group; j++) {
+            for (int t = 0; t < T; t++) {
+                const size_t i = (size_t)t * hv + j;
+                J->beta[i] = qhx_sigmoid(J->b[i]);
+                J->g[i] = -expf(qhx_tensor_get(&lw->a_log, j)) * qhx_softplus(J->a[i] + qhx_tensor_get(&lw->dt_bias, j));
+            }
+            float *S = J->ssm + (size_t)j * dk * dv;
+            const float *v = J->xc + (size_t)2 * hk * dk + (size_t)j * dv;
+            if (J->stepwise) {
+                for (int t = 0; t < T; t++)
+                    J->ks->delta_step(S, q + (size_t)t * C, k + (size_t)t * C, v + (size_t)t * C, J->beta[(size_t)t * hv + j],
+                                      expf(J->g[(size_t)t * hv + j]), dk, dv, J->o + ((size_t)t * hv + j) * dv, work);
+            } else {
+                for (int t0 = 0; t0 < T; t0 += CHUNK) {
+                    const int n = T - t0 < CHUNK ? T - t0 : CHUNK;
+                    const size_t off = (size_t)t0 * C;
+                    delta_chunk(J->ks, S, q + off, k + off, v + off, (size_t)C, J->beta + (size_t)t0 * hv + j,
+                                J->g + (size_t)t0 * hv + j, (size_t)hv, n, dk, dv, J->o + ((size_t)t0 * hv + j) * dv,
+                                (size_t)hv * dv, work);
+                }
+            }
+            for (int t = 0; t < T; t++) { /* gated RMSNorm: plain weight, then * silu(z) */
+                float *or = J->o + ((size_t)t * hv + j) * dv;
+                const float *zr = J->z + ((size_t)t * hv + j) * dv;
+                double ss = 0.0;
+                for (int e = 0; e < dv; e++) ss += (double)or[e] * or[e];
+                const float inv = 1.0f / sqrtf((float)(ss / dv) + c->eps);
+                for (int e = 0; e < dv; e++) or[e] = or[e] * inv * qhx_tensor_get(&lw->gnorm, e) * qhx_silu(zr[e]);
             }
         }
     }
@@ -190,51 +204,21 @@ static void deltanet_heads(void *arg, int th, int nth) {
 
 static void gated_deltanet(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls,
                            const float *h, float *out, int T, int stepwise, carver cv) {
-    const int C = qhx_config_conv_dim(c);
-    const int hk = c->lin_k_heads, hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim;
-    const int group = hv / hk; /* value head h reads key head h / group (HF repeat_interleave) */
+    const int C = qhx_config_conv_dim(c), hv = c->lin_v_heads, dv = c->lin_v_dim;
     float *mixed = carve(&cv, (size_t)T * C), *xc = carve(&cv, (size_t)T * C);
     float *z = carve(&cv, (size_t)T * hv * dv), *o = carve(&cv, (size_t)T * hv * dv);
     float *b = carve(&cv, (size_t)T * hv), *a = carve(&cv, (size_t)T * hv);
     float *beta = carve(&cv, (size_t)T * hv), *g = carve(&cv, (size_t)T * hv);
-    const size_t work_floats = chunk_work_floats(dk, dv);
+    const size_t work_floats = chunk_work_floats(c->lin_k_dim, dv);
     float *work = carve(&cv, work_floats * (size_t)qhx_pool_size(ex->pool));
     float *taps = carve(&cv, (size_t)C * c->conv_kernel);
 
-    qhx_matmul(ex, &lw->qkv, h, T, mixed);
-    qhx_matmul(ex, &lw->z, h, T, z);
-    qhx_matmul(ex, &lw->b, h, T, b);
-    qhx_matmul(ex, &lw->a, h, T, a);
+    const qhx_tensor *const W[] = {&lw->qkv, &lw->z, &lw->b, &lw->a};
+    float *const Y[] = {mixed, z, b, a};
+    qhx_matmul_many(ex, h, T, 4, W, Y);
     causal_conv(c, lw, ls->conv, mixed, xc, T, taps);
-
-    for (int t = 0; t < T; t++) {
-        for (int j = 0; j < hv; j++) {
-            const size_t i = (size_t)t * hv + j;
-            beta[i] = qhx_sigmoid(b[i]);
-            g[i] = -expf(qhx_tensor_get(&lw->a_log, j)) * qhx_softplus(a[i] + qhx_tensor_get(&lw->dt_bias, j));
-        }
-        float *row = xc + (size_t)t * C; /* q heads | k heads | v heads */
-        const float qscale = 1.0f / sqrtf((float)dk);
-        for (int j = 0; j < hk; j++) {
-            float *qj = row + (size_t)j * dk, *kj = row + (size_t)(hk + j) * dk;
-            l2norm(qj, dk);
-            l2norm(kj, dk);
-            for (int e = 0; e < dk; e++) qj[e] *= qscale;
-        }
-    }
-
-    heads_job job = {ex->ks, ls->ssm, xc, beta, g, o, work, work_floats, T, C, hk, hv, dk, dv, group, stepwise};
+    heads_job job = {ex->ks, c, lw, ls->ssm, xc, z, b, a, beta, g, o, work, work_floats, T, stepwise};
     qhx_pool_run(ex->pool, deltanet_heads, &job);
-
-    /* gated RMSNorm per (token, value head): plain weight, then * silu(z) */
-    for (size_t r = 0; r < (size_t)T * hv; r++) {
-        float *or = o + r * dv;
-        const float *zr = z + r * dv;
-        double ss = 0.0;
-        for (int e = 0; e < dv; e++) ss += (double)or[e] * or[e];
-        const float inv = 1.0f / sqrtf((float)(ss / dv) + c->eps);
-        for (int e = 0; e < dv; e++) or[e] = or[e] * inv * qhx_tensor_get(&lw->gnorm, e) * qhx_silu(zr[e]);
-    }
     qhx_matmul(ex, &lw->out, o, T, out);
 }
 
@@ -292,9 +276,9 @@ static void gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_l
     float *qg = carve(&cv, (size_t)T * hq * hd * 2), *att = carve(&cv, (size_t)T * hq * hd);
     float *scores = carve(&cv, scores_floats * (size_t)qhx_pool_size(ex->pool));
 
-    qhx_matmul(ex, &lw->q, h, T, qg); /* per head: [query hd | gate hd] */
-    qhx_matmul(ex, &lw->k, h, T, ls->k_cache + (size_t)pos0 * kvdim);
-    qhx_matmul(ex, &lw->v, h, T, ls->v_cache + (size_t)pos0 * kvdim);
+    const qhx_tensor *const W[] = {&lw->q, &lw->k, &lw->v}; /* q per head: [query hd | gate hd] */
+    float *const Y[] = {qg, ls->k_cache + (size_t)pos0 * kvdim, ls->v_cache + (size_t)pos0 * kvdim};
+    qhx_matmul_many(ex, h, T, 3, W, Y);
     for (int t = 0; t < T; t++) {
         float *k = ls->k_cache + (size_t)(pos0 + t) * kvdim;
         float *qgt = qg + (size_t)t * hq * hd * 2;
@@ -320,8 +304,9 @@ static void mlp(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights
                 carver cv) {
     const size_t n = (size_t)T * c->ffn;
     float *gt = carve(&cv, n), *up = carve(&cv, n);
-    qhx_matmul(ex, &lw->gate, h, T, gt);
-    qhx_matmul(ex, &lw->up, h, T, up);
+    const qhx_tensor *const W[] = {&lw->gate, &lw->up};
+    float *const Y[] = {gt, up};
+    qhx_matmul_many(ex, h, T, 2, W, Y);
     for (size_t i = 0; i < n; i++) gt[i] = qhx_silu(gt[i]) * up[i];
     qhx_matmul(ex, &lw->down, gt, T, out);
 }
