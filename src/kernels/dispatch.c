@@ -130,8 +130,8 @@ void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx
         j.acts = a;
         qhx_pool_run(ex->pool, quantize_part, &j);
     }
-    /* 16 chunks a thread over the whole group: a late thread costs at most 1/16 of its share;
-     * matrices under 64 rows are one chunk each */
+    /* 16 chunks a thread over the whole group: a late thread costs at most 1/16 of its share
+     * (48 measured the same); matrices under 64 rows are one chunk each */
     int blocks = 0;
     for (int m = 0; m < n; m++) blocks += (W[m]->rows + 15) / 16;
     const int want = 16 * qhx_pool_size(ex->pool), rows = 16 * ((blocks + want - 1) / want);

@@ -9,7 +9,7 @@
 
 /* Element i of a weight, widened to fp32 (the data may be unaligned: safetensors packs tightly).
  * Inline: the norms and the conv read their small weights through it once per token. */
-static inline float qhx_tensor_get(const qhx_tensor *t, size_t i) {
+static inline __attribute__((always_inline)) float qhx_tensor_get(const qhx_tensor *t, size_t i) {
     const unsigned char *p = t->data;
     uint16_t h;
     float f;

@@ -43,7 +43,7 @@ static size_t scratch_need(const qhx_config *c, int n, int pos, int threads) {
     size_t T = (size_t)n, D = c->hidden, conv = qhx_config_conv_dim(c);
     size_t hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, attn = (size_t)c->n_heads * c->head_dim;
     size_t work = chunk_work_floats((int)dk, (int)dv);
-    size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + work * threads + conv * (size_t)c->conv_kernel;
+    size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + work * threads;
     size_t att = T * attn * 3 + (((size_t)pos + T + 15) & ~(size_t)15) * threads;
     size_t mlp = T * (size_t)c->ffn * 2;
     size_t blk = gdn > att ? gdn : att;
@@ -53,24 +53,27 @@ static size_t scratch_need(const qhx_config *c, int n, int pos, int threads) {
 
 /* ---- Gated DeltaNet (spec §3.5) ------------------------------------------------------------- */
 
-/* Causal depthwise conv over time (kernel K, no bias) then SiLU; the state keeps the last K-1 inputs.
- * wt: K * C floats of scratch for the taps, tap-major, so the inner loop runs along channels. */
+/* Causal depthwise conv over time (kernel K <= 64, no bias) then SiLU, for channels [c0, c1) of
+ * C; the state keeps the last K-1 inputs of each channel. Channel by channel, so each key head's
+ * job convolves its own channels. */
 static void causal_conv(const qhx_config *c, const qhx_layer_weights *lw, float *fifo, const float *in, float *out, int T,
-                        float *wt) {
+                        int c0, int c1) {
     const int K = c->conv_kernel, C = qhx_config_conv_dim(c);
-    for (int ch = 0; ch < C; ch++)
-        for (int j = 0; j < K; j++) wt[(size_t)j * C + ch] = qhx_tensor_get(&lw->conv, (size_t)ch * K + j);
-    for (int t = 0; t < T; t++) {
-        const float *x = in + (size_t)t * C;
-        for (int ch = 0; ch < C; ch++) {
-            float y = wt[(size_t)(K - 1) * C + ch] * x[ch];
-            for (int j = 0; j < K - 1; j++) y += wt[(size_t)j * C + ch] * fifo[(size_t)j * C + ch];
+    float w[64], hist[64];
+    for (int ch = c0; ch < c1; ch++) {
+        for (int j = 0; j < K; j++) w[j] = qhx_tensor_get(&lw->conv, (size_t)ch * K + j);
+        for (int j = 0; j < K - 1; j++) hist[j] = fifo[(size_t)j * C + ch];
+        for (int t = 0; t < T; t++) {
+            const float x = in[(size_t)t * C + ch];
+            float y = w[K - 1] * x;
+            for (int j = 0; j < K - 1; j++) y += w[j] * hist[j];
             out[(size_t)t * C + ch] = qhx_silu(y);
+            if (K > 1) {
+                for (int j = 0; j < K - 2; j++) hist[j] = hist[j + 1];
+                hist[K - 2] = x;
+            }
         }
-        if (K > 1) {
-            memmove(fifo, fifo + C, sizeof(float) * (size_t)(K - 2) * C);
-            memcpy(fifo + (size_t)(K - 2) * C, x, sizeof(float) * C);
-        }
+        for (int j = 0; j < K - 1; j++) fifo[(size_t)j * C + ch] = hist[j];
     }
 }
 
@@ -141,14 +144,15 @@ static void delta_chunk(const qhx_kernel_set *ks, float *S, const float *q, cons
     ks->gemm(dk, dv, n, 1.0f, KT, CHUNK, Vn, dv, S, dv);
 }
 
-/* Everything after the conv happens per key head and the value heads that read it (HF
+/* Everything after the projections happens per key head and the value heads that read it (HF
  * repeat_interleave: value head j reads key head j / group), so it runs in parallel with no
- * sharing: q/k normalisation, the gates, the delta rule, the gated RMSNorm. */
+ * sharing: the conv of their channels, q/k normalisation, the gates, the delta rule, the gated
+ * RMSNorm. */
 typedef struct {
     const qhx_kernel_set *ks;
     const qhx_config *c;
     const qhx_layer_weights *lw;
-    float *ssm, *xc, *z, *b, *a, *beta, *g, *o, *work;
+    float *conv, *mixed, *ssm, *xc, *z, *b, *a, *beta, *g, *o, *work;
     size_t work_floats;
     int T, stepwise;
 } heads_job;
@@ -162,6 +166,9 @@ static void deltanet_heads(void *arg, int th, int nth) {
     const float qscale = 1.0f / sqrtf((float)dk);
     float *work = J->work + (size_t)th * J->work_floats;
     for (int kh = th; kh < hk; kh += nth) {
+        causal_conv(c, lw, J->conv, J->mixed, J->xc, T, kh * dk, (kh + 1) * dk);
+        causal_conv(c, lw, J->conv, J->mixed, J->xc, T, (hk + kh) * dk, (hk + kh + 1) * dk);
+        causal_conv(c, lw, J->conv, J->mixed, J->xc, T, 2 * hk * dk + kh * group * dv, 2 * hk * dk + (kh + 1) * group * dv);
         float *q = J->xc + (size_t)kh * dk, *k = J->xc + (size_t)(hk + kh) * dk; /* row: q heads | k heads | v heads */
         for (int t = 0; t < T; t++) {
             float *qt = q + (size_t)t * C, *kt = k + (size_t)t * C;
@@ -211,13 +218,11 @@ static void gated_deltanet(const qhx_exec *ex, const qhx_config *c, const qhx_la
     float *beta = carve(&cv, (size_t)T * hv), *g = carve(&cv, (size_t)T * hv);
     const size_t work_floats = chunk_work_floats(c->lin_k_dim, dv);
     float *work = carve(&cv, work_floats * (size_t)qhx_pool_size(ex->pool));
-    float *taps = carve(&cv, (size_t)C * c->conv_kernel);
 
     const qhx_tensor *const W[] = {&lw->qkv, &lw->z, &lw->b, &lw->a};
     float *const Y[] = {mixed, z, b, a};
     qhx_matmul_many(ex, h, T, 4, W, Y);
-    causal_conv(c, lw, ls->conv, mixed, xc, T, taps);
-    heads_job job = {ex->ks, c, lw, ls->ssm, xc, z, b, a, beta, g, o, work, work_floats, T, stepwise};
+    heads_job job = {ex->ks, c, lw, ls->conv, mixed, ls->ssm, xc, z, b, a, beta, g, o, work, work_floats, T, stepwise};
     qhx_pool_run(ex->pool, deltanet_heads, &job);
     qhx_matmul(ex, &lw->out, o, T, out);
 }
@@ -300,6 +305,17 @@ static void gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_l
 
 /* ---- SwiGLU MLP (spec §3.4) ----------------------------------------------------------------- */
 
+typedef struct {
+    float *gt;
+    const float *up;
+    size_t n;
+} swiglu_job;
+
+static void swiglu_part(void *arg, int th, int nth) {
+    const swiglu_job *J = arg;
+    for (size_t i = J->n * th / nth; i < J->n * (th + 1) / nth; i++) J->gt[i] = qhx_silu(J->gt[i]) * J->up[i];
+}
+
 static void mlp(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, const float *h, float *out, int T,
                 carver cv) {
     const size_t n = (size_t)T * c->ffn;
@@ -307,7 +323,8 @@ static void mlp(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights
     const qhx_tensor *const W[] = {&lw->gate, &lw->up};
     float *const Y[] = {gt, up};
     qhx_matmul_many(ex, h, T, 2, W, Y);
-    for (size_t i = 0; i < n; i++) gt[i] = qhx_silu(gt[i]) * up[i];
+    swiglu_job job = {gt, up, n}; /* 9216 exps a token: worth both cores */
+    qhx_pool_run(ex->pool, swiglu_part, &job);
     qhx_matmul(ex, &lw->down, gt, T, out);
 }
 
