@@ -177,10 +177,11 @@ static void deltanet_heads(void *arg, int th, int nth) {
             for (int e = 0; e < dk; e++) qt[e] *= qscale;
         }
         for (int j = kh * group; j < (kh + 1) * group; j++) {
+            const float A = -expf(qhx_tensor_get(&lw->a_log, j)), dt_bias = qhx_tensor_get(&lw->dt_bias, j);
             for (int t = 0; t < T; t++) {
                 const size_t i = (size_t)t * hv + j;
                 J->beta[i] = qhx_sigmoid(J->b[i]);
-                J->g[i] = -expf(qhx_tensor_get(&lw->a_log, j)) * qhx_softplus(J->a[i] + qhx_tensor_get(&lw->dt_bias, j));
+                J->g[i] = A * qhx_softplus(J->a[i] + dt_bias);
             }
             float *S = J->ssm + (size_t)j * dk * dv;
             const float *v = J->xc + (size_t)2 * hk * dk + (size_t)j * dv;
