@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
     const double bw = sbytes / st / 1e9;
     printf("read bandwidth, %d threads: %.1f GB/s\n", qhx_pool_size(pool), bw);
 
-    const char *sets[] = {"avx2", "avx2-q8", "avx512", "scalar"};
+    const char *sets[] = {"avx2", "avx2-q8", "avx512", "avx512-q8", "scalar"};
     for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
         const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
         if (!ks) { qhx_clear_error(); continue; }

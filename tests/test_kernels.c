@@ -72,7 +72,7 @@ static double compare(const matrix *m, const float *X, int T, const float *a, co
 int main(void) {
     /* each set against its twin: the -q8 sets (int8 activations) against scalar-q8, which in turn
      * is held to the fp32 scalar kernel within its rounding (a half step of 32-column blocks) */
-    const char *sets[] = {"ref", "scalar", "avx2", "avx512", "scalar-q8", "avx2-q8"};
+    const char *sets[] = {"ref", "scalar", "avx2", "avx512", "scalar-q8", "avx2-q8", "avx512-q8"};
     const int rows[] = {1, 3, 4, 5, 17, 67}, cols[] = {1, 7, 8, 9, 31, 64, 100, 257}, Ts[] = {1, 2, 3, 4, 5, 9};
     const qhx_dtype dts[] = {QHX_I8, QHX_F16, QHX_BF16, QHX_F32};
     int variants = 0;

@@ -38,8 +38,9 @@ void close_model(qhx_runtime *rt, qhx_model *m, qhx_session *s);
 
 #define RUNTIME_HELP \
     "  -t N         threads (default: every core)\n" \
-    "  --kernels K  auto (default: avx2-q8 where AVX2 runs), ref (the fp32 reference), scalar, avx2,\n" \
-    "               avx512 (fp32 activations), avx2-q8, scalar-q8 (int8 activations for W8 weights)\n"
+    "  --kernels K  auto (default: the first this CPU runs of avx512-q8, avx2-q8), ref (the fp32\n" \
+    "               reference), scalar, avx2, avx512 (fp32 activations), scalar-q8, avx2-q8,\n" \
+    "               avx512-q8 (int8 activations for W8 weights in prefill; VNNI for avx512-q8)\n"
 
 #define SAMPLING_HELP \
     "sampling (default greedy):\n" \

@@ -12,8 +12,9 @@ typedef struct qhx_pool qhx_pool;
  * count. */
 typedef void (*qhx_matmul_fn)(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1);
 
-/* T activation rows rounded to int8 (kernels/q8.h), once per matmul for every thread: q and its
- * absolute values |q| (pad bytes per row), one scale per 32 columns (pad / 32 per row). */
+/* T activation rows rounded to int8 (kernels/q8.h), once per matmul for every thread: q, the
+ * set's second form of it (pad bytes per row: |q| for AVX2's sign trick, q + 128 as unsigned bytes
+ * for VNNI), one scale per 32 columns (pad / 32 per row). */
 typedef struct {
     int8_t *q, *aq;
     float *s;
@@ -26,7 +27,7 @@ typedef struct {
     const char *name;      /* "ref", "scalar", "avx2", "avx512"; "-q8": int8 activations for W8 */
     qhx_matmul_fn matmul;  /* handles every dtype: F32, BF16, F16 and I8 */
     qhx_matmul_q8_fn matmul_q8; /* I8 weights x int8 activations; NULL: fp32 activations throughout */
-    /* one activation row to int8, |int8| and block scales, bit for bit as qhx_q8_quantize */
+    /* one activation row to int8, its second form and block scales, q bit for bit as qhx_q8_quantize */
     void (*quantize)(const float *x, size_t cols, int8_t *q, int8_t *aq, float *s);
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n);  /* y += a x */
@@ -59,6 +60,9 @@ void qhx_avx2_gemm(int M, int N, int K, float alpha, const float *A, int lda, co
 void qhx_avx2_delta_step(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
                          float *o, float *kv);
 int qhx_avx2_supported(void);
+/* the avx512 set's fp32-activation matmul, shared by the VNNI set */
+void qhx_avx512_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1);
+int qhx_avx512_supported(void);
 /* the rule as the spec writes it, step by step: the twin of every other delta_step */
 void qhx_scalar_delta_step(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
                            float *o, float *kv);
@@ -70,7 +74,7 @@ void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx
 void qhx_q8_acts_free(qhx_q8_acts *a);
 
 extern const qhx_kernel_set qhx_kernels_ref, qhx_kernels_scalar, qhx_kernels_avx2, qhx_kernels_avx512,
-    qhx_kernels_scalar_q8, qhx_kernels_avx2_q8;
+    qhx_kernels_scalar_q8, qhx_kernels_avx2_q8, qhx_kernels_avx512_q8;
 
 /* ---- thread pool: persistent workers, one parallel-for at a time -------------------------- */
 

@@ -91,9 +91,41 @@ MATMUL(mm_f16, tile_f16, 2)
 MATMUL(mm_bf16, tile_bf16, 2)
 MATMUL(mm_f32, tile_f32, 4)
 
-static void avx512_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+INLINE void w8_block(const int8_t *wb, const float *x, __m512 acc[4]) {
+    _mm_prefetch((const char *)wb + 2048, _MM_HINT_T0); /* as in the AVX2 kernels */
+    _mm_prefetch((const char *)wb + 2048 + 64, _MM_HINT_T0);
+    _Pragma("GCC unroll 2") for (int k = 0; k < 2; k++) {
+        const __m512 xv = _mm512_loadu_ps(x + 16 * k);
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+            acc[i] = _mm512_fmadd_ps(load_i8(wb + i * QHX_W8_BLOCK + 16 * k), xv, acc[i]);
+    }
+}
+
+/* Decode over the W8 layout: a row group's 4 rows x 16 columns at a time, straight from the packed
+ * blocks in one sequential stream (the layout's zero padding makes the ragged block plain
+ * arithmetic). */
+TARGET static void mm_w8(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, full = cols / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
+    for (int r = r0; r < r1; r += QHX_W8_GROUP) {
+        const int8_t *g = (const int8_t *)W->data + (size_t)r / QHX_W8_GROUP * gbytes;
+        const int nr = r1 - r < QHX_W8_GROUP ? r1 - r : QHX_W8_GROUP;
+        for (int t = 0; t < T; t++) {
+            const float *x = X + (size_t)t * cols;
+            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (size_t b = 0; b < full; b++) w8_block(g + b * QHX_W8_GROUP * QHX_W8_BLOCK, x + b * QHX_W8_BLOCK, acc);
+            if (cols > full * QHX_W8_BLOCK) { /* the ragged block */
+                float xt[QHX_W8_BLOCK] = {0};
+                memcpy(xt, x + full * QHX_W8_BLOCK, sizeof(float) * (cols - full * QHX_W8_BLOCK));
+                w8_block(g + full * QHX_W8_GROUP * QHX_W8_BLOCK, xt, acc);
+            }
+            for (int i = 0; i < nr; i++) Y[(size_t)t * W->rows + r + i] = _mm512_reduce_add_ps(acc[i]) * W->scale[r + i];
+        }
+    }
+}
+
+void qhx_avx512_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
     switch (W->dtype) {
-    case QHX_I8: mm_i8(W, X, T, Y, r0, r1); break;
+    case QHX_I8: T < 4 ? mm_w8(W, X, T, Y, r0, r1) : mm_i8(W, X, T, Y, r0, r1); break;
     case QHX_F16: mm_f16(W, X, T, Y, r0, r1); break;
     case QHX_BF16: mm_bf16(W, X, T, Y, r0, r1); break;
     default: mm_f32(W, X, T, Y, r0, r1); break;
@@ -122,12 +154,12 @@ static int has_f16c(void) {
     return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
 }
 
-static int avx512_supported(void) {
+int qhx_avx512_supported(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
            has_f16c();
 }
 
-const qhx_kernel_set qhx_kernels_avx512 = {.name = "avx512", .matmul = avx512_matmul, .dot = avx512_dot, .axpy = avx512_axpy,
-                                           .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step, .supported = avx512_supported};
+const qhx_kernel_set qhx_kernels_avx512 = {.name = "avx512", .matmul = qhx_avx512_matmul, .dot = avx512_dot, .axpy = avx512_axpy,
+                                           .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step, .supported = qhx_avx512_supported};
 #endif

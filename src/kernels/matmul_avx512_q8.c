@@ -1,0 +1,162 @@
+/* AVX-512 VNNI with int8 activations for W8 matrices (the "avx512-q8" set). vpdpbusd multiplies 4
+ * unsigned by 4 signed bytes and adds them into an int32 lane: 64 multiply-adds an instruction,
+ * where AVX2 needs vpsignb + vpmaddubsw + vpmaddwd for 32. The weights are the signed operand, so
+ * the activations go in biased to unsigned (aq = q + 128, kernels/q8.h) and 128 x the block's sum
+ * of weights comes off again; block sums stay exact integers, scaled once per 32 columns, as in
+ * the scalar-q8 twin.
+ *
+ * Prefill packs 32 rows at a time (pack_block) so that one register holds 4 consecutive columns of
+ * 16 rows: lanes are rows, a token's 4 activation bytes are one broadcast, and nothing is summed
+ * across lanes until a row ends. Every token then passes over the packed rows while they sit in
+ * L2. Decode (one token) streams the W8 layout with fp32 activations (the avx512 set's kernel):
+ * it is bound by memory, not by multiplies. */
+#include "format/w8.h"
+#include "kernels/kernels.h"
+#include "kernels/q8.h"
+
+#ifdef QHX_HAVE_AVX512
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline)) TARGET
+
+#define LANES 16                     /* rows a register holds */
+#define PANEL 32                     /* rows packed at once: two registers */
+#define UNITS (QHX_W8_BLOCK / 4 + 1) /* a 16-row block: 8 column quads, then -128 x its row sums */
+#define TOKENS 4                     /* tokens per pass: 2 x 4 int32 + 2 x 4 fp32 accumulators */
+
+/* qhx_q8_quantize, 16 lanes at a time, and the biased copy for vpdpbusd's unsigned operand. The max
+ * is exact, 127 / max and the products are the same fp32 operations, and vcvtps2dq rounds to
+ * nearest even as the scalar rounding does, so q is bit for bit the scalar one. */
+TARGET static void quantize(const float *x, size_t cols, int8_t *q, int8_t *uq, float *s) {
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q8_BLOCK, b++) {
+        __m256i p;
+        if (cols - c0 < QHX_Q8_BLOCK) { /* the ragged last block */
+            float tail[QHX_Q8_BLOCK] = {0};
+            memcpy(tail, x + c0, sizeof(float) * (cols - c0));
+            qhx_q8_quantize(tail, QHX_Q8_BLOCK, q + c0, s + b);
+            p = _mm256_loadu_si256((const __m256i *)(q + c0));
+        } else {
+            const __m512 v0 = _mm512_loadu_ps(x + c0), v1 = _mm512_loadu_ps(x + c0 + 16);
+            const float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            const __m512 inv = _mm512_set1_ps(mx > 0 ? 127.0f / mx : 0.0f);
+            s[b] = mx / 127.0f;
+            p = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)))),
+                                        _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, inv))), 1);
+            _mm256_storeu_si256((__m256i *)(q + c0), p);
+        }
+        _mm256_storeu_si256((__m256i *)(uq + c0), _mm256_xor_si256(p, bias));
+    }
+}
+
+/* Column block b of the 16 rows from group g0 on (groups at or past `groups` read as zero rows)
+ * into UNITS registers: unit k lane i = row i's bytes 4k..4k+3, then -128 x each row's block sum.
+ * In the W8 layout a group's block is 4 rows x 8 dwords; this is a 16 x 8 dword transpose. */
+INLINE void pack_block(const int8_t *data, size_t gbytes, size_t g0, size_t groups, size_t b, __m512i *out) {
+    /* x[G][h] lane 4k + i = row i of group G, dword 4h + k */
+    const __m512i lo = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(4));
+    __m512i x[4][2];
+    _Pragma("GCC unroll 4") for (int G = 0; G < 4; G++) {
+        if (g0 + G < groups) {
+            const int8_t *p = data + (g0 + G) * gbytes + b * QHX_W8_GROUP * QHX_W8_BLOCK;
+            const __m512i a = _mm512_loadu_si512(p), c = _mm512_loadu_si512(p + 64);
+            x[G][0] = _mm512_permutex2var_epi32(a, lo, c);
+            x[G][1] = _mm512_permutex2var_epi32(a, hi, c);
+        } else {
+            x[G][0] = x[G][1] = _mm512_setzero_si512();
+        }
+    }
+    /* unit 4h + k: 128-bit chunk k of x[0..3][h], a 4 x 4 transpose of chunks */
+    __m512i sum = _mm512_setzero_si512();
+    const __m512i ones = _mm512_set1_epi8(1);
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+        const __m512i t0 = _mm512_shuffle_i32x4(x[0][h], x[1][h], 0x44), t1 = _mm512_shuffle_i32x4(x[0][h], x[1][h], 0xee);
+        const __m512i t2 = _mm512_shuffle_i32x4(x[2][h], x[3][h], 0x44), t3 = _mm512_shuffle_i32x4(x[2][h], x[3][h], 0xee);
+        out[4 * h + 0] = _mm512_shuffle_i32x4(t0, t2, 0x88);
+        out[4 * h + 1] = _mm512_shuffle_i32x4(t0, t2, 0xdd);
+        out[4 * h + 2] = _mm512_shuffle_i32x4(t1, t3, 0x88);
+        out[4 * h + 3] = _mm512_shuffle_i32x4(t1, t3, 0xdd);
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) sum = _mm512_dpbusd_epi32(sum, ones, out[4 * h + k]);
+    }
+    out[8] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+}
+
+/* NR (1 or 2) packed 16-row registers x NT tokens from t, over every block; writes rows
+ * row0 .. row0 + nvalid - 1 of those tokens. NR and NT are constants at each call, so the
+ * accumulators stay in registers. */
+INLINE void tile(const __m512i *panel, size_t nb, const qhx_q8_acts *X, int t, int NR, int NT, const qhx_tensor *W,
+                 int row0, int nvalid, float *Y) {
+    const size_t nbx = X->pad / QHX_Q8_BLOCK;
+    __m512 acc[TOKENS][2];
+    _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const __m512i *pb = panel + b * 2 * UNITS;
+        __m512i d[TOKENS][2];
+        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++)
+            _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) d[j][i] = pb[i * UNITS + UNITS - 1];
+        _Pragma("GCC unroll 8") for (int k = 0; k < UNITS - 1; k++) {
+            const __m512i w0 = pb[k], w1 = pb[UNITS + k];
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
+                int32_t quad;
+                memcpy(&quad, X->aq + (size_t)(t + j) * X->pad + b * QHX_Q8_BLOCK + 4 * k, 4);
+                const __m512i a = _mm512_set1_epi32(quad);
+                d[j][0] = _mm512_dpbusd_epi32(d[j][0], a, w0);
+                if (NR == 2) d[j][1] = _mm512_dpbusd_epi32(d[j][1], a, w1);
+            }
+        }
+        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
+            const __m512 sc = _mm512_set1_ps(X->s[(size_t)(t + j) * nbx + b]);
+            _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) acc[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[j][i]), sc, acc[j][i]);
+        }
+    }
+    _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) {
+        const int n = nvalid - i * LANES < LANES ? nvalid - i * LANES : LANES;
+        if (n <= 0) break;
+        const __mmask16 m = (__mmask16)((1u << n) - 1);
+        const __m512 sw = _mm512_maskz_loadu_ps(m, W->scale + row0 + i * LANES);
+        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++)
+            _mm512_mask_storeu_ps(Y + (size_t)(t + j) * W->rows + row0 + i * LANES, m, _mm512_mul_ps(acc[j][i], sw));
+    }
+}
+
+#define TOKEN_TAILS(NR)                                                                                                \
+    for (int t = 0; t < T; t += TOKENS) {                                                                              \
+        switch (T - t < TOKENS ? T - t : TOKENS) {                                                                     \
+        case 1: tile(panel, nb, X, t, NR, 1, W, row0, nvalid, Y); break;                                               \
+        case 2: tile(panel, nb, X, t, NR, 2, W, row0, nvalid, Y); break;                                               \
+        case 3: tile(panel, nb, X, t, NR, 3, W, row0, nvalid, Y); break;                                               \
+        default: tile(panel, nb, X, t, NR, 4, W, row0, nvalid, Y); break;                                              \
+        }                                                                                                              \
+    }
+
+TARGET static void vnni_matmul(const qhx_tensor *W, const qhx_q8_acts *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
+    const size_t groups = ((size_t)W->rows + QHX_W8_GROUP - 1) / QHX_W8_GROUP;
+    __m512i *panel = aligned_alloc(64, nb * 2 * UNITS * sizeof(__m512i));
+    if (!panel) abort(); /* 32 rows of packed weights: nothing sensible to do without them */
+    for (int row0 = r0; row0 < r1; row0 += PANEL) {
+        const int nvalid = r1 - row0 < PANEL ? r1 - row0 : PANEL, nr = nvalid > LANES ? 2 : 1;
+        for (size_t b = 0; b < nb; b++)
+            for (int i = 0; i < nr; i++)
+                pack_block(W->data, gbytes, (size_t)(row0 + i * LANES) / QHX_W8_GROUP, groups, b, panel + (b * 2 + i) * UNITS);
+        if (nr == 2) TOKEN_TAILS(2)
+        else TOKEN_TAILS(1)
+    }
+    free(panel);
+}
+
+static int vnni_supported(void) {
+    __builtin_cpu_init();
+    return qhx_avx512_supported() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
+}
+
+const qhx_kernel_set qhx_kernels_avx512_q8 = {.name = "avx512-q8", .matmul = qhx_avx512_matmul, .matmul_q8 = vnni_matmul,
+                                              .quantize = quantize, .dot = qhx_avx2_dot, .axpy = qhx_avx2_axpy,
+                                              .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step,
+                                              .supported = vnni_supported};
+#endif
