@@ -38,6 +38,8 @@ typedef struct {
      * S = decay S;  S += k ((v - S^T k) beta)^T;  o = S^T q.  kv: dv floats of scratch. */
     void (*delta_step)(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
                        float *o, float *kv);
+    /* x = silu(x) * mul elementwise (mul NULL: silu(x)); silu(x) = x / (1 + e^-x) */
+    void (*silu)(float *x, const float *mul, size_t n);
     int (*supported)(void);
 } qhx_kernel_set;
 
@@ -59,6 +61,7 @@ void qhx_avx2_axpy(float *y, float a, const float *x, int n);
 void qhx_avx2_gemm(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
 void qhx_avx2_delta_step(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
                          float *o, float *kv);
+void qhx_avx2_silu(float *x, const float *mul, size_t n);
 int qhx_avx2_supported(void);
 /* the avx512 set's fp32-activation matmul, shared by the VNNI set */
 void qhx_avx512_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1);

@@ -325,6 +325,6 @@ int qhx_avx2_supported(void) {
 }
 
 const qhx_kernel_set qhx_kernels_avx2 = {.name = "avx2", .matmul = avx2_matmul, .dot = qhx_avx2_dot, .axpy = qhx_avx2_axpy,
-                                         .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step,
+                                         .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step, .silu = qhx_avx2_silu,
                                          .supported = qhx_avx2_supported};
 #endif

@@ -110,5 +110,5 @@ static void fp32_matmul(const qhx_tensor *W, const float *X, int T, float *Y, in
 
 const qhx_kernel_set qhx_kernels_avx2_q8 = {.name = "avx2-q8", .matmul = fp32_matmul, .matmul_q8 = avx2_q8_matmul,
                                             .quantize = quantize, .dot = qhx_avx2_dot, .axpy = qhx_avx2_axpy,
-                                            .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step, .supported = qhx_avx2_supported};
+                                            .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step, .silu = qhx_avx2_silu, .supported = qhx_avx2_supported};
 #endif

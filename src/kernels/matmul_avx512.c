@@ -161,5 +161,5 @@ int qhx_avx512_supported(void) {
 }
 
 const qhx_kernel_set qhx_kernels_avx512 = {.name = "avx512", .matmul = qhx_avx512_matmul, .dot = avx512_dot, .axpy = avx512_axpy,
-                                           .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step, .supported = qhx_avx512_supported};
+                                           .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step, .silu = qhx_avx2_silu, .supported = qhx_avx512_supported};
 #endif

@@ -157,6 +157,6 @@ static int vnni_supported(void) {
 
 const qhx_kernel_set qhx_kernels_avx512_q8 = {.name = "avx512-q8", .matmul = qhx_avx512_matmul, .matmul_q8 = vnni_matmul,
                                               .quantize = quantize, .dot = qhx_avx2_dot, .axpy = qhx_avx2_axpy,
-                                              .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step,
+                                              .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step, .silu = qhx_avx2_silu,
                                               .supported = vnni_supported};
 #endif

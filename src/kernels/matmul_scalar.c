@@ -146,12 +146,17 @@ void qhx_scalar_delta_step(float *S, const float *q, const float *k, const float
 
 static int always(void) { return 1; }
 
+static void scalar_silu(float *x, const float *mul, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i])) * (mul ? mul[i] : 1.0f);
+}
+
 const qhx_kernel_set qhx_kernels_ref = {
     .name = "ref", .matmul = ref_matmul, .dot = ref_dot, .axpy = scalar_axpy, .gemm = ref_gemm,
-    .delta_step = qhx_scalar_delta_step, .supported = always};
+    .delta_step = qhx_scalar_delta_step, .silu = scalar_silu, .supported = always};
 const qhx_kernel_set qhx_kernels_scalar = {
     .name = "scalar", .matmul = scalar_matmul, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
-    .delta_step = qhx_scalar_delta_step, .supported = always};
+    .delta_step = qhx_scalar_delta_step, .silu = scalar_silu, .supported = always};
 const qhx_kernel_set qhx_kernels_scalar_q8 = {.name = "scalar-q8", .matmul = scalar_matmul, .matmul_q8 = scalar_q8_matmul,
                                               .quantize = qhx_q8_quantize_abs, .dot = scalar_dot, .axpy = scalar_axpy,
-                                              .gemm = scalar_gemm, .delta_step = qhx_scalar_delta_step, .supported = always};
+                                              .gemm = scalar_gemm, .delta_step = qhx_scalar_delta_step, .silu = scalar_silu,
+                                              .supported = always};

@@ -54,26 +54,34 @@ static size_t scratch_need(const qhx_config *c, int n, int pos, int threads) {
 /* ---- Gated DeltaNet (spec §3.5) ------------------------------------------------------------- */
 
 /* Causal depthwise conv over time (kernel K <= 64, no bias) then SiLU, for channels [c0, c1) of
- * C; the state keeps the last K-1 inputs of each channel. Channel by channel, so each key head's
- * job convolves its own channels. */
-static void causal_conv(const qhx_config *c, const qhx_layer_weights *lw, float *fifo, const float *in, float *out, int T,
-                        int c0, int c1) {
+ * C; the state keeps the last K-1 inputs of each channel. Each key head's job convolves its own
+ * channels, TILE of them at a time with time outermost, so the prompt's rows are read in order
+ * (channel by channel they were C floats apart: one cache line a value). */
+static void causal_conv(const qhx_kernel_set *ks, const qhx_config *c, const qhx_layer_weights *lw, float *fifo,
+                        const float *in, float *out, int T, int c0, int c1) {
+    enum { TILE = 64 };
     const int K = c->conv_kernel, C = qhx_config_conv_dim(c);
-    float w[64], hist[64];
-    for (int ch = c0; ch < c1; ch++) {
-        for (int j = 0; j < K; j++) w[j] = qhx_tensor_get(&lw->conv, (size_t)ch * K + j);
-        for (int j = 0; j < K - 1; j++) hist[j] = fifo[(size_t)j * C + ch];
+    float w[64][TILE], hist[64][TILE]; /* [tap][channel]: hist[j] is the input j + 1 - K steps back */
+    for (int ch0 = c0; ch0 < c1; ch0 += TILE) {
+        const int n = c1 - ch0 < TILE ? c1 - ch0 : TILE;
+        for (int j = 0; j < K; j++)
+            for (int i = 0; i < n; i++) w[j][i] = qhx_tensor_get(&lw->conv, (size_t)(ch0 + i) * K + j);
+        for (int j = 0; j < K - 1; j++) memcpy(hist[j], fifo + (size_t)j * C + ch0, sizeof(float) * n);
         for (int t = 0; t < T; t++) {
-            const float x = in[(size_t)t * C + ch];
-            float y = w[K - 1] * x;
-            for (int j = 0; j < K - 1; j++) y += w[j] * hist[j];
-            out[(size_t)t * C + ch] = qhx_silu(y);
+            const float *x = in + (size_t)t * C + ch0;
+            float *y = out + (size_t)t * C + ch0;
+            for (int i = 0; i < n; i++) {
+                float v = w[K - 1][i] * x[i];
+                for (int j = 0; j < K - 1; j++) v += w[j][i] * hist[j][i];
+                y[i] = v;
+            }
+            ks->silu(y, NULL, (size_t)n);
             if (K > 1) {
-                for (int j = 0; j < K - 2; j++) hist[j] = hist[j + 1];
-                hist[K - 2] = x;
+                for (int j = 0; j < K - 2; j++) memcpy(hist[j], hist[j + 1], sizeof(float) * n);
+                memcpy(hist[K - 2], x, sizeof(float) * n);
             }
         }
-        for (int j = 0; j < K - 1; j++) fifo[(size_t)j * C + ch] = hist[j];
+        for (int j = 0; j < K - 1; j++) memcpy(fifo + (size_t)j * C + ch0, hist[j], sizeof(float) * n);
     }
 }
 
@@ -166,9 +174,9 @@ static void deltanet_heads(void *arg, int th, int nth) {
     const float qscale = 1.0f / sqrtf((float)dk);
     float *work = J->work + (size_t)th * J->work_floats;
     for (int kh = th; kh < hk; kh += nth) {
-        causal_conv(c, lw, J->conv, J->mixed, J->xc, T, kh * dk, (kh + 1) * dk);
-        causal_conv(c, lw, J->conv, J->mixed, J->xc, T, (hk + kh) * dk, (hk + kh + 1) * dk);
-        causal_conv(c, lw, J->conv, J->mixed, J->xc, T, 2 * hk * dk + kh * group * dv, 2 * hk * dk + (kh + 1) * group * dv);
+        causal_conv(J->ks, c, lw, J->conv, J->mixed, J->xc, T, kh * dk, (kh + 1) * dk);
+        causal_conv(J->ks, c, lw, J->conv, J->mixed, J->xc, T, (hk + kh) * dk, (hk + kh + 1) * dk);
+        causal_conv(J->ks, c, lw, J->conv, J->mixed, J->xc, T, 2 * hk * dk + kh * group * dv, 2 * hk * dk + (kh + 1) * group * dv);
         float *q = J->xc + (size_t)kh * dk, *k = J->xc + (size_t)(hk + kh) * dk; /* row: q heads | k heads | v heads */
         for (int t = 0; t < T; t++) {
             float *qt = q + (size_t)t * C, *kt = k + (size_t)t * C;
@@ -199,12 +207,12 @@ static void deltanet_heads(void *arg, int th, int nth) {
                 }
             }
             for (int t = 0; t < T; t++) { /* gated RMSNorm: plain weight, then * silu(z) */
-                float *or = J->o + ((size_t)t * hv + j) * dv;
-                const float *zr = J->z + ((size_t)t * hv + j) * dv;
+                float *or = J->o + ((size_t)t * hv + j) * dv, *zr = J->z + ((size_t)t * hv + j) * dv;
                 double ss = 0.0;
                 for (int e = 0; e < dv; e++) ss += (double)or[e] * or[e];
                 const float inv = 1.0f / sqrtf((float)(ss / dv) + c->eps);
-                for (int e = 0; e < dv; e++) or[e] = or[e] * inv * qhx_tensor_get(&lw->gnorm, e) * qhx_silu(zr[e]);
+                J->ks->silu(zr, NULL, (size_t)dv); /* z is read only here */
+                for (int e = 0; e < dv; e++) or[e] = or[e] * inv * qhx_tensor_get(&lw->gnorm, e) * zr[e];
             }
         }
     }
@@ -307,6 +315,7 @@ static void gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_l
 /* ---- SwiGLU MLP (spec §3.4) ----------------------------------------------------------------- */
 
 typedef struct {
+    const qhx_kernel_set *ks;
     float *gt;
     const float *up;
     size_t n;
@@ -314,7 +323,8 @@ typedef struct {
 
 static void swiglu_part(void *arg, int th, int nth) {
     const swiglu_job *J = arg;
-    for (size_t i = J->n * th / nth; i < J->n * (th + 1) / nth; i++) J->gt[i] = qhx_silu(J->gt[i]) * J->up[i];
+    const size_t i0 = J->n * th / nth, i1 = J->n * (th + 1) / nth;
+    J->ks->silu(J->gt + i0, J->up + i0, i1 - i0);
 }
 
 static void mlp(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, const float *h, float *out, int T,
@@ -324,7 +334,7 @@ static void mlp(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights
     const qhx_tensor *const W[] = {&lw->gate, &lw->up};
     float *const Y[] = {gt, up};
     qhx_matmul_many(ex, h, T, 2, W, Y);
-    swiglu_job job = {gt, up, n}; /* 9216 exps a token: worth both cores */
+    swiglu_job job = {ex->ks, gt, up, n}; /* 9216 exps a token: worth both cores */
     qhx_pool_run(ex->pool, swiglu_part, &job);
     qhx_matmul(ex, &lw->down, gt, T, out);
 }
