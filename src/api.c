@@ -30,6 +30,7 @@ qhx_status qhx_runtime_new(const qhx_runtime_opts *opts, qhx_runtime **out) {
     rt->ex.acts = &rt->acts;
     rt->n_threads = n;
     rt->progress = opts ? opts->progress : 0;
+    rt->map_weights = opts ? opts->map_weights : 0;
     if (n > 1 && !(rt->ex.pool = qhx_pool_new(n))) {
         free(rt);
         return qhx_fail(QHX_ERR_NOMEM, "could not start %d threads", n);

@@ -57,6 +57,9 @@ check "awk 'BEGIN{exit !($dev < 3e-2)}'" "default kernels deviate from fp32 acti
 "$qhx" generate "$tmp/two" "And God said" -n 20 >"$tmp/g1" 2>/dev/null
 "$build/qhx_generate" "$tmp/two/manifest.json" cpu - "$tmp/two" 20 "And God said" >"$tmp/g2" 2>/dev/null
 check "cmp -s $tmp/g1 $tmp/g2 && [[ \$(wc -c <$tmp/g1) -gt 40 ]]" "qhx_generate differs from qhx generate"
+# weights read in (the default) or mapped from the page cache: the same numbers
+"$qhx" generate "$tmp/two" "And God said" -n 20 --mmap >"$tmp/g3" 2>/dev/null
+check "cmp -s $tmp/g1 $tmp/g3" "--mmap generates something else"
 expect_err 2 "SYSLIB" "$build/qhx_generate" "$tmp/two/manifest.json" cpu libQnnSystem.so "$tmp/two" 20 "x"
 expect_err 2 "DIR" "$build/qhx_generate" "$tmp/two/manifest.json" cpu - "$tmp" 20 "x"
 

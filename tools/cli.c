@@ -123,6 +123,7 @@ int parse_common(int argc, char **argv, opts *o) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 1024, &o->threads)) return -1;
         }
         else if (!strcmp(a, "--kernels") || !strcmp(a, "--backend")) { if (want_value(argc, argv, &i)) return -1; o->kernels = argv[i]; }
+        else if (!strcmp(a, "--mmap")) o->mmap = 1;
         else if (!strcmp(a, "--ctx")) {
             if (want_value(argc, argv, &i) || parse_long("--ctx", argv[i], 2, 1 << 20, &o->ctx)) return -1;
         }
@@ -203,7 +204,7 @@ void default_seed(opts *o) {
 
 /* The runtime the options ask for, and the model on it. */
 int open_model(const opts *o, qhx_runtime **rt, qhx_model **m) {
-    qhx_runtime_opts ro = {.kernels = o->kernels, .n_threads = (int)o->threads, .progress = isatty(2)};
+    qhx_runtime_opts ro = {.kernels = o->kernels, .n_threads = (int)o->threads, .progress = isatty(2), .map_weights = o->mmap};
     *m = NULL;
     if (qhx_runtime_new(&ro, rt)) return api_error();
     if (qhx_model_open(*rt, o->model, m)) return api_error();

@@ -23,7 +23,7 @@ int write_atomic(const char *path, const void *data, size_t len);
 typedef struct {
     const char *model, *tokens, *out, *prompt, *kernels, *prompts, *file, *system, *host;
     long long n, threads, ctx, decode, port, parallel;
-    int greedy, ids, stepwise, special, json, help, think, seed_set;
+    int greedy, ids, stepwise, special, json, help, think, seed_set, mmap;
     qhx_generate_opts gen;                /* sampling flags */
     const char *stop[QHX_MAX_STOP];
 } opts;
@@ -38,6 +38,8 @@ void close_model(qhx_runtime *rt, qhx_model *m, qhx_session *s);
 
 #define RUNTIME_HELP \
     "  -t N         threads (default: every core)\n" \
+    "  --mmap       map a bundle's weights from the page cache instead of reading them in (shared\n" \
+    "               between processes; slower where TLB misses are dear, as on virtual machines)\n" \
     "  --kernels K  auto (default: the first this CPU runs of avx512-q8, avx2-q8), ref (the fp32\n" \
     "               reference), scalar, avx2, avx512 (fp32 activations), scalar-q8, avx2-q8,\n" \
     "               avx512-q8 (int8 activations for W8 weights in prefill; VNNI for avx512-q8)\n"

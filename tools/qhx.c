@@ -444,12 +444,13 @@ static int cmd_forge(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 1024, &o.threads)) return 2;
         } else if (!strcmp(a, "--kernels")) { if (want_value(argc, argv, &i)) return 2; o.kernels = argv[i]; }
+        else if (!strcmp(a, "--mmap")) o.mmap = 1;
         else if (a[0] == '-' && a[1]) return die("unknown option '%s' (see qhx forge --help)", a), 2;
         else if (!fo.checkpoint) fo.checkpoint = a;
         else return die("unexpected argument '%s'", a), 2;
     }
     if (!fo.checkpoint || !fo.out) return die("needs CHECKPOINT and -o BUNDLE (see qhx forge --help)"), 2;
-    qhx_runtime_opts ro = {.kernels = o.kernels, .n_threads = (int)o.threads};
+    qhx_runtime_opts ro = {.kernels = o.kernels, .n_threads = (int)o.threads, .map_weights = o.mmap};
     qhx_runtime *rt;
     if (qhx_runtime_new(&ro, &rt)) return api_error();
     fo.rt = rt;

@@ -88,9 +88,9 @@ static qhx_status parse_dir(qhxf_file *f, const char *path) {
     return rc;
 }
 
-qhx_status qhxf_open(qhxf_file *f, const char *path, const qhxf_expect *want) {
+qhx_status qhxf_open(qhxf_file *f, const char *path, const qhxf_expect *want, int resident) {
     memset(f, 0, sizeof *f);
-    qhx_status rc = qhx_map_open(&f->map, path);
+    qhx_status rc = resident ? qhx_map_open_resident(&f->map, path) : qhx_map_open(&f->map, path);
     if (rc) return rc;
     qhxf_header *h = &f->h;
     if (f->map.size < QHXF_HEADER_BYTES || memcmp(f->map.data, QHXF_MAGIC, 8)) {

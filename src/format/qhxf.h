@@ -57,7 +57,7 @@ typedef struct {
     uint64_t bundle_id, model_hash;
 } qhxf_expect;
 
-qhx_status qhxf_open(qhxf_file *f, const char *path, const qhxf_expect *want);
+qhx_status qhxf_open(qhxf_file *f, const char *path, const qhxf_expect *want, int resident);
 void qhxf_close(qhxf_file *f);
 const qhxf_tensor *qhxf_find(const qhxf_file *f, const char *name);
 

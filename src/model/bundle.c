@@ -97,11 +97,11 @@ static qhx_status open_file(qhx_model *m, const manifest *mf, const char *name, 
     qhxf_expect want = *base;
     want.kind = kind;
     qhxf_file *f = &m->files[m->n_files];
-    if ((rc = qhxf_open(f, path, &want))) {
+    if ((rc = qhxf_open(f, path, &want, !m->rt->map_weights))) {
         /* the lm-head of a tied model is the embedding file */
         if (kind != QHXF_HEAD) return rc;
         want.kind = QHXF_EMBED;
-        if (qhxf_open(f, path, &want)) return rc;
+        if (qhxf_open(f, path, &want, !m->rt->map_weights)) return rc;
     }
     m->n_files++;
     if ((rc = verify(m, mf, f, name))) return rc;

@@ -18,6 +18,7 @@ struct qhx_runtime {
     qhx_q8_acts acts;     /* ex.acts */
     int n_threads;
     int progress;
+    int map_weights;      /* bundle weights mapped from the page cache, not read in */
 };
 
 typedef struct {

@@ -1,4 +1,5 @@
-/* Read-only memory-mapped files: weights are views into the mapping, never copies. */
+/* Read-only files in memory: mapped from the page cache, or read whole into this process's memory
+ * ("resident"). Weights are views into either, never copied again. */
 #ifndef QHX_MAPFILE_H
 #define QHX_MAPFILE_H
 #include <stddef.h>
@@ -11,6 +12,11 @@ typedef struct {
 } qhx_mapfile;
 
 qhx_status qhx_map_open(qhx_mapfile *f, const char *path);
+/* The file read into anonymous memory on transparent huge pages: decode streams every weight each
+ * token, and with 4 KiB page-cache pages each 4 KiB costs a TLB miss, which under a hypervisor walks
+ * two page tables (1.3-1.4x slower decode and prefill measured on a VM, bench/README.md). Falls
+ * back to mapping when there is no memory for the copy. */
+qhx_status qhx_map_open_resident(qhx_mapfile *f, const char *path);
 void qhx_map_close(qhx_mapfile *f);
 
 /* Reads a whole (small) file into a NUL-terminated heap buffer; refuses files over max_bytes. */
