@@ -91,9 +91,14 @@ MATMUL(mm_f16, tile_f16, 2)
 MATMUL(mm_bf16, tile_bf16, 2)
 MATMUL(mm_f32, tile_f32, 4)
 
+/* Bytes ahead of the block being read. 8 KiB streamed 1.12-1.19x faster than the AVX2 kernels'
+ * 2 KiB on a Zen 5 VM (distances alternated 15 times in one process, 2 threads, 4B MLP matrices);
+ * 16 KiB measured the same as 8. */
+#define PREFETCH 8192
+
 INLINE void w8_block(const int8_t *wb, const float *x, __m512 acc[4]) {
-    _mm_prefetch((const char *)wb + 2048, _MM_HINT_T0); /* as in the AVX2 kernels */
-    _mm_prefetch((const char *)wb + 2048 + 64, _MM_HINT_T0);
+    _mm_prefetch((const char *)wb + PREFETCH, _MM_HINT_T0);
+    _mm_prefetch((const char *)wb + PREFETCH + 64, _MM_HINT_T0);
     _Pragma("GCC unroll 2") for (int k = 0; k < 2; k++) {
         const __m512 xv = _mm512_loadu_ps(x + 16 * k);
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
