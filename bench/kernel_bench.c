@@ -47,7 +47,7 @@ static void stream_part(void *arg, int i, int n) {
 
 int main(int argc, char **argv) {
     const int threads = argc > 1 ? atoi(argv[1]) : 2;
-    const int rows = 9216, cols = 2560, T = 64;
+    const int rows = 9216, cols = 2560, T = argc > 2 ? atoi(argv[2]) : 64;
     const size_t wbytes = (size_t)rows * cols, NM = 8;
     int8_t *w = malloc(wbytes * NM);
     float *scale = malloc(sizeof(float) * rows), *X = malloc(sizeof(float) * cols * T), *Y = malloc(sizeof(float) * rows * T);
@@ -67,12 +67,12 @@ int main(int argc, char **argv) {
     const double bw = sbytes / st / 1e9;
     printf("read bandwidth, %d threads: %.1f GB/s\n", qhx_pool_size(pool), bw);
 
-    const char *sets[] = {"avx2", "avx2-q8", "avx512", "avx512-q8", "scalar"};
+    const char *sets[] = {"avx2", "avx2-q8", "avx512", "avx512-q8", "amx-bf16", "scalar"};
     for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
         const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
         if (!ks) { qhx_clear_error(); continue; }
         const int reps = strcmp(sets[s], "scalar") ? 5 : 1;
-        qhx_q8_acts acts = {0};
+        qhx_acts acts = {0};
         const qhx_exec one = {ks, NULL, &acts}, all = {ks, pool, &acts};
         const double d1 = BEST(reps, for (size_t m = 0; m < NM; m++) qhx_matmul(&one, &W[m], X, 1, Y)) / NM;
         const double dn = BEST(reps, for (size_t m = 0; m < NM; m++) qhx_matmul(&all, &W[m], X, 1, Y)) / NM;
@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
         printf("%-8s decode 1 thread %5.1f GB/s | decode %d threads %5.1f GB/s = %.2f of bandwidth | prefill %d: %6.1f GMAC/s\n",
                sets[s], wbytes / d1 / 1e9, qhx_pool_size(pool), wbytes / dn / 1e9, wbytes / dn / 1e9 / bw, T,
                (double)wbytes * T / pf / 1e9);
-        qhx_q8_acts_free(&acts);
+        qhx_acts_free(&acts);
     }
     qhx_pool_free(pool);
     free(w), free(scale), free(X), free(Y), free(buf);

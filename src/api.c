@@ -42,7 +42,7 @@ qhx_status qhx_runtime_new(const qhx_runtime_opts *opts, qhx_runtime **out) {
 void qhx_runtime_free(qhx_runtime *rt) {
     if (!rt) return;
     qhx_pool_free(rt->ex.pool);
-    qhx_q8_acts_free(&rt->acts);
+    qhx_acts_free(&rt->acts);
     free(rt);
 }
 

@@ -70,26 +70,31 @@ static double compare(const matrix *m, const float *X, int T, const float *a, co
 }
 
 int main(void) {
-    /* each set against its twin: the -q8 sets (int8 activations) against scalar-q8, which in turn
-     * is held to the fp32 scalar kernel within its rounding (a half step of 32-column blocks) */
-    const char *sets[] = {"ref", "scalar", "avx2", "avx512", "scalar-q8", "avx2-q8", "avx512-q8"};
-    const int rows[] = {1, 3, 4, 5, 17, 67}, cols[] = {1, 7, 8, 9, 31, 64, 100, 257}, Ts[] = {1, 2, 3, 4, 5, 9};
+    /* each set against its twin: the -q8 sets (int8 activations) against scalar-q8 and the -bf16
+     * sets against scalar-bf16, which in turn are held to the fp32 scalar kernel within their
+     * rounding (half a step of 32-column blocks; 2^-8 of each value, as bf16 keeps 8 significant bits) */
+    const char *sets[] = {"ref", "scalar", "avx2", "avx512", "scalar-q8", "avx2-q8", "avx512-q8", "scalar-bf16", "amx-bf16"};
+    const int rows[] = {1, 3, 4, 5, 17, 67}, cols[] = {1, 7, 8, 9, 31, 64, 100, 257}, Ts[] = {1, 2, 3, 4, 5, 9, 16, 17, 40}; /* 16+: AMX's whole token tiles */
     const qhx_dtype dts[] = {QHX_I8, QHX_F16, QHX_BF16, QHX_F32};
     int variants = 0;
     for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
         const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
         if (!ks) { printf("  kernels %-7s not run: %s\n", sets[s], qhx_last_error()); continue; }
         if (!strcmp(sets[s], "scalar")) continue; /* the twin itself */
-        const int q8 = strstr(sets[s], "-q8") != NULL, q8_twin = !strcmp(sets[s], "scalar-q8");
-        const qhx_kernel_set *twin = q8 && !q8_twin ? &qhx_kernels_scalar_q8 : &qhx_kernels_scalar;
-        const double tol = q8_twin ? 2e-2 : 1e-6; /* q8: half a step of a 32-column block of x */
+        const int q8 = strstr(sets[s], "-q8") != NULL, bf16 = strstr(sets[s], "-bf16") != NULL;
+        const int own_twin = !strcmp(sets[s], "scalar-q8") || !strcmp(sets[s], "scalar-bf16");
+        const qhx_kernel_set *twin = own_twin ? &qhx_kernels_scalar
+                                     : q8     ? &qhx_kernels_scalar_q8
+                                     : bf16   ? &qhx_kernels_scalar_bf16
+                                              : &qhx_kernels_scalar;
+        const double tol = !own_twin ? 1e-6 : q8 ? 2e-2 : 4e-3;
         variants++;
         double worst = 0;
         int cases = 0;
         for (size_t d = 0; d < 4; d++)
             for (size_t ri = 0; ri < 6; ri++)
                 for (size_t ci = 0; ci < 8; ci++)
-                    for (size_t ti = 0; ti < 6; ti++) {
+                    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
                         matrix m = make(dts[d], rows[ri], cols[ci]);
                         const int T = Ts[ti];
                         float *X = malloc(sizeof(float) * (size_t)T * cols[ci]);
@@ -221,19 +226,23 @@ int main(void) {
         drop(&m);
     }
 
-    /* int8 kernels on shapes whose weights span several of their L2 row blocks, decode and prefill */
+    /* rounded-activation kernels on shapes whose weights span several of their L2 row blocks,
+     * decode and prefill */
     const qhx_kernel_set *q8 = qhx_kernels_find("auto");
-    if (q8 && q8->matmul_q8 && strcmp(q8->name, "scalar-q8")) {
+    if (q8 && q8->matmul_acts && strncmp(q8->name, "scalar-", 7)) {
+        const qhx_kernel_set *twin = q8->quantize ? &qhx_kernels_scalar_q8 : &qhx_kernels_scalar_bf16;
         matrix m = make(QHX_I8, 602, 3001);
-        for (int T = 2; T <= 7; T += 5) {
+        const int Tq[] = {2, 7, 33}; /* 33: two whole AMX token tiles and a tail */
+        for (size_t ti = 0; ti < sizeof Tq / sizeof *Tq; ti++) {
+            const int T = Tq[ti];
             float *X = malloc(sizeof(float) * (size_t)T * 3001), *a = malloc(sizeof(float) * (size_t)T * 602),
                   *b = malloc(sizeof(float) * (size_t)T * 602);
             for (int i = 0; i < T * 3001; i++) X[i] = frand();
-            const qhx_exec ext = {&qhx_kernels_scalar_q8, NULL, NULL}, exk = {q8, NULL, NULL};
+            const qhx_exec ext = {twin, NULL, NULL}, exk = {q8, NULL, NULL};
             qhx_matmul(&ext, &m.t, X, T, a);
             qhx_matmul(&exk, &m.t, X, T, b);
             const double e = compare(&m, X, T, b, a);
-            CHECK(e <= 1e-6, "%s vs scalar-q8 [602 x 3001] T=%d: error %.2e", q8->name, T, e);
+            CHECK(e <= 1e-6, "%s vs %s [602 x 3001] T=%d: error %.2e", q8->name, twin->name, T, e);
             free(X), free(a), free(b);
         }
         drop(&m);
@@ -245,7 +254,7 @@ int main(void) {
     matrix m = make(QHX_I8, 1000, 333);
     float *X = malloc(sizeof(float) * 5 * 333), *a = malloc(sizeof(float) * 5 * 1000), *b = malloc(sizeof(float) * 5 * 1000);
     for (int i = 0; i < 5 * 333; i++) X[i] = frand();
-    qhx_q8_acts acts = {0};
+    qhx_acts acts = {0};
     qhx_exec one = {best, NULL, NULL}, three = {best, pool, &acts};
     for (int rep = 0; rep < 50; rep++) {
         qhx_matmul(&one, &m.t, X, 5, a);
@@ -254,7 +263,7 @@ int main(void) {
     }
     CHECK(qhx_pool_size(pool) == 3, "pool size %d", qhx_pool_size(pool));
     qhx_pool_free(pool);
-    qhx_q8_acts_free(&acts);
+    qhx_acts_free(&acts);
     free(X), free(a), free(b);
     drop(&m);
 

@@ -9,13 +9,16 @@
 #include <string.h>
 
 static const qhx_kernel_set *const all_sets[] = {
+#if defined(QHX_HAVE_AVX512) && defined(__linux__)
+    &qhx_kernels_amx_bf16,
+#endif
 #ifdef QHX_HAVE_AVX512
     &qhx_kernels_avx512_q8, &qhx_kernels_avx512,
 #endif
 #ifdef QHX_HAVE_AVX2
     &qhx_kernels_avx2_q8, &qhx_kernels_avx2,
 #endif
-    &qhx_kernels_scalar, &qhx_kernels_scalar_q8, &qhx_kernels_ref,
+    &qhx_kernels_scalar, &qhx_kernels_scalar_q8, &qhx_kernels_scalar_bf16, &qhx_kernels_ref,
 };
 #define N_SETS (sizeof all_sets / sizeof all_sets[0])
 
@@ -31,8 +34,9 @@ const qhx_kernel_set *qhx_kernels_find(const char *name) {
     if (!name || !strcmp(name, "auto")) {
         const char *env = getenv("QHX_KERNELS");
         if (env && *env && strcmp(env, "auto")) return qhx_kernels_find(env);
-        /* the first set this CPU runs: int8 activations first (prefill: 64 multiply-adds an
-         * instruction with VNNI, 32 with AVX2's sequence; decode keeps fp32 activations) */
+        /* the first set this CPU runs: AMX first (prefill: 8192 bf16 multiply-adds an
+         * instruction), then int8 activations (64 multiply-adds an instruction with VNNI, 32 with
+         * AVX2's sequence); decode keeps fp32 activations */
         for (size_t i = 0; i < N_SETS; i++)
             if (all_sets[i]->supported()) return all_sets[i];
     }
@@ -56,7 +60,7 @@ typedef struct {
     float *const *Y;
     int n;
     const float *X;
-    const qhx_q8_acts *acts;  /* set: the int8 kernel for the I8 matrices */
+    const qhx_acts *acts;  /* set: the rounded-activation kernel for the I8 matrices */
     int T;
     int chunk_rows[MAX_GROUP], first[MAX_GROUP + 1];
     atomic_int next;          /* the next chunk to take */
@@ -74,7 +78,7 @@ static void matmul_part(void *arg, int i, int n) {
         while (k >= j->first[m + 1]) m++;
         const qhx_tensor *W = j->W[m];
         const int r0 = (k - j->first[m]) * j->chunk_rows[m], r1 = r0 + j->chunk_rows[m] < W->rows ? r0 + j->chunk_rows[m] : W->rows;
-        if (j->acts && W->dtype == QHX_I8) j->ks->matmul_q8(W, j->acts, j->T, j->Y[m], r0, r1);
+        if (j->acts && W->dtype == QHX_I8) j->ks->matmul_acts(W, j->acts, j->T, j->Y[m], r0, r1);
         else j->ks->matmul(W, j->X, j->T, j->Y[m], r0, r1);
     }
 }
@@ -83,37 +87,56 @@ static void quantize_part(void *arg, int i, int n) {
     const matmul_job *j = arg;
     const size_t cols = (size_t)j->W[0]->cols, pad = j->acts->pad;
     for (int t = (int)((long long)j->T * i / n); t < (int)((long long)j->T * (i + 1) / n); t++) {
+        if (!j->ks->quantize) {
+            j->ks->to_bf16(j->X + (size_t)t * cols, cols, j->acts, (size_t)t);
+            continue;
+        }
         j->ks->quantize(j->X + (size_t)t * cols, cols, j->acts->q + (size_t)t * pad, j->acts->aq + (size_t)t * pad,
                         j->acts->s + (size_t)t * (pad / QHX_Q8_BLOCK));
     }
 }
 
-/* Room for T rows of `cols` int8 activations; the kernels load them aligned. */
-static void acts_reserve(qhx_q8_acts *a, size_t cols, int T) {
+/* Room for T rows of `cols` activations in the set's form; the kernels load them aligned. */
+static void acts_reserve(const qhx_kernel_set *ks, qhx_acts *a, size_t cols, int T) {
     a->pad = qhx_q8_padded(cols);
-    const size_t need = (a->pad * (size_t)T + 63) & ~(size_t)63; /* aligned_alloc: a multiple of the alignment */
-    if (need <= a->cap) return;
-    qhx_q8_acts_free(a);
-    a->q = aligned_alloc(64, need);
-    a->aq = aligned_alloc(64, need);
-    a->s = malloc(sizeof(float) * (need / QHX_Q8_BLOCK));
-    if (!a->q || !a->aq || !a->s) abort(); /* activation scratch: nothing sensible to do without it */
+    const int bf16 = !ks->quantize;
+    const size_t rows = bf16 ? ((size_t)T + QHX_ACTS_TILE - 1) / QHX_ACTS_TILE * QHX_ACTS_TILE : (size_t)T;
+    const size_t bytes = a->pad * rows * (bf16 ? sizeof(uint16_t) : 1);
+    const size_t need = (bytes + 63) & ~(size_t)63; /* aligned_alloc: a multiple of the alignment */
+    if (need <= a->cap && !a->bf == !bf16) return;
+    qhx_acts_free(a);
+    if (bf16) {
+        a->bf = aligned_alloc(64, need);
+    } else {
+        a->q = aligned_alloc(64, need);
+        a->aq = aligned_alloc(64, need);
+        a->s = malloc(sizeof(float) * (need / QHX_Q8_BLOCK));
+    }
+    if (bf16 ? !a->bf : !a->q || !a->aq || !a->s) abort(); /* activation scratch: nothing sensible to do without it */
     a->cap = need;
 }
 
-void qhx_q8_acts_free(qhx_q8_acts *a) {
+/* the rows past T in the last bf16 tile: zero, so no kernel reads anything unset */
+static void acts_zero_tail(qhx_acts *a, int T) {
+    for (size_t t = (size_t)T; t % QHX_ACTS_TILE; t++)
+        for (size_t c = 0; c < a->pad; c += 32) memset(a->bf + qhx_acts_bf16_at(a, t, c), 0, 32 * sizeof(uint16_t));
+}
+
+void qhx_acts_free(qhx_acts *a) {
     free(a->q);
     free(a->aq);
     free(a->s);
+    free(a->bf);
     a->q = a->aq = NULL;
     a->s = NULL;
+    a->bf = NULL;
     a->cap = 0;
 }
 
 void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx_tensor *const W[], float *const Y[]) {
     if (n < 1 || n > MAX_GROUP) abort(); /* a caller's bug: group sizes are fixed in the graph */
     matmul_job j = {.ks = ex->ks, .W = W, .Y = Y, .n = n, .X = X, .T = T};
-    qhx_q8_acts local = {0};
+    qhx_acts local = {0};
     /* Int8 activations pay where each weight serves several tokens (prefill: 1.2-1.5x). One token
      * streams the weights once either way: there the two measured equal on the 4B shape (5.22-5.60
      * vs 5.40-5.64 tok/s, alternating runs; again 0.83-0.85 vs 0.76-0.84 of the bandwidth), and
@@ -123,9 +146,10 @@ void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx
         if (W[m]->cols != W[0]->cols) abort(); /* one input: a caller's bug otherwise */
         any_i8 |= W[m]->dtype == QHX_I8;
     }
-    if (any_i8 && ex->ks->matmul_q8 && T > 1) {
-        qhx_q8_acts *a = ex->acts ? ex->acts : &local;
-        acts_reserve(a, (size_t)W[0]->cols, T);
+    if (any_i8 && ex->ks->matmul_acts && T > 1) {
+        qhx_acts *a = ex->acts ? ex->acts : &local;
+        acts_reserve(ex->ks, a, (size_t)W[0]->cols, T);
+        if (a->bf) acts_zero_tail(a, T);
         j.acts = a;
         qhx_pool_run(ex->pool, quantize_part, &j);
     }
@@ -141,7 +165,7 @@ void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx
     }
     if (ex->pool && j.first[n] > 1) qhx_pool_run(ex->pool, matmul_part, &j);
     else matmul_part(&j, 0, 1);
-    qhx_q8_acts_free(&local);
+    qhx_acts_free(&local);
 }
 
 void qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, float *Y) {

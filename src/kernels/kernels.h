@@ -12,23 +12,38 @@ typedef struct qhx_pool qhx_pool;
  * count. */
 typedef void (*qhx_matmul_fn)(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1);
 
-/* T activation rows rounded to int8 (kernels/q8.h), once per matmul for every thread: q, the
- * set's second form of it (pad bytes per row: |q| for AVX2's sign trick, q + 128 as unsigned bytes
- * for VNNI), one scale per 32 columns (pad / 32 per row). */
+/* T activation rows rounded once per matmul for every thread, pad (cols rounded up to 32) values a
+ * row. The -q8 sets round to int8 (kernels/q8.h): q, the set's second form of it (|q| for AVX2's
+ * sign trick, q + 128 as unsigned bytes for VNNI), one scale per 32 columns (pad / 32 per row).
+ * The -bf16 sets round to bf16, nearest even, in AMX's tile order (bf, qhx_acts_bf16_at): rows
+ * in tiles of 16, each tile a run of 16 x 32-column blocks, so one tile load is 1 KiB in a row;
+ * the rows past T in the last tile are zero. */
 typedef struct {
     int8_t *q, *aq;
     float *s;
-    size_t pad, cap;      /* cap: bytes each of q and aq can hold */
-} qhx_q8_acts;
+    uint16_t *bf;
+    size_t pad, cap;      /* cap: bytes each of q and aq, or bf, can hold */
+} qhx_acts;
 
-typedef void (*qhx_matmul_q8_fn)(const qhx_tensor *W, const qhx_q8_acts *X, int T, float *Y, int r0, int r1);
+#define QHX_ACTS_TILE 16
+
+/* index in a->bf of row t, column c */
+static inline size_t qhx_acts_bf16_at(const qhx_acts *a, size_t t, size_t c) {
+    return (t / QHX_ACTS_TILE * a->pad + c / 32 * 32) * QHX_ACTS_TILE + t % QHX_ACTS_TILE * 32 + c % 32;
+}
+
+typedef void (*qhx_matmul_acts_fn)(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1);
 
 typedef struct {
-    const char *name;      /* "ref", "scalar", "avx2", "avx512"; "-q8": int8 activations for W8 */
+    /* "ref", "scalar", "avx2", "avx512", "amx"; "-q8" / "-bf16": int8 / bf16 activations for W8 */
+    const char *name;
     qhx_matmul_fn matmul;  /* handles every dtype: F32, BF16, F16 and I8 */
-    qhx_matmul_q8_fn matmul_q8; /* I8 weights x int8 activations; NULL: fp32 activations throughout */
-    /* one activation row to int8, its second form and block scales, q bit for bit as qhx_q8_quantize */
+    /* I8 weights x rounded activations (prefill); NULL: fp32 activations throughout */
+    qhx_matmul_acts_fn matmul_acts;
+    /* -q8: one activation row to int8, its second form and block scales, q bit for bit as
+     * qhx_q8_quantize; -bf16 (quantize NULL): one row to row t of a->bf, its pad columns zero */
     void (*quantize)(const float *x, size_t cols, int8_t *q, int8_t *aq, float *s);
+    void (*to_bf16)(const float *x, size_t cols, const qhx_acts *a, size_t t);
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n);  /* y += a x */
     /* C[M][N] += alpha A[M][K] B[K][N], row-major with row strides: the chunked delta rule's
@@ -46,7 +61,7 @@ typedef struct {
 typedef struct qhx_exec {
     const qhx_kernel_set *ks;
     qhx_pool *pool;        /* NULL: run on the calling thread */
-    qhx_q8_acts *acts;     /* int8 activation scratch kept between calls; NULL: one per call */
+    qhx_acts *acts;     /* int8 activation scratch kept between calls; NULL: one per call */
 } qhx_exec;
 
 /* The kernel set called `name` ("auto" = the best this CPU runs; the environment variable
@@ -63,9 +78,13 @@ void qhx_avx2_delta_step(float *S, const float *q, const float *k, const float *
                          float *o, float *kv);
 void qhx_avx2_silu(float *x, const float *mul, size_t n);
 int qhx_avx2_supported(void);
-/* the avx512 set's fp32-activation matmul, shared by the VNNI set */
+/* the avx512 set's fp32-activation matmul and vector ops, shared by the VNNI and AMX sets */
 void qhx_avx512_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1);
+float qhx_avx512_dot(const float *a, const float *b, int n);
+void qhx_avx512_axpy(float *y, float a, const float *x, int n);
+void qhx_avx512_gemm(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
 int qhx_avx512_supported(void);
+int qhx_avx512_q8_supported(void);
 /* the rule as the spec writes it, step by step: the twin of every other delta_step */
 void qhx_scalar_delta_step(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
                            float *o, float *kv);
@@ -74,10 +93,10 @@ void qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, 
 /* Y[m] = W[m] X for up to 4 matrices of the same width as one parallel-for: one wait for the
  * group instead of one a matrix, and small matrices run beside the large ones. */
 void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx_tensor *const W[], float *const Y[]);
-void qhx_q8_acts_free(qhx_q8_acts *a);
+void qhx_acts_free(qhx_acts *a);
 
 extern const qhx_kernel_set qhx_kernels_ref, qhx_kernels_scalar, qhx_kernels_avx2, qhx_kernels_avx512,
-    qhx_kernels_scalar_q8, qhx_kernels_avx2_q8, qhx_kernels_avx512_q8;
+    qhx_kernels_scalar_q8, qhx_kernels_avx2_q8, qhx_kernels_avx512_q8, qhx_kernels_scalar_bf16, qhx_kernels_amx_bf16;
 
 /* ---- thread pool: persistent workers, one parallel-for at a time -------------------------- */
 

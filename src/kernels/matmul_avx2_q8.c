@@ -57,7 +57,7 @@ TARGET static void quantize(const float *x, size_t cols, int8_t *q, int8_t *aq, 
 /* One row group (4 rows) x NT tokens (1 or 2; a constant at each call, so the 4 x NT accumulators
  * stay in registers). Weights are loaded per product from L1: 8 accumulators, the token's q, |q|
  * and scale, the ones and a temporary fit the 16 ymm registers. */
-static inline __attribute__((always_inline)) TARGET void tile(const int8_t *group, size_t nb, const qhx_q8_acts *X,
+static inline __attribute__((always_inline)) TARGET void tile(const int8_t *group, size_t nb, const qhx_acts *X,
                                                                int t, int NT, float out[4][2]) {
     const __m256i ones = _mm256_set1_epi16(1);
     const size_t nbx = X->pad / QHX_Q8_BLOCK;
@@ -83,7 +83,7 @@ static inline __attribute__((always_inline)) TARGET void tile(const int8_t *grou
 }
 
 /* Rows in blocks whose weights stay in L2; over each block, token pairs, then its row groups. */
-TARGET static void avx2_q8_matmul(const qhx_tensor *W, const qhx_q8_acts *X, int T, float *Y, int r0, int r1) {
+TARGET static void avx2_q8_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
     int block = (int)(L2_WEIGHTS / gbytes) * QHX_W8_GROUP;
     if (block < QHX_W8_GROUP) block = QHX_W8_GROUP;
@@ -108,7 +108,7 @@ static void fp32_matmul(const qhx_tensor *W, const float *X, int T, float *Y, in
     qhx_kernels_avx2.matmul(W, X, T, Y, r0, r1);
 }
 
-const qhx_kernel_set qhx_kernels_avx2_q8 = {.name = "avx2-q8", .matmul = fp32_matmul, .matmul_q8 = avx2_q8_matmul,
+const qhx_kernel_set qhx_kernels_avx2_q8 = {.name = "avx2-q8", .matmul = fp32_matmul, .matmul_acts = avx2_q8_matmul,
                                             .quantize = quantize, .dot = qhx_avx2_dot, .axpy = qhx_avx2_axpy,
                                             .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step, .silu = qhx_avx2_silu, .supported = qhx_avx2_supported};
 #endif

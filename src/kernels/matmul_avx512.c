@@ -137,7 +137,40 @@ void qhx_avx512_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int
     }
 }
 
-TARGET static float avx512_dot(const float *a, const float *b, int n) {
+/* Tiles of MR rows x 32 columns: 2 * MR accumulators, B's row loaded once per k for all MR rows;
+ * ragged columns through masks, so every shape runs the same arithmetic per element. */
+INLINE void gemm_tile(int MR, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
+                      __mmask16 m0, __mmask16 m1) {
+    __m512 acc[8][2];
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k++) {
+        const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + (size_t)k * ldb), b1 = _mm512_maskz_loadu_ps(m1, B + (size_t)k * ldb + 16);
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {
+            const __m512 a = _mm512_set1_ps(A[(size_t)r * lda + k]);
+            acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+        }
+    }
+    const __m512 al = _mm512_set1_ps(alpha);
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {
+        float *c = C + (size_t)r * ldc;
+        _mm512_mask_storeu_ps(c, m0, _mm512_fmadd_ps(al, acc[r][0], _mm512_maskz_loadu_ps(m0, c)));
+        _mm512_mask_storeu_ps(c + 16, m1, _mm512_fmadd_ps(al, acc[r][1], _mm512_maskz_loadu_ps(m1, c + 16)));
+    }
+}
+
+TARGET void qhx_avx512_gemm(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+    for (int j = 0; j < N; j += 32) {
+        const int n = N - j < 32 ? N - j : 32;
+        const __mmask16 m0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1), m1 = n >= 32 ? 0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
+        int i = 0;
+        for (; i + 8 <= M; i += 8) gemm_tile(8, K, alpha, A + (size_t)i * lda, lda, B + j, ldb, C + (size_t)i * ldc + j, ldc, m0, m1);
+        if (M - i >= 4) gemm_tile(4, K, alpha, A + (size_t)i * lda, lda, B + j, ldb, C + (size_t)i * ldc + j, ldc, m0, m1), i += 4;
+        for (; i < M; i++) gemm_tile(1, K, alpha, A + (size_t)i * lda, lda, B + j, ldb, C + (size_t)i * ldc + j, ldc, m0, m1);
+    }
+}
+
+TARGET float qhx_avx512_dot(const float *a, const float *b, int n) {
     __m512 acc = _mm512_setzero_ps();
     int i = 0;
     for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
@@ -146,7 +179,7 @@ TARGET static float avx512_dot(const float *a, const float *b, int n) {
     return s;
 }
 
-TARGET static void avx512_axpy(float *y, float a, const float *x, int n) {
+TARGET void qhx_avx512_axpy(float *y, float a, const float *x, int n) {
     const __m512 av = _mm512_set1_ps(a);
     int i = 0;
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
@@ -165,6 +198,6 @@ int qhx_avx512_supported(void) {
            has_f16c();
 }
 
-const qhx_kernel_set qhx_kernels_avx512 = {.name = "avx512", .matmul = qhx_avx512_matmul, .dot = avx512_dot, .axpy = avx512_axpy,
-                                           .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step, .silu = qhx_avx2_silu, .supported = qhx_avx512_supported};
+const qhx_kernel_set qhx_kernels_avx512 = {.name = "avx512", .matmul = qhx_avx512_matmul, .dot = qhx_avx512_dot, .axpy = qhx_avx512_axpy,
+                                           .gemm = qhx_avx512_gemm, .delta_step = qhx_avx2_delta_step, .silu = qhx_avx2_silu, .supported = qhx_avx512_supported};
 #endif

@@ -21,6 +21,8 @@
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TARGET
+#define VNNI_PACK_TARGET TARGET
+#include "kernels/vnni_pack.h"
 
 #define LANES 16                     /* rows a register holds */
 #define PANEL 32                     /* rows packed at once: two registers */
@@ -30,7 +32,7 @@
 /* qhx_q8_quantize, 16 lanes at a time, and the biased copy for vpdpbusd's unsigned operand. The max
  * is exact, 127 / max and the products are the same fp32 operations, and vcvtps2dq rounds to
  * nearest even as the scalar rounding does, so q is bit for bit the scalar one. */
-TARGET static void quantize(const float *x, size_t cols, int8_t *q, int8_t *uq, float *s) {
+TARGET void qhx_avx512_q8_quantize(const float *x, size_t cols, int8_t *q, int8_t *uq, float *s) {
     const __m256i bias = _mm256_set1_epi8((char)0x80);
     for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q8_BLOCK, b++) {
         __m256i p;
@@ -52,43 +54,20 @@ TARGET static void quantize(const float *x, size_t cols, int8_t *q, int8_t *uq, 
     }
 }
 
-/* Column block b of the 16 rows from group g0 on (groups at or past `groups` read as zero rows)
- * into UNITS registers: unit k lane i = row i's bytes 4k..4k+3, then -128 x each row's block sum.
- * In the W8 layout a group's block is 4 rows x 8 dwords; this is a 16 x 8 dword transpose. */
+/* Column block b of 16 rows (kernels/vnni_pack.h) into UNITS registers: the 8 column quads, then
+ * -128 x each row's block sum. */
 INLINE void pack_block(const int8_t *data, size_t gbytes, size_t g0, size_t groups, size_t b, __m512i *out) {
-    /* x[G][h] lane 4k + i = row i of group G, dword 4h + k */
-    const __m512i lo = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
-    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(4));
-    __m512i x[4][2];
-    _Pragma("GCC unroll 4") for (int G = 0; G < 4; G++) {
-        if (g0 + G < groups) {
-            const int8_t *p = data + (g0 + G) * gbytes + b * QHX_W8_GROUP * QHX_W8_BLOCK;
-            const __m512i a = _mm512_loadu_si512(p), c = _mm512_loadu_si512(p + 64);
-            x[G][0] = _mm512_permutex2var_epi32(a, lo, c);
-            x[G][1] = _mm512_permutex2var_epi32(a, hi, c);
-        } else {
-            x[G][0] = x[G][1] = _mm512_setzero_si512();
-        }
-    }
-    /* unit 4h + k: 128-bit chunk k of x[0..3][h], a 4 x 4 transpose of chunks */
+    qhx_vnni_pack16(data, gbytes, g0, groups, b, out);
     __m512i sum = _mm512_setzero_si512();
     const __m512i ones = _mm512_set1_epi8(1);
-    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-        const __m512i t0 = _mm512_shuffle_i32x4(x[0][h], x[1][h], 0x44), t1 = _mm512_shuffle_i32x4(x[0][h], x[1][h], 0xee);
-        const __m512i t2 = _mm512_shuffle_i32x4(x[2][h], x[3][h], 0x44), t3 = _mm512_shuffle_i32x4(x[2][h], x[3][h], 0xee);
-        out[4 * h + 0] = _mm512_shuffle_i32x4(t0, t2, 0x88);
-        out[4 * h + 1] = _mm512_shuffle_i32x4(t0, t2, 0xdd);
-        out[4 * h + 2] = _mm512_shuffle_i32x4(t1, t3, 0x88);
-        out[4 * h + 3] = _mm512_shuffle_i32x4(t1, t3, 0xdd);
-        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) sum = _mm512_dpbusd_epi32(sum, ones, out[4 * h + k]);
-    }
+    _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) sum = _mm512_dpbusd_epi32(sum, ones, out[k]);
     out[8] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
 }
 
 /* NR (1 or 2) packed 16-row registers x NT tokens from t, over every block; writes rows
  * row0 .. row0 + nvalid - 1 of those tokens. NR and NT are constants at each call, so the
  * accumulators stay in registers. */
-INLINE void tile(const __m512i *panel, size_t nb, const qhx_q8_acts *X, int t, int NR, int NT, const qhx_tensor *W,
+INLINE void tile(const __m512i *panel, size_t nb, const qhx_acts *X, int t, int NR, int NT, const qhx_tensor *W,
                  int row0, int nvalid, float *Y) {
     const size_t nbx = X->pad / QHX_Q8_BLOCK;
     __m512 acc[TOKENS][2];
@@ -133,7 +112,7 @@ INLINE void tile(const __m512i *panel, size_t nb, const qhx_q8_acts *X, int t, i
         }                                                                                                              \
     }
 
-TARGET static void vnni_matmul(const qhx_tensor *W, const qhx_q8_acts *X, int T, float *Y, int r0, int r1) {
+TARGET static void vnni_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
     const size_t groups = ((size_t)W->rows + QHX_W8_GROUP - 1) / QHX_W8_GROUP;
     __m512i *panel = aligned_alloc(64, nb * 2 * UNITS * sizeof(__m512i));
@@ -149,14 +128,14 @@ TARGET static void vnni_matmul(const qhx_tensor *W, const qhx_q8_acts *X, int T,
     free(panel);
 }
 
-static int vnni_supported(void) {
+int qhx_avx512_q8_supported(void) {
     __builtin_cpu_init();
     return qhx_avx512_supported() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512vnni");
 }
 
-const qhx_kernel_set qhx_kernels_avx512_q8 = {.name = "avx512-q8", .matmul = qhx_avx512_matmul, .matmul_q8 = vnni_matmul,
-                                              .quantize = quantize, .dot = qhx_avx2_dot, .axpy = qhx_avx2_axpy,
-                                              .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step, .silu = qhx_avx2_silu,
-                                              .supported = vnni_supported};
+const qhx_kernel_set qhx_kernels_avx512_q8 = {.name = "avx512-q8", .matmul = qhx_avx512_matmul, .matmul_acts = vnni_matmul,
+                                              .quantize = qhx_avx512_q8_quantize, .dot = qhx_avx512_dot, .axpy = qhx_avx512_axpy,
+                                              .gemm = qhx_avx512_gemm, .delta_step = qhx_avx2_delta_step, .silu = qhx_avx2_silu,
+                                              .supported = qhx_avx512_q8_supported};
 #endif

@@ -95,7 +95,7 @@ static void scalar_axpy(float *y, float a, const float *x, int n) {
 }
 
 /* the twin of the -q8 SIMD sets: the same rounded activations, integer block sums */
-static void scalar_q8_matmul(const qhx_tensor *W, const qhx_q8_acts *X, int T, float *Y, int r0, int r1) {
+static void scalar_q8_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, pad = X->pad, nb = pad / QHX_Q8_BLOCK;
     const int8_t *q = X->q;
     const float *s = X->s;
@@ -116,6 +116,27 @@ static void scalar_q8_matmul(const qhx_tensor *W, const qhx_q8_acts *X, int T, f
         }
     }
     free(w);
+}
+
+/* the twin of the -bf16 sets: activations rounded to bf16 (int8 weights are exact in bf16), fp32
+ * products and sums */
+static void scalar_bf16_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols;
+    int8_t *w = malloc(cols);
+    if (!w) abort();
+    for (int r = r0; r < r1; r++) {
+        qhx_w8_get_row(W->data, cols, (size_t)r, w);
+        for (int t = 0; t < T; t++) {
+            float acc = 0.0f;
+            for (size_t c = 0; c < cols; c++) acc += (float)w[c] * qhx_bf16_to_f32(X->bf[qhx_acts_bf16_at(X, (size_t)t, c)]);
+            Y[(size_t)t * W->rows + r] = acc * W->scale[r];
+        }
+    }
+    free(w);
+}
+
+static void scalar_to_bf16(const float *x, size_t cols, const qhx_acts *a, size_t t) {
+    for (size_t c = 0; c < a->pad; c++) a->bf[qhx_acts_bf16_at(a, t, c)] = c < cols ? qhx_f32_to_bf16(x[c]) : 0;
 }
 
 /* row by row, k by k: the order of an axpy per (i, k), as the delta rule was first written */
@@ -156,7 +177,11 @@ const qhx_kernel_set qhx_kernels_ref = {
 const qhx_kernel_set qhx_kernels_scalar = {
     .name = "scalar", .matmul = scalar_matmul, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
     .delta_step = qhx_scalar_delta_step, .silu = scalar_silu, .supported = always};
-const qhx_kernel_set qhx_kernels_scalar_q8 = {.name = "scalar-q8", .matmul = scalar_matmul, .matmul_q8 = scalar_q8_matmul,
+const qhx_kernel_set qhx_kernels_scalar_bf16 = {.name = "scalar-bf16", .matmul = scalar_matmul, .matmul_acts = scalar_bf16_matmul,
+                                                .to_bf16 = scalar_to_bf16, .dot = scalar_dot, .axpy = scalar_axpy,
+                                                .gemm = scalar_gemm, .delta_step = qhx_scalar_delta_step, .silu = scalar_silu,
+                                                .supported = always};
+const qhx_kernel_set qhx_kernels_scalar_q8 = {.name = "scalar-q8", .matmul = scalar_matmul, .matmul_acts = scalar_q8_matmul,
                                               .quantize = qhx_q8_quantize_abs, .dot = scalar_dot, .axpy = scalar_axpy,
                                               .gemm = scalar_gemm, .delta_step = qhx_scalar_delta_step, .silu = scalar_silu,
                                               .supported = always};

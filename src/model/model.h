@@ -15,7 +15,7 @@
 
 struct qhx_runtime {
     qhx_exec ex;
-    qhx_q8_acts acts;     /* ex.acts */
+    qhx_acts acts;     /* ex.acts */
     int n_threads;
     int progress;
     int map_weights;      /* bundle weights mapped from the page cache, not read in */
