@@ -24,6 +24,7 @@
 #include "kernels/q8.h"
 
 #if defined(QHX_HAVE_AVX512) && defined(__linux__)
+#include <cpuid.h>
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,9 +73,11 @@ TARGET static inline __attribute__((always_inline)) void pack_tile(const int8_t 
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
-        __m512 f[4]; /* the unit's 64 bytes as floats, in order */
-        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
-            f[i] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(u[k], i)));
+        /* the unit's 64 bytes as floats, in order */
+        const __m512 f[4] = {_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(u[k], 0))),
+                             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(u[k], 1))),
+                             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(u[k], 2))),
+                             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(u[k], 3)))};
         /* dword d of lo/hi: columns 4k + 2 (d % 2), + 1 of row d / 2 (lo: rows 0-7, hi: 8-15) */
         const __m512i lo = (__m512i)_mm512_cvtne2ps_pbh(f[1], f[0]), hi = (__m512i)_mm512_cvtne2ps_pbh(f[3], f[2]);
         _mm512_store_si512(out + (2 * k) * 64, _mm512_permutex2var_epi32(lo, even, hi));
@@ -154,13 +157,20 @@ TARGET static void to_bf16(const float *x, size_t cols, const qhx_acts *a, size_
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
+/* CPUID leaf 7: AMX-BF16 and AMX-TILE (subleaf 0, EDX bits 22 and 24), AVX512-BF16 (subleaf 1,
+ * EAX bit 5); not every compiler's __builtin_cpu_supports knows them */
+static int has_amx_bf16(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 22 & 1) || !(d >> 24 & 1)) return 0;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
+}
+
 static int amx_supported(void) {
     static _Atomic int ok = -1; /* asking twice is harmless, so a race to the first answer is too */
     if (ok < 0) {
         __builtin_cpu_init();
         ok = qhx_avx512_supported() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("amx-tile") &&
-             __builtin_cpu_supports("amx-bf16") && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+             has_amx_bf16() && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
     }
     return ok;
 }
