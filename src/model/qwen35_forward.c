@@ -38,13 +38,19 @@ static size_t chunk_work_floats(int dk, int dv) {
     return ((size_t)CHUNK * CHUNK * 4 + (size_t)CHUNK * (2 * dv + 3 * dk + 2) + 15) & ~(size_t)15;
 }
 
+#define QBLOCK 32            /* queries of one attention_blocks item */
+#define ATTN_BLOCKED_FROM 8  /* tokens a call; fewer: a gemm this narrow wastes most of its lanes */
+
+/* floats of one attention thread's scratch for n cached positions (either way of computing) */
+static size_t attention_block_floats(int hd, int n) { return ((size_t)hd * QBLOCK + (size_t)2 * QBLOCK * n + 15) & ~(size_t)15; }
+
 /* floats of scratch one call over n tokens at position pos needs, with `threads` work areas */
 static size_t scratch_need(const qhx_config *c, int n, int pos, int threads) {
     size_t T = (size_t)n, D = c->hidden, conv = qhx_config_conv_dim(c);
     size_t hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, attn = (size_t)c->n_heads * c->head_dim;
     size_t work = chunk_work_floats((int)dk, (int)dv);
     size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + work * threads;
-    size_t att = T * attn * 3 + (((size_t)pos + T + 15) & ~(size_t)15) * threads;
+    size_t att = T * attn * 3 + attention_block_floats(c->head_dim, (int)(pos + T)) * threads;
     size_t mlp = T * (size_t)c->ffn * 2;
     size_t blk = gdn > att ? gdn : att;
     if (mlp > blk) blk = mlp;
@@ -259,7 +265,10 @@ static void rope(float *x, int rot, int pos, float theta) {
     }
 }
 
-/* One (token, head) pair of causal attention over the cache; pairs run in parallel. */
+/* Causal attention over the cache, in parallel over (token, head) pairs for a few tokens and over
+ * (head, block of QBLOCK tokens) in prefill, where the scores and the weighted sum of values are
+ * matrix products (ks->gemm): one pass over a head's cache serves a whole block of queries. */
+
 typedef struct {
     const qhx_kernel_set *ks;
     const float *qg, *kc, *vc;
@@ -269,6 +278,14 @@ typedef struct {
     float scale;
 } attn_job;
 
+/* scores[0..n) to e^(score - max) in place, their sum returned: softmax less its division */
+static float softmax_in_place(float *scores, int n) {
+    float mx = -INFINITY, sum = 0.0f;
+    for (int p = 0; p < n; p++) mx = scores[p] > mx ? scores[p] : mx;
+    for (int p = 0; p < n; p++) sum += scores[p] = expf(scores[p] - mx);
+    return sum;
+}
+
 static void attention_pairs(void *arg, int th, int nth) {
     const attn_job *J = arg;
     const int hd = J->hd;
@@ -277,13 +294,8 @@ static void attention_pairs(void *arg, int th, int nth) {
         const int t = pair / J->hq, j = pair % J->hq, kvh = j / J->group;
         const int n = J->pos0 + t + 1; /* causal: this token sees the cache up to itself */
         const float *qj = J->qg + ((size_t)t * J->hq + j) * hd * 2, *gate = qj + hd;
-        float mx = -INFINITY;
-        for (int p = 0; p < n; p++) {
-            scores[p] = J->ks->dot(qj, J->kc + (size_t)p * J->kvdim + (size_t)kvh * hd, hd) * J->scale;
-            if (scores[p] > mx) mx = scores[p];
-        }
-        float sum = 0.0f;
-        for (int p = 0; p < n; p++) sum += scores[p] = expf(scores[p] - mx);
+        for (int p = 0; p < n; p++) scores[p] = J->ks->dot(qj, J->kc + (size_t)p * J->kvdim + (size_t)kvh * hd, hd) * J->scale;
+        const float sum = softmax_in_place(scores, n);
         float *o = J->att + ((size_t)t * J->hq + j) * hd;
         for (int e = 0; e < hd; e++) o[e] = 0.0f;
         for (int p = 0; p < n; p++) J->ks->axpy(o, scores[p] / sum, J->vc + (size_t)p * J->kvdim + (size_t)kvh * hd, hd);
@@ -291,11 +303,46 @@ static void attention_pairs(void *arg, int th, int nth) {
     }
 }
 
+static void attention_blocks(void *arg, int th, int nth) {
+    const attn_job *J = arg;
+    const int hd = J->hd, blocks = (J->T + QBLOCK - 1) / QBLOCK;
+    float *QT = J->scores + (size_t)th * J->scores_floats; /* [hd][QBLOCK]: the block's queries, transposed */
+    float *ST = QT + (size_t)hd * QBLOCK;                  /* [n][QBLOCK]:  K q, one column a query */
+    for (int item = th; item < J->hq * blocks; item += nth) {
+        const int j = item % J->hq, t0 = item / J->hq * QBLOCK, kvh = j / J->group;
+        const int nq = J->T - t0 < QBLOCK ? J->T - t0 : QBLOCK, n = J->pos0 + t0 + nq; /* the block's last query sees n */
+        float *S = ST + (size_t)n * QBLOCK;                /* [nq][n]: the scores, one row a query */
+        for (int i = 0; i < nq; i++) {
+            const float *qi = J->qg + ((size_t)(t0 + i) * J->hq + j) * hd * 2;
+            for (int d = 0; d < hd; d++) QT[(size_t)d * QBLOCK + i] = qi[d];
+        }
+        memset(ST, 0, sizeof(float) * (size_t)n * QBLOCK);
+        J->ks->gemm(n, nq, hd, J->scale, J->kc + (size_t)kvh * hd, J->kvdim, QT, QBLOCK, ST, QBLOCK);
+        for (int i = 0; i < nq; i++) {
+            const int seen = J->pos0 + t0 + i + 1; /* causal */
+            float *si = S + (size_t)i * n;
+            for (int p = 0; p < seen; p++) si[p] = ST[(size_t)p * QBLOCK + i];
+            const float inv = 1.0f / softmax_in_place(si, seen);
+            for (int p = 0; p < seen; p++) si[p] *= inv;
+            for (int p = seen; p < n; p++) si[p] = 0.0f;
+        }
+        float *o = J->att + ((size_t)t0 * J->hq + j) * hd;
+        const int ostride = J->hq * hd;
+        for (int i = 0; i < nq; i++) memset(o + (size_t)i * ostride, 0, sizeof(float) * hd);
+        J->ks->gemm(nq, hd, n, 1.0f, S, n, J->vc + (size_t)kvh * hd, J->kvdim, o, ostride);
+        for (int i = 0; i < nq; i++) {
+            const float *gate = J->qg + ((size_t)(t0 + i) * J->hq + j) * hd * 2 + hd;
+            for (int e = 0; e < hd; e++) o[(size_t)i * ostride + e] *= qhx_sigmoid(gate[e]);
+        }
+    }
+}
+
 static void gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls,
                             int pos0, const float *h, float *out, int T, carver cv) {
     const int hq = c->n_heads, hkv = c->n_kv_heads, hd = c->head_dim;
     const int group = hq / hkv, kvdim = hkv * hd;
-    const size_t scores_floats = ((size_t)pos0 + T + 15) & ~(size_t)15;
+    const int blocked = T >= ATTN_BLOCKED_FROM;
+    const size_t scores_floats = blocked ? attention_block_floats(hd, pos0 + T) : ((size_t)pos0 + T + 15) & ~(size_t)15;
     float *qg = carve(&cv, (size_t)T * hq * hd * 2), *att = carve(&cv, (size_t)T * hq * hd);
     float *scores = carve(&cv, scores_floats * (size_t)qhx_pool_size(ex->pool));
 
@@ -317,7 +364,7 @@ static void gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_l
     }
     attn_job job = {ex->ks, qg, ls->k_cache, ls->v_cache, att, scores, scores_floats, T, pos0, hq, hd, kvdim, group,
                     1.0f / sqrtf((float)hd)};
-    qhx_pool_run(ex->pool, attention_pairs, &job);
+    qhx_pool_run(ex->pool, blocked ? attention_blocks : attention_pairs, &job);
     qhx_matmul(ex, &lw->o, att, T, out);
 }
 
