@@ -115,29 +115,42 @@ TARGET static void token_tiles(const int8_t *panel, size_t nb, const uint16_t *a
     else TOKEN_TILES(0);
 }
 
+/* Rows packed at once, in 32-row sub-panels: each token pair's A tiles (32 tokens x every column)
+ * are read from L3 once and then stay in L2 for the other sub-panels. One sub-panel a pass read
+ * all the prompt's activations from L3 again for every 32 rows, which bounded the kernel. */
+#ifndef SUPER
+#define SUPER 128
+#endif
+
 TARGET static void amx_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
-    const size_t groups = ((size_t)W->rows + QHX_W8_GROUP - 1) / QHX_W8_GROUP;
-    int8_t *panel = aligned_alloc(64, nb * 2 * BTILE);
+    const size_t groups = ((size_t)W->rows + QHX_W8_GROUP - 1) / QHX_W8_GROUP, sub_bytes = nb * 2 * BTILE;
+    int8_t *panel = aligned_alloc(64, sub_bytes * (SUPER / PANEL));
     if (!panel) abort(); /* packed weights: nothing sensible to do without them */
     float out[2][2][LANES][LANES] __attribute__((aligned(64)));
     configure();
-    for (int row0 = r0; row0 < r1; row0 += PANEL) {
-        const int nvalid = r1 - row0 < PANEL ? r1 - row0 : PANEL;
-        for (size_t b = 0; b < nb; b++)
-            for (int h = 0; h < 2; h++)
-                pack_tile(W->data, gbytes, (size_t)(row0 + h * LANES) / QHX_W8_GROUP, groups, b, panel + (b * 2 + h) * BTILE);
+    for (int super0 = r0; super0 < r1; super0 += SUPER) {
+        const int super1 = r1 - super0 < SUPER ? r1 : super0 + SUPER;
+        for (int row0 = super0; row0 < super1; row0 += PANEL) {
+            int8_t *sub = panel + (size_t)(row0 - super0) / PANEL * sub_bytes;
+            for (size_t b = 0; b < nb; b++)
+                for (int h = 0; h < 2; h++)
+                    pack_tile(W->data, gbytes, (size_t)(row0 + h * LANES) / QHX_W8_GROUP, groups, b, sub + (b * 2 + h) * BTILE);
+        }
         for (int t = 0; t < T; t += 2 * LANES) { /* the last tile's rows past T are zero (qhx_acts) */
             const uint16_t *a0 = X->bf + qhx_acts_bf16_at(X, (size_t)t, 0);
             const uint16_t *a1 = T - t > LANES ? X->bf + qhx_acts_bf16_at(X, (size_t)t + LANES, 0) : NULL;
-            token_tiles(panel, nb, a0, a1, out);
-            for (int h = 0; h < 2 && h * LANES < nvalid; h++) {
-                const int n = nvalid - h * LANES < LANES ? nvalid - h * LANES : LANES;
-                const __mmask16 mask = (__mmask16)((1u << n) - 1);
-                const __m512 sw = _mm512_maskz_loadu_ps(mask, W->scale + row0 + h * LANES);
-                for (int m = t; m < T && m < t + 2 * LANES; m++)
-                    _mm512_mask_storeu_ps(Y + (size_t)m * W->rows + row0 + h * LANES, mask,
-                                          _mm512_mul_ps(_mm512_load_ps(out[(m - t) / LANES][h][(m - t) % LANES]), sw));
+            for (int row0 = super0; row0 < super1; row0 += PANEL) {
+                const int nvalid = super1 - row0 < PANEL ? super1 - row0 : PANEL;
+                token_tiles(panel + (size_t)(row0 - super0) / PANEL * sub_bytes, nb, a0, a1, out);
+                for (int h = 0; h < 2 && h * LANES < nvalid; h++) {
+                    const int n = nvalid - h * LANES < LANES ? nvalid - h * LANES : LANES;
+                    const __mmask16 mask = (__mmask16)((1u << n) - 1);
+                    const __m512 sw = _mm512_maskz_loadu_ps(mask, W->scale + row0 + h * LANES);
+                    for (int m = t; m < T && m < t + 2 * LANES; m++)
+                        _mm512_mask_storeu_ps(Y + (size_t)m * W->rows + row0 + h * LANES, mask,
+                                              _mm512_mul_ps(_mm512_load_ps(out[(m - t) / LANES][h][(m - t) % LANES]), sw));
+                }
             }
         }
     }
