@@ -69,6 +69,11 @@ static double compare(const matrix *m, const float *X, int T, const float *a, co
     return worst;
 }
 
+static void report_mode(void *arg, int i, int n) {
+    (void)n;
+    ((unsigned *)arg)[i] = qhx_fp_mode();
+}
+
 int main(void) {
     /* each set against its twin: the -q8 sets (int8 activations) against scalar-q8 and the -bf16
      * sets against scalar-bf16, which in turn are held to the fp32 scalar kernel within their
@@ -262,6 +267,30 @@ int main(void) {
         if (memcmp(a, b, sizeof(float) * 5 * 1000)) { CHECK(0, "pooled matmul differs at repetition %d", rep); break; }
     }
     CHECK(qhx_pool_size(pool) == 3, "pool size %d", qhx_pool_size(pool));
+
+    /* floating-point mode: fast sets flush subnormals, ref does not, leave restores, and every
+     * worker of a parallel-for computes in the caller's mode */
+    {
+        const unsigned before = qhx_fp_mode();
+        const unsigned saved = qhx_fp_enter(best);
+        const float tiny = 1e-39f; /* subnormal */
+        volatile float x = tiny, y = 0.5f;
+        const float fast = x * y;
+        unsigned modes[3] = {0};
+        qhx_pool_run(pool, report_mode, modes);
+        const unsigned ref = qhx_fp_enter(&qhx_kernels_ref);
+        const float exact = x * y;
+        qhx_fp_leave(ref);
+        qhx_fp_leave(saved);
+#if defined(__x86_64__)
+        CHECK(fast == 0.0f && exact == tiny * 0.5f, "flush-to-zero: fast %g, ref %g", fast, exact);
+        CHECK(modes[0] == modes[1] && modes[1] == modes[2] && modes[0] != before, "workers' modes %x %x %x (caller %x)",
+              modes[0], modes[1], modes[2], before);
+#endif
+        CHECK(qhx_fp_mode() == before, "mode %x after leave, %x before", qhx_fp_mode(), before);
+        printf("  fp mode: fast sets flush subnormals (1e-39 x 0.5 = %g), ref keeps them (%g); 3 workers follow the caller\n",
+               fast, exact);
+    }
     qhx_pool_free(pool);
     qhx_acts_free(&acts);
     free(X), free(a), free(b);

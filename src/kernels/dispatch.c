@@ -4,6 +4,10 @@
 #include "util/error.h"
 
 #include <stdatomic.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#define MXCSR_FTZ_DAZ 0x8040u
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +52,37 @@ const qhx_kernel_set *qhx_kernels_find(const char *name) {
     }
     qhx_fail(QHX_ERR_ARG, "kernels '%s': unknown (have: auto %s)", name, qhx_kernels_names());
     return NULL;
+}
+
+unsigned qhx_fp_mode(void) {
+#ifdef MXCSR_FTZ_DAZ
+    return _mm_getcsr();
+#else
+    return 0;
+#endif
+}
+
+void qhx_fp_set(unsigned mode) {
+#ifdef MXCSR_FTZ_DAZ
+    _mm_setcsr(mode);
+#else
+    (void)mode;
+#endif
+}
+
+unsigned qhx_fp_enter(const qhx_kernel_set *ks) {
+    const unsigned saved = qhx_fp_mode();
+#ifdef MXCSR_FTZ_DAZ
+    const unsigned want = ks == &qhx_kernels_ref ? saved & ~MXCSR_FTZ_DAZ : saved | MXCSR_FTZ_DAZ;
+    if (want != saved) qhx_fp_set(want);
+#else
+    (void)ks;
+#endif
+    return saved;
+}
+
+void qhx_fp_leave(unsigned saved) {
+    if (qhx_fp_mode() != saved) qhx_fp_set(saved);
 }
 
 #define MAX_GROUP 4

@@ -98,6 +98,19 @@ void qhx_acts_free(qhx_acts *a);
 extern const qhx_kernel_set qhx_kernels_ref, qhx_kernels_scalar, qhx_kernels_avx2, qhx_kernels_avx512,
     qhx_kernels_scalar_q8, qhx_kernels_avx2_q8, qhx_kernels_avx512_q8, qhx_kernels_scalar_bf16, qhx_kernels_amx_bf16;
 
+/* ---- floating-point mode ------------------------------------------------------------------- */
+
+/* Subnormal floats cost Intel cores a microcode assist per operation (about 100 cycles): the
+ * delta rule's decays underflow into them (e^{G_i - G_j} across a chunk, a state decayed chunk
+ * after chunk), and on a Sapphire Rapids VM they made the rule's products 2.5x slower, 20 % of
+ * prefill at 1024 tokens. So every set but ref computes with flush-to-zero and
+ * denormals-are-zero, which moves results by less than 1.2e-38 a value; ref stays IEEE.
+ * qhx_fp_enter sets the mode for `ks` on this thread and returns the one to restore. */
+unsigned qhx_fp_enter(const qhx_kernel_set *ks);
+void qhx_fp_leave(unsigned saved);
+unsigned qhx_fp_mode(void);   /* this thread's mode, as qhx_fp_set takes it */
+void qhx_fp_set(unsigned mode);
+
 /* ---- thread pool: persistent workers, one parallel-for at a time -------------------------- */
 
 qhx_pool *qhx_pool_new(int n_threads);

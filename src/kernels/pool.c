@@ -1,5 +1,6 @@
 /* A persistent thread pool: workers sleep on a condition variable between parallel-fors and spin
- * briefly first, because decode issues a few hundred small parallel-fors per token. */
+ * briefly first, because decode issues a few hundred small parallel-fors per token. A
+ * parallel-for runs in the calling thread's floating-point mode (qhx_fp_enter). */
 #include "kernels/kernels.h"
 
 #include <pthread.h>
@@ -15,6 +16,7 @@ struct qhx_pool {
     void *arg;
     atomic_uint generation;   /* bumped once per parallel-for */
     atomic_int pending;       /* workers still running the current one */
+    unsigned fp_mode;         /* the caller's, for the current one */
     int quit;
 };
 
@@ -28,7 +30,7 @@ static void *worker(void *v) {
     qhx_pool *p = wa->p;
     const int index = wa->index;
     free(wa);
-    unsigned seen = 0;
+    unsigned seen = 0, fp_mode = qhx_fp_mode();
     for (;;) {
         for (int spin = 0; spin < 20000 && atomic_load(&p->generation) == seen; spin++) __builtin_ia32_pause();
         pthread_mutex_lock(&p->mu);
@@ -36,6 +38,7 @@ static void *worker(void *v) {
         if (p->quit) { pthread_mutex_unlock(&p->mu); return NULL; }
         seen = atomic_load(&p->generation);
         pthread_mutex_unlock(&p->mu);
+        if (p->fp_mode != fp_mode) qhx_fp_set(fp_mode = p->fp_mode);
         p->fn(p->arg, index, p->n);
         if (atomic_fetch_sub(&p->pending, 1) == 1) {
             pthread_mutex_lock(&p->mu);
@@ -87,6 +90,7 @@ void qhx_pool_run(qhx_pool *p, void (*fn)(void *arg, int i, int n), void *arg) {
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->arg = arg;
+    p->fp_mode = qhx_fp_mode();
     atomic_store(&p->pending, p->n - 1);
     atomic_fetch_add(&p->generation, 1);
     pthread_cond_broadcast(&p->wake);

@@ -435,6 +435,7 @@ qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_
     const int D = c->hidden;
     carver cv = {s->scratch};
     float *h = carve(&cv, (size_t)n * D), *delta = carve(&cv, (size_t)n * D);
+    const unsigned fp = qhx_fp_enter(ex->ks);
 
     for (int l = s->l0; l < s->l1; l++) {
         const qhx_layer_weights *lw = &w->layers[l];
@@ -449,13 +450,16 @@ qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_
     }
     if (s->l1 == c->n_layers)
         for (int t = 0; t < n; t++) qhx_rmsnorm1p(x + (size_t)t * D, x + (size_t)t * D, &w->final_norm, D, c->eps);
+    qhx_fp_leave(fp);
     s->pos += n;
     return QHX_OK;
 }
 
 void qhx_qwen35_head(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const float *x, int n,
                      float *logits) {
+    const unsigned fp = qhx_fp_enter(ex->ks);
     qhx_matmul(ex, &w->lm_head, x, n, logits);
+    qhx_fp_leave(fp);
 }
 
 static uint64_t tensor_bytes(const qhx_tensor *t) {
