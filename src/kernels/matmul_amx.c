@@ -11,10 +11,11 @@
  * (at most 2^-8 of each value, where int8 loses up to half a step, 2^-8 of the block's largest), and
  * they are what the Hugging Face reference computes with for bf16 checkpoints.
  *
- * Prefill packs 32 rows at a time into B tiles (kernels/vnni_pack.h, then widened) that stay in L2
- * while every pair of 16-token tiles passes over them; the activations come in tile order
- * (qhx_acts), so every tile load reads 1 KiB in a row. Decode (one token) streams the W8 layout with
- * fp32 activations (the avx512 set's kernel), bound by memory, not by multiplies.
+ * Prefill packs up to 128 rows at a time into B tiles (kernels/vnni_pack.h, then widened), 32-row
+ * sub-panels that stay in L2 while every pair of 16-token tiles passes over each of them in turn;
+ * the activations come in tile order (qhx_acts), so every tile load reads 1 KiB in a row. Decode
+ * (one token) streams the W8 layout with fp32 activations (the avx512 set's kernel), bound by
+ * memory, not by multiplies.
  *
  * Linux hands out the tile registers' 8 KiB of state only to a process that asks
  * (arch_prctl ARCH_REQ_XCOMP_PERM); the set counts as supported only once that succeeded. Each
@@ -36,7 +37,7 @@
 #include "kernels/vnni_pack.h"
 
 #define LANES 16                    /* rows of a B tile, tokens of an A tile */
-#define PANEL 32                    /* rows packed at once: two B tiles a block */
+#define PANEL 32                    /* rows of a sub-panel: two B tiles a block */
 #define BTILE (QHX_W8_BLOCK / 2 * 64) /* bytes of one B tile: 16 column pairs x 16 rows of bf16 */
 #define ATILE (LANES * QHX_W8_BLOCK)  /* bf16 values of one A tile: 16 tokens x 32 columns */
 
