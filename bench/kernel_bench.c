@@ -2,7 +2,7 @@
  * them in turn, so the weights come from memory, not the 32 MB L3), decode (1 token) on one thread and on the pool, and prefill (64 tokens) on
  * the pool. Decode reports weight GB/s, prefill multiply-adds per second; both next to the read
  * bandwidth of a plain streaming loop measured in the same run. Ratios only: the machine is shared.
- *   build/kernel_bench [THREADS] */
+ *   build/kernel_bench [THREADS [PREFILL_TOKENS]] */
 #include "kernels/kernels.h"
 #include "util/error.h"
 

@@ -194,9 +194,7 @@ void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx
     for (int m = 0; m < n; m++) blocks += (W[m]->rows + 15) / 16;
     const int want = 16 * qhx_pool_size(ex->pool);
     int rows = 16 * ((blocks + want - 1) / want);
-    /* prefill: chunks of at least 128 rows, so a kernel that packs a panel of rows and passes
-     * every token over it (amx-bf16: 128) reads the prompt's activations once a panel */
-    if (j.acts && rows < 128) rows = 128;
+    if (j.acts && rows < ex->ks->panel_rows) rows = ex->ks->panel_rows;
     j.first[0] = 0;
     for (int m = 0; m < n; m++) {
         j.chunk_rows[m] = W[m]->rows < 64 || !ex->pool ? W[m]->rows : rows;

@@ -44,6 +44,9 @@ typedef struct {
      * qhx_q8_quantize; -bf16 (quantize NULL): one row to row t of a->bf, its pad columns zero */
     void (*quantize)(const float *x, size_t cols, int8_t *q, int8_t *aq, float *s);
     void (*to_bf16)(const float *x, size_t cols, const qhx_acts *a, size_t t);
+    /* prefill: the fewest rows a matmul_acts call should get (0: any), for a kernel that packs
+     * that many rows and passes every token over them */
+    int panel_rows;
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n);  /* y += a x */
     /* C[M][N] += alpha A[M][K] B[K][N], row-major with row strides: the chunked delta rule's
@@ -61,7 +64,7 @@ typedef struct {
 typedef struct qhx_exec {
     const qhx_kernel_set *ks;
     qhx_pool *pool;        /* NULL: run on the calling thread */
-    qhx_acts *acts;     /* int8 activation scratch kept between calls; NULL: one per call */
+    qhx_acts *acts;        /* rounded-activation scratch kept between calls; NULL: one per call */
 } qhx_exec;
 
 /* The kernel set called `name` ("auto" = the best this CPU runs; the environment variable
@@ -84,7 +87,6 @@ float qhx_avx512_dot(const float *a, const float *b, int n);
 void qhx_avx512_axpy(float *y, float a, const float *x, int n);
 void qhx_avx512_gemm(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
 int qhx_avx512_supported(void);
-int qhx_avx512_q8_supported(void);
 /* the rule as the spec writes it, step by step: the twin of every other delta_step */
 void qhx_scalar_delta_step(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
                            float *o, float *kv);

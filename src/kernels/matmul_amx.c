@@ -119,9 +119,7 @@ TARGET static void token_tiles(const int8_t *panel, size_t nb, const uint16_t *a
 /* Rows packed at once, in 32-row sub-panels: each token pair's A tiles (32 tokens x every column)
  * are read from L3 once and then stay in L2 for the other sub-panels. One sub-panel a pass read
  * all the prompt's activations from L3 again for every 32 rows, which bounded the kernel. */
-#ifndef SUPER
 #define SUPER 128
-#endif
 
 TARGET static void amx_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
@@ -192,5 +190,5 @@ static int amx_supported(void) {
 const qhx_kernel_set qhx_kernels_amx_bf16 = {.name = "amx-bf16", .matmul = qhx_avx512_matmul, .matmul_acts = amx_matmul,
                                              .to_bf16 = to_bf16, .dot = qhx_avx512_dot, .axpy = qhx_avx512_axpy,
                                              .gemm = qhx_avx512_gemm, .delta_step = qhx_avx2_delta_step, .silu = qhx_avx2_silu,
-                                             .supported = amx_supported};
+                                             .panel_rows = SUPER, .supported = amx_supported};
 #endif

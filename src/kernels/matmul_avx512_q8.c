@@ -32,7 +32,7 @@
 /* qhx_q8_quantize, 16 lanes at a time, and the biased copy for vpdpbusd's unsigned operand. The max
  * is exact, 127 / max and the products are the same fp32 operations, and vcvtps2dq rounds to
  * nearest even as the scalar rounding does, so q is bit for bit the scalar one. */
-TARGET void qhx_avx512_q8_quantize(const float *x, size_t cols, int8_t *q, int8_t *uq, float *s) {
+TARGET static void quantize(const float *x, size_t cols, int8_t *q, int8_t *uq, float *s) {
     const __m256i bias = _mm256_set1_epi8((char)0x80);
     for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q8_BLOCK, b++) {
         __m256i p;
@@ -128,14 +128,14 @@ TARGET static void vnni_matmul(const qhx_tensor *W, const qhx_acts *X, int T, fl
     free(panel);
 }
 
-int qhx_avx512_q8_supported(void) {
+static int vnni_supported(void) {
     __builtin_cpu_init();
     return qhx_avx512_supported() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512vnni");
 }
 
 const qhx_kernel_set qhx_kernels_avx512_q8 = {.name = "avx512-q8", .matmul = qhx_avx512_matmul, .matmul_acts = vnni_matmul,
-                                              .quantize = qhx_avx512_q8_quantize, .dot = qhx_avx512_dot, .axpy = qhx_avx512_axpy,
+                                              .quantize = quantize, .dot = qhx_avx512_dot, .axpy = qhx_avx512_axpy,
                                               .gemm = qhx_avx512_gemm, .delta_step = qhx_avx2_delta_step, .silu = qhx_avx2_silu,
-                                              .supported = qhx_avx512_q8_supported};
+                                              .supported = vnni_supported};
 #endif

@@ -41,7 +41,8 @@ static size_t chunk_work_floats(int dk, int dv) {
 #define QBLOCK 32            /* queries of one attention_blocks item */
 #define ATTN_BLOCKED_FROM 8  /* tokens a call; fewer: a gemm this narrow wastes most of its lanes */
 
-/* floats of one attention thread's scratch for n cached positions (either way of computing) */
+/* floats of one attention thread's scratch for n cached positions: attention_blocks' [hd][QBLOCK]
+ * queries and two [n][QBLOCK] score blocks, more than attention_pairs' n scores */
 static size_t attention_block_floats(int hd, int n) { return ((size_t)hd * QBLOCK + (size_t)2 * QBLOCK * n + 15) & ~(size_t)15; }
 
 /* floats of scratch one call over n tokens at position pos needs, with `threads` work areas */
@@ -268,7 +269,6 @@ static void rope(float *x, int rot, int pos, float theta) {
 /* Causal attention over the cache, in parallel over (token, head) pairs for a few tokens and over
  * (head, block of QBLOCK tokens) in prefill, where the scores and the weighted sum of values are
  * matrix products (ks->gemm): one pass over a head's cache serves a whole block of queries. */
-
 typedef struct {
     const qhx_kernel_set *ks;
     const float *qg, *kc, *vc;
@@ -342,7 +342,7 @@ static void gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_l
     const int hq = c->n_heads, hkv = c->n_kv_heads, hd = c->head_dim;
     const int group = hq / hkv, kvdim = hkv * hd;
     const int blocked = T >= ATTN_BLOCKED_FROM;
-    const size_t scores_floats = blocked ? attention_block_floats(hd, pos0 + T) : ((size_t)pos0 + T + 15) & ~(size_t)15;
+    const size_t scores_floats = attention_block_floats(hd, pos0 + T); /* room for either way */
     float *qg = carve(&cv, (size_t)T * hq * hd * 2), *att = carve(&cv, (size_t)T * hq * hd);
     float *scores = carve(&cv, scores_floats * (size_t)qhx_pool_size(ex->pool));
 
