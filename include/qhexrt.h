@@ -160,7 +160,8 @@ qhx_model *qhx_session_model(const qhx_session *s);
 
 /* Called once per generated token with the text it releases: complete UTF-8 only, and never any
  * part of a stop string (text that could still turn into one is held back until it cannot). text
- * is NULL when the model has no tokenizer. When generation ends, text still held back arrives in
+ * is NULL when the model has no tokenizer; an id the tokenizer has no text for (Qwen3.5 pads its
+ * lm-head past the tokenizer's ids) is reported with len 0. When generation ends, text still held back arrives in
  * one last call with token -1. Return non-zero to stop: qhx_generate then returns
  * QHX_ERR_CANCELLED with the token counted. */
 typedef int (*qhx_token_cb)(int32_t token, const char *text, size_t len, void *user);
@@ -239,7 +240,8 @@ enum {
  * UTF-8 fails with the byte offset unless QHX_ENCODE_REPLACE_INVALID. */
 qhx_status qhx_tokenizer_encode(qhx_tokenizer *t, const char *text, size_t len, int flags,
                                 int32_t **ids, size_t *n_ids);
-/* Decodes ids to text (malloc'd, NUL-terminated; *len excludes the NUL). Unknown ids fail. */
+/* Decodes ids to text (malloc'd, NUL-terminated; *len excludes the NUL). Bytes that form no
+ * character become U+FFFD, as in Hugging Face's decode. Unknown ids fail. */
 qhx_status qhx_tokenizer_decode(const qhx_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len);
 
 /* Streaming decode: feed ids one at a time; only complete UTF-8 characters come out, so a

@@ -145,9 +145,11 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
         if (is_stop_id(o, &mi, tok)) { res.finish = QHX_FINISH_STOP; break; }
         int stopped = 0;
         if (ts.tok) {
+            /* Padded vocabularies have lm-head rows past the tokenizer's ids: such a token is
+             * sampled, counted and reported like any other and, as in Hugging Face's decoder,
+             * adds no text. */
             int k = qhx_detok_push(ts.tok, &ts.ds, tok, ts.piece, ts.piece_cap);
-            if (k < 0) { rc = qhx_fail(QHX_ERR_RANGE, "generate: sampled id %d has no text", tok); goto done; }
-            stopped = push_text(&ts, ts.piece, (size_t)k);
+            stopped = push_text(&ts, ts.piece, k > 0 ? (size_t)k : 0);
             if (stopped < 0) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
         }
         res.n_generated++;

@@ -172,6 +172,21 @@ expect_err 2 "--context-len: '1099511627776' is not an integer in" "$qhx" forge 
 "$qhx" generate "$tmp/one" --tokens 1 -n 1073741824 >/dev/null 2>"$tmp/err"; rc=$?
 check "[[ $rc -eq 1 ]] && grep -q 'exceed the context left (4096 of 4096)' $tmp/err" "a 2^30-token generation was not refused up front (exit $rc)"
 
+# a padded vocabulary forged: the seed's positional form and qhx generate run through the ids the
+# tokenizer has no text for, as tokens without text (the fp32 reference kernels: on random weights
+# every kernel set takes its own path, and ref's is the same on every machine)
+padded_checkpoint "$tmp/padck" || bad "padded checkpoint"
+"$qhx" forge "$tmp/padck" -o "$tmp/pad" --no-gate >"$tmp/padforge.log" 2>&1 || bad "forge padded: $(tail -1 "$tmp/padforge.log")"
+got=$("$qhx" generate "$tmp/pad" --tokens 1,2,3 -n 64 --ignore-eos --ids --kernels ref 2>"$tmp/err")
+check "[[ \$(wc -w <<<'$got') -eq 64 ]] && tr ' ' '\\n' <<<'$got' | awk '\$1 >= 4129' | grep -q ." "padded bundle --ids: '$got' $(cat "$tmp/err")"
+got=$("$qhx" generate "$tmp/pad" "God said" -n 64 --ids --kernels ref 2>/dev/null)
+check "[[ \$(wc -w <<<'$got') -eq 64 ]] && tr ' ' '\\n' <<<'$got' | awk '\$1 >= 4129' | grep -q ." "'God said' no longer reaches a padded id: '$got'"
+"$build/qhx_generate" "$tmp/pad/manifest.json" ref - "$tmp/pad" 64 "God said" >"$tmp/padg" 2>"$tmp/err"
+check "grep -q 'generated 64 (length)' $tmp/err && [[ \"\$(cat $tmp/padg)\" == \"God said\$(tr ' ' '\\n' <<<'$got' | awk '\$1 < 4129' | paste -sd' ' | $qhx detokenize $tmp/pad)\" ]]" \
+    "qhx_generate on a padded vocabulary: $(cat "$tmp/err")"
+"$build/qhx_generate" "$tmp/pad/manifest.json" cpu - "$tmp/pad" 64 "God said" >/dev/null 2>"$tmp/err"
+check "grep -q 'generated [0-9]* (' $tmp/err" "qhx_generate cpu on a padded vocabulary: $(cat "$tmp/err")"
+
 # a forge killed (SIGKILL) at random moments leaves the old complete bundle, never a broken one;
 # its temporary directory never loads, and the next forge clears it away
 "$qhx" forge models/q35-kjv -o "$tmp/k" >/dev/null 2>&1

@@ -79,6 +79,13 @@ expect_err 1 "/nope.json" "$qhx" tokenize /nope.json
 grep -q "^In the beginning of my$" "$tmp/gen" && ok || bad "generate text: $(cat "$tmp/gen")"
 grep -qE "prompt 4 tokens, generated 12 \(length\); time to first token [0-9.]+ ms; prefill [0-9.]+ tok/s; decode [0-9.]+ tok/s" "$tmp/stats" && ok || bad "stats: $(cat "$tmp/stats")"
 
+# the statistics line is a line of its own, also when stdout and stderr share a pipe and the text
+# does not end in a newline (2 tokens: " of my"), and no blank line where it does (3: " of my\n")
+got=$("$qhx" generate models/q35-kjv "In the beginning" -n 2 2>&1)
+[[ $(sed -n 1p <<<"$got") == "In the beginning of my" && $(sed -n 2p <<<"$got") == "prompt 4 tokens, generated 2 "* ]] && ok || bad "stats line not on its own line: '$got'"
+got=$("$qhx" generate models/q35-kjv "In the beginning" -n 3 2>&1)
+[[ $(wc -l <<<"$got") -eq 2 && $(sed -n 2p <<<"$got") == "prompt 4 tokens, generated 3 "* ]] && ok || bad "blank line after a text ending in a newline: '$got'"
+
 # generate --json: one object whose ids decode to its text; --file reads the prompt; sampling flags
 "$qhx" generate models/q35-kjv "In the beginning" -n 12 --json >"$tmp/gen.json" 2>/dev/null
 node -e 'const j=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));
@@ -115,6 +122,21 @@ for c in "tokenize $tokdir" "generate models/q35-kjv --file -"; do
     expect_err 1 "more than 64 MiB" sh -c "$limit head -c 1073741824 /dev/zero | tr '\\0' a | '$qhx' $c"
 done
 expect_err 1 "longer than 64 MiB" sh -c "$limit head -c 1073741824 /dev/zero | tr '\\0' a | '$qhx' tokenize '$tokdir' --jsonl"
+
+# a padded vocabulary (lm-head rows past the tokenizer's ids): those ids are tokens without text,
+# generated, counted and printed like any other; only ids past the lm-head are errors
+padded_checkpoint "$tmp/pad" || bad "padded checkpoint"
+got=$("$qhx" generate "$tmp/pad" --tokens 1,2,3 -n 64 --ignore-eos --ids 2>"$tmp/err")
+[[ $? -eq 0 && $(wc -w <<<"$got") -eq 64 && $(cut -d' ' -f3 <<<"$got") == 4150 ]] && ok || bad "padded --ids: '$got' $(cat "$tmp/err")"
+plain=$(tr ' ' '\n' <<<"$got" | awk '$1 < 4129' | paste -sd' ')
+"$qhx" generate "$tmp/pad" --tokens 1,2,3 -n 64 --ignore-eos >"$tmp/padtext" 2>"$tmp/err" &&
+    grep -q "generated 64 (length)" "$tmp/err" && [[ "$(cat "$tmp/padtext")" == "$(echo "$plain" | "$qhx" detokenize "$tmp/pad")" ]] \
+    && ok || bad "padded text: $(cat "$tmp/err")"
+"$qhx" generate "$tmp/pad" --tokens 1,2,3 -n 64 --ignore-eos --json >"$tmp/pad.json" 2>/dev/null &&
+    node -e 'const j=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8")); process.exit(j.ids.length===64 && j.completion_tokens===64 && j.ids[2]===4150 ? 0 : 1)' "$tmp/pad.json" \
+    && ok || bad "padded --json: $(head -c 300 "$tmp/pad.json")"
+got=$("$qhx" generate "$tmp/pad" "In the" -n 64 --ignore-eos --ids 2>&1) && [[ $(wc -w <<<"$got") -eq 64 ]] && ok || bad "padded text prompt: $got"
+expect_err 1 "not in [0, 4160)" "$qhx" generate "$tmp/pad" --tokens 1,4160 -n 4
 
 # examples/minimal, on the public API alone, prints what qhx generate prints
 "$build/examples/minimal" models/q35-kjv "In the beginning" 12 >"$tmp/ex" 2>&1

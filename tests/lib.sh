@@ -33,3 +33,10 @@ expect_err() {
 
 # finish NAME: the summary line; the exit status says whether everything passed
 finish() { echo "$1: $pass passed, $fail failed"; [[ $fail -eq 0 ]]; }
+
+# padded_checkpoint DIR: the synthetic tiny shape (4160 lm-head rows) with q35-kjv's tokenizer (4129
+# ids), as Qwen3.5 pads its vocabulary; seed 3 greedily generates padded ids (4150 third after the
+# prompt 1,2,3 on every kernel set tested)
+padded_checkpoint() {
+    "$qhx" synth --preset tiny --seed 3 --out "$1" >/dev/null 2>&1 && cp models/q35-kjv/tokenizer.json "$1/"
+}

@@ -11,10 +11,11 @@ if [[ ! -d tests/oracle/node_modules/openai ]] || ! command -v curl >/dev/null; 
     echo "server: 0 passed, 1 failed"; exit 1
 fi
 
-# start_server LOG ARGS... -> sets port; the server prints its address once it listens
+# start_server LOG ARGS... -> sets port; the server prints its address once it listens ($model, or
+# the bundled q35-kjv)
 start_server() {
     local log=$1; shift
-    "$qhx" serve models/q35-kjv --port 0 "$@" 2>"$log" &
+    "$qhx" serve "${model:-models/q35-kjv}" --port 0 "$@" 2>"$log" &
     pids+=($!)
     server_pid=$!
     for _ in $(seq $((100 * slow))); do
@@ -100,6 +101,23 @@ node -e 'const a=JSON.parse(require("fs").readFileSync(process.argv[1])), b=JSON
          process.exit(a.choices[0].text===b.text?0:1)' "$tmp/next" "$tmp/greedy.json" && ok \
     || bad "after a hang-up the next request got '$(head -c 200 "$tmp/next")' after $((t1 - t0)) s"
 echo "  slot freed: the next request finished $((t1 - t0)) s after the hang-up"
+kill -INT "$server_pid"; wait "$server_pid"
+
+# a padded vocabulary: the 64 tokens include ids the tokenizer has no text for; they are counted in
+# usage, add no text, and the text is the same streamed or not (fp32 reference kernels: the same ids
+# on every machine)
+padded_checkpoint "$tmp/pad" || bad "padded checkpoint"
+"$qhx" generate "$tmp/pad" --tokens 1,2,3 -n 64 --kernels ref --json >"$tmp/pad.json" 2>/dev/null
+model=$tmp/pad start_server "$tmp/logp" --parallel 1 --kernels ref || { echo "server: $pass passed, $((fail + 1)) failed"; exit 1; }
+url="http://127.0.0.1:$port"
+curl -s "$(post completions)" -d '{"prompt":[1,2,3],"max_tokens":64,"temperature":0}' >"$tmp/padr"
+curl -sN "$(post completions)" -d '{"prompt":[1,2,3],"max_tokens":64,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}' >"$tmp/pads"
+node -e 'const fs=require("fs"), r=JSON.parse(fs.readFileSync(process.argv[1])), g=JSON.parse(fs.readFileSync(process.argv[2]));
+         const ev=fs.readFileSync(process.argv[3],"utf8").split("\n").filter(l=>l.startsWith("data: {")).map(l=>JSON.parse(l.slice(6)));
+         const text=ev.map(e=>e.choices.length?e.choices[0].text:"").join(""), u=ev[ev.length-1].usage;
+         process.exit(g.ids.some(i=>i>=4129) && r.usage.completion_tokens===g.completion_tokens && r.choices[0].text===g.text &&
+                      text===g.text && u && u.completion_tokens===g.completion_tokens ? 0 : 1)' "$tmp/padr" "$tmp/pad.json" "$tmp/pads" \
+    && ok || bad "padded vocabulary: $(head -c 300 "$tmp/padr") vs $(head -c 300 "$tmp/pad.json")"
 kill -INT "$server_pid"; wait "$server_pid"
 
 # flags

@@ -1,7 +1,8 @@
 /* Sampling and generation options, each checked for what it must do: the sampler on logits whose
  * distribution is known (frequencies within 5 standard deviations over 20,000 draws), then
  * qhx_generate on the trained KJV model (seeds, top-k 1 = greedy, stop ids, stop strings split
- * across tokens, the held-back text at the end, bad options). */
+ * across tokens, the held-back text at the end, bad options), and on a checkpoint whose lm-head has
+ * more rows than its tokenizer has ids (the ids past the tokenizer are tokens without text). */
 #include "qhexrt.h"
 #include "sample/sampler.h"
 #include "testlib.h"
@@ -10,6 +11,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DRAWS 20000
 #define V 6
@@ -261,8 +263,69 @@ static void generate_tests(const char *model) {
     qhx_model_close(m);
 }
 
+/* Qwen3.5 pads its vocabulary: the synthetic tiny shape has 4160 lm-head rows, and with q35-kjv's
+ * tokenizer (4129 ids) seed 3 greedily picks padded ids (4150 third after the prompt 1,2,3, on the fp32
+ * reference). They must be generated, counted and reported like any other token, without text. */
+static void padded_vocab_tests(void) {
+    char dir[128], cmd[512];
+    snprintf(dir, sizeof dir, "/tmp/qhx-test-sampling-%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+    if (system(cmd) != 0 || qhx_synth("tiny", 3, dir, 1, 0) != QHX_OK) { CHECK(0, "synth: %s", qhx_last_error()); return; }
+    snprintf(cmd, sizeof cmd, "cp models/q35-kjv/tokenizer.json '%s/'", dir);
+    CHECK(system(cmd) == 0, "copy the tokenizer");
+    qhx_runtime *rt;
+    qhx_model *m;
+    qhx_tokenizer *tok;
+    CHECK(qhx_runtime_new(&(qhx_runtime_opts){.kernels = "ref", .n_threads = 1}, &rt) == QHX_OK, "%s", qhx_last_error());
+    if (qhx_model_open(rt, dir, &m) != QHX_OK || qhx_model_tokenizer(m, &tok) != QHX_OK) {
+        CHECK(0, "%s", qhx_last_error());
+        qhx_runtime_free(rt);
+        return;
+    }
+    qhx_model_info mi;
+    qhx_model_get_info(m, &mi);
+    const int n_text = qhx_tokenizer_n_ids(tok);
+    CHECK(mi.vocab_size == 4160 && n_text == 4129, "vocab %d, tokenizer %d ids", mi.vocab_size, n_text);
+
+    const int32_t prompt[] = {1, 2, 3};
+    sink k = {0};
+    qhx_generate_result r;
+    qhx_status st = gen(m, prompt, 3, (qhx_generate_opts){.max_tokens = 64, .ignore_eos = 1}, &k, &r);
+    CHECK(st == QHX_OK && r.n_generated == 64 && k.n == 64 && r.finish == QHX_FINISH_LENGTH,
+          "padded vocab: status %d (%s), %d tokens", st, qhx_last_error(), r.n_generated);
+    int padded = 0, n_plain = 0;
+    int32_t plain[64];
+    for (int i = 0; i < k.n; i++) {
+        if (k.ids[i] >= n_text) padded++;
+        else plain[n_plain++] = k.ids[i];
+        CHECK(k.ids[i] >= 0 && k.ids[i] < mi.vocab_size, "id %d out of range", k.ids[i]);
+    }
+    CHECK(padded > 0 && k.ids[2] == 4150, "no padded id generated (third %d): the test proves nothing", k.ids[2]);
+    char *dec = NULL;
+    size_t dlen = 0;
+    CHECK(qhx_tokenizer_decode(tok, plain, (size_t)n_plain, &dec, &dlen) == QHX_OK, "%s", qhx_last_error());
+    CHECK(dec && dlen == k.len && !memcmp(dec, k.text, dlen), "text (%zu bytes) is not the decoded text-bearing ids (%zu): '%s' vs '%s'", k.len, dlen, k.text, dec);
+    printf("  padded vocabulary: %d of 64 generated ids past the tokenizer's %d, text %zu bytes\n", padded, n_text, k.len);
+    free(dec);
+
+    /* a padded id as a stop id ends generation there; as a prompt token it is just a token */
+    int32_t stop = 4150;
+    gen(m, prompt, 3, (qhx_generate_opts){.max_tokens = 64, .ignore_eos = 1, .stop_ids = &stop, .n_stop_ids = 1}, &k, &r);
+    CHECK(r.finish == QHX_FINISH_STOP && r.n_generated == 2, "stop at a padded id: %d tokens", r.n_generated);
+    const int32_t pp[] = {4150, 4159, 1};
+    CHECK(gen(m, pp, 3, (qhx_generate_opts){.max_tokens = 8, .ignore_eos = 1}, &k, &r) == QHX_OK && k.n == 8,
+          "padded ids in the prompt: %s", qhx_last_error());
+    const int32_t out_of_range[] = {1, 4160};
+    CHECK(gen(m, out_of_range, 2, (qhx_generate_opts){.max_tokens = 8}, &k, &r) == QHX_ERR_RANGE, "id 4160 accepted");
+    qhx_model_close(m);
+    qhx_runtime_free(rt);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
 int main(void) {
     sampler_tests();
     generate_tests("models/q35-kjv");
+    padded_vocab_tests();
     return tl_finish("sampling");
 }

@@ -77,7 +77,26 @@ typedef struct {
     char *text;
     size_t len, cap;
     double t_first;
+    char last; /* the last byte written to stdout, 0 before any */
 } gen_out;
+
+static void gen_write(gen_out *g, const char *p, size_t n) {
+    if (!n) return;
+    fwrite(p, 1, n, stdout);
+    g->last = p[n - 1];
+}
+
+static void gen_write_id(gen_out *g, int32_t tok) {
+    printf(g->count > 1 ? " %d" : "%d", tok);
+    g->last = '0';
+}
+
+/* Ends the text on a line of its own and pushes it out before anything goes to stderr, which
+ * is unbuffered: a text without a final newline must not run into the statistics line. */
+static void gen_end_line(gen_out *g) {
+    if (g->last && g->last != '\n') putchar('\n');
+    fflush(stdout);
+}
 
 static int on_token(int32_t tok, const char *text, size_t len, void *user) {
     gen_out *g = user;
@@ -95,12 +114,10 @@ static int on_token(int32_t tok, const char *text, size_t len, void *user) {
         g->len += len;
         return 0;
     }
-    if (g->ids) {
-        if (tok >= 0) printf(g->count > 1 ? " %d" : "%d", tok);
-    } else if (text) {
-        fwrite(text, 1, len, stdout);
-    } else if (tok >= 0) {
-        printf(g->count > 1 ? " %d" : "%d", tok);
+    if (g->ids || !text) {
+        if (tok >= 0) gen_write_id(g, tok);
+    } else {
+        gen_write(g, text, len);
     }
     fflush(stdout);
     return 0;
@@ -146,14 +163,14 @@ static int cmd_generate(int argc, char **argv) {
             goto done;
         }
         if (!n) { die("the prompt encodes to no tokens"); goto done; }
-        if (!o.ids && !o.json) fwrite(prompt, 1, prompt_len, stdout);
+        if (!o.ids && !o.json) gen_write(&g, prompt, prompt_len);
     }
     qhx_generate_result res;
     double t0 = now_s();
     qhx_status st = qhx_generate(s, ids, (int)n, &o.gen, on_token, &g, &res);
     double t1 = now_s();
     if (st) {
-        if (g.count && !o.json) printf("\n");
+        if (!o.json) gen_end_line(&g);
         api_error();
         goto done;
     }
@@ -170,7 +187,7 @@ static int cmd_generate(int argc, char **argv) {
         free(out);
         json_decref(j);
     } else {
-        if (g.count || (prompt && !o.ids)) printf("\n");
+        gen_end_line(&g);
         if (!o.ids)
             fprintf(stderr, "prompt %zu tokens, generated %d (%s); time to first token %.1f ms; prefill %.1f tok/s; decode %.1f tok/s\n",
                     n, g.count, finish_name(res.finish), ttft * 1e3, n / ttft, decode);

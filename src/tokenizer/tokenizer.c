@@ -302,27 +302,6 @@ qhx_status qhx_tokenizer_encode(qhx_tokenizer *t, const char *text, size_t n, in
     return *ids ? QHX_OK : qhx_fail(QHX_ERR_NOMEM, "out of memory");
 }
 
-qhx_status qhx_tokenizer_decode(const qhx_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len) {
-    *text = NULL;
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= t->n_ids || !t->piece[ids[i]])
-            return qhx_fail(QHX_ERR_RANGE, "token id %d (position %zu) is not in the tokenizer's %d ids", ids[i], i, t->n_ids);
-        total += t->piece_len[ids[i]];
-    }
-    char *s = malloc(total + 1);
-    if (!s) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        memcpy(s + o, t->piece[ids[i]], t->piece_len[ids[i]]);
-        o += t->piece_len[ids[i]];
-    }
-    s[o] = 0;
-    *text = s;
-    if (len) *len = o;
-    return QHX_OK;
-}
-
 /* ---- streaming decode ---------------------------------------------------------------------- */
 
 /* Length of the UTF-8 sequence a lead byte announces, 0 if it cannot start one. */
@@ -376,6 +355,31 @@ int qhx_detok_push(const qhx_tokenizer *t, qhx_detok_stream *st, int32_t id, cha
     for (uint32_t i = 0; i < t->piece_len[id]; i++)
         if (emit(st, (unsigned char)t->piece[id][i], out, cap, &o)) return -1;
     return (int)o;
+}
+
+/* The whole text through the streaming decoder, so both turn bytes that form no character into
+ * U+FFFD as Hugging Face's from_utf8_lossy does (a raw piece may be a lone continuation byte). */
+qhx_status qhx_tokenizer_decode(const qhx_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len) {
+    *text = NULL;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= t->n_ids || !t->piece[ids[i]])
+            return qhx_fail(QHX_ERR_RANGE, "token id %d (position %zu) is not in the tokenizer's %d ids", ids[i], i, t->n_ids);
+        total += t->piece_len[ids[i]];
+    }
+    const size_t cap = 3 * total + 3; /* every byte may become U+FFFD */
+    char *s = malloc(cap + 1);
+    if (!s) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    qhx_detok_stream st = {0};
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t b = 0; b < t->piece_len[ids[i]]; b++) emit(&st, (unsigned char)t->piece[ids[i]][b], s, cap, &o);
+    int k = qhx_detok_flush(&st, s + o, cap - o);
+    o += k > 0 ? (size_t)k : 0;
+    s[o] = 0;
+    *text = s;
+    if (len) *len = o;
+    return QHX_OK;
 }
 
 int qhx_detok_flush(qhx_detok_stream *st, char *out, size_t cap) {
