@@ -118,3 +118,6 @@ $(BUILD)/kernel_bench: $(BUILD)/bench/kernel_bench.o $(BUILD)/libqhexrt.a
 
 $(BUILD)/gguf_synth: $(BUILD)/bench/gguf_synth.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/w8_greedy: $(BUILD)/bench/w8_greedy.o $(BUILD)/libqhexrt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

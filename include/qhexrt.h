@@ -48,8 +48,10 @@ const char *qhx_last_error(void);
 typedef struct qhx_runtime qhx_runtime;
 
 typedef struct {
-    const char *kernels;   /* "auto" (default; env QHX_KERNELS overrides it), "ref" (the fp32
-                              reference: double accumulation), "scalar", "avx2", "avx512" */
+    const char *kernels;   /* "auto" (default; env QHX_KERNELS overrides it: the first this CPU
+                              runs of "avx512-q16", "avx2-q16", "scalar"), "ref" (the fp32
+                              reference: double accumulation), "scalar", "avx2", "avx512" (fp32
+                              activations); "-q8" / "-bf16" sets: faster, approximate prefill */
     int n_threads;         /* 0: every core */
     int progress;          /* report long steps (checking a bundle's checksums) on stderr */
     int map_weights;       /* 1: map a bundle's weights from the page cache (shared between

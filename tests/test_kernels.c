@@ -4,6 +4,7 @@
 #include "forge/forge.h"
 #include "format/w8.h"
 #include "kernels/kernels.h"
+#include "kernels/q8.h"
 #include "model/ops.h"
 #include "testlib.h"
 #include "util/half.h"
@@ -78,7 +79,8 @@ int main(void) {
     /* each set against its twin: the -q8 sets (int8 activations) against scalar-q8 and the -bf16
      * sets against scalar-bf16, which in turn are held to the fp32 scalar kernel within their
      * rounding (half a step of 32-column blocks; 2^-8 of each value, as bf16 keeps 8 significant bits) */
-    const char *sets[] = {"ref", "scalar", "avx2", "avx512", "scalar-q8", "avx2-q8", "avx512-q8", "scalar-bf16", "amx-bf16"};
+    const char *sets[] = {"ref",         "scalar",     "avx2",    "avx512",   "scalar-q16", "avx2-q16", "avx512-q16",
+                          "scalar-q8",   "avx2-q8",    "avx512-q8", "scalar-bf16", "amx-bf16"};
     const int rows[] = {1, 3, 4, 5, 17, 67}, cols[] = {1, 7, 8, 9, 31, 64, 100, 257}, Ts[] = {1, 2, 3, 4, 5, 9, 16, 17, 40}; /* 16+: AMX's whole token tiles */
     const qhx_dtype dts[] = {QHX_I8, QHX_F16, QHX_BF16, QHX_F32};
     int variants = 0;
@@ -86,13 +88,16 @@ int main(void) {
         const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
         if (!ks) { printf("  kernels %-7s not run: %s\n", sets[s], qhx_last_error()); continue; }
         if (!strcmp(sets[s], "scalar")) continue; /* the twin itself */
-        const int q8 = strstr(sets[s], "-q8") != NULL, bf16 = strstr(sets[s], "-bf16") != NULL;
-        const int own_twin = !strcmp(sets[s], "scalar-q8") || !strcmp(sets[s], "scalar-bf16");
-        const qhx_kernel_set *twin = own_twin ? &qhx_kernels_scalar
-                                     : q8     ? &qhx_kernels_scalar_q8
-                                     : bf16   ? &qhx_kernels_scalar_bf16
-                                              : &qhx_kernels_scalar;
-        const double tol = !own_twin ? 1e-6 : q8 ? 2e-2 : 4e-3;
+        const qhx_acts_form form = ks->acts;
+        const int own_twin = !strncmp(sets[s], "scalar-", 7);
+        const qhx_kernel_set *twin = own_twin                ? &qhx_kernels_scalar
+                                     : form == QHX_ACTS_Q16  ? &qhx_kernels_scalar_q16
+                                     : form == QHX_ACTS_Q8   ? &qhx_kernels_scalar_q8
+                                     : form == QHX_ACTS_BF16 ? &qhx_kernels_scalar_bf16
+                                                             : &qhx_kernels_scalar;
+        /* the rounding's bounds: half a step of 32-column blocks (127 or 32512 steps), 2^-8 of each
+         * value for bf16 */
+        const double tol = !own_twin ? 1e-6 : form == QHX_ACTS_Q8 ? 2e-2 : form == QHX_ACTS_Q16 ? 1e-4 : 4e-3;
         variants++;
         double worst = 0;
         int cases = 0;
@@ -117,7 +122,7 @@ int main(void) {
                         drop(&m);
                     }
         CHECK(worst <= tol, "%s: worst %.2e", sets[s], worst);
-        printf("  kernels %-9s vs %-9s: %d shapes x dtypes, worst error %.2e of sum|w x| (tolerance %.0e)\n", sets[s], twin->name,
+        printf("  kernels %-10s vs %-10s: %d shapes x dtypes, worst error %.2e of sum|w x| (tolerance %.0e)\n", sets[s], twin->name,
                cases, worst, tol);
     }
     CHECK(variants >= 1, "no kernel set besides scalar ran");
@@ -235,7 +240,9 @@ int main(void) {
      * decode and prefill */
     const qhx_kernel_set *q8 = qhx_kernels_find("auto");
     if (q8 && q8->matmul_acts && strncmp(q8->name, "scalar-", 7)) {
-        const qhx_kernel_set *twin = q8->quantize ? &qhx_kernels_scalar_q8 : &qhx_kernels_scalar_bf16;
+        const qhx_kernel_set *twin = q8->acts == QHX_ACTS_Q16 ? &qhx_kernels_scalar_q16
+                                     : q8->acts == QHX_ACTS_Q8 ? &qhx_kernels_scalar_q8
+                                                               : &qhx_kernels_scalar_bf16;
         matrix m = make(QHX_I8, 602, 3001);
         const int Tq[] = {2, 7, 33}; /* 33: two whole AMX token tiles and a tail */
         for (size_t ti = 0; ti < sizeof Tq / sizeof *Tq; ti++) {
@@ -295,6 +302,51 @@ int main(void) {
     qhx_acts_free(&acts);
     free(X), free(a), free(b);
     drop(&m);
+
+    /* activation rounding: every SIMD set's integer parts and scales are the scalar ones bit for
+     * bit, on rows with ragged tails, zero blocks and values at the block maximum; int16 parts
+     * stay in range and within half a step of x */
+    {
+        const size_t colsv[] = {1, 31, 32, 33, 100, 257};
+        int bad = 0, rounded = 0;
+        double q16_err = 0;
+        for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+            const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
+            if (!ks || (ks->acts != QHX_ACTS_Q8 && ks->acts != QHX_ACTS_Q16)) continue;
+            const qhx_kernel_set *twin = ks->acts == QHX_ACTS_Q16 ? &qhx_kernels_scalar_q16 : &qhx_kernels_scalar_q8;
+            for (size_t ci = 0; ci < sizeof colsv / sizeof *colsv; ci++) {
+                const size_t ncols = colsv[ci], pad = (ncols + 31) / 32 * 32;
+                float x[257];
+                for (size_t c = 0; c < ncols; c++) x[c] = c >= 32 && c < 64 ? 0.0f : frand() * (c % 5 == 0 ? 40.0f : 1.0f);
+                int8_t buf[2][2][288] = {{{0}}};
+                int16_t v16[2][288] = {{0}};
+                float sc[2][9] = {{0}};
+                qhx_acts ra[2];
+                for (int k = 0; k < 2; k++) {
+                    const int q16 = ks->acts == QHX_ACTS_Q16;
+                    int8_t laq[288];
+                    ra[k] = (qhx_acts){.q = q16 ? NULL : buf[k][0], .aq = buf[k][1], .laq = laq, .v = q16 ? v16[k] : NULL, .s = sc[k], .pad = pad};
+                    (k ? ks : twin)->round_acts(x, ncols, &ra[k], 0);
+                }
+                bad += memcmp(buf[0][0], buf[1][0], pad) || memcmp(v16[0], v16[1], sizeof(int16_t) * pad) ||
+                       memcmp(sc[0], sc[1], sizeof(float) * (pad / 32));
+                if (ra[0].v)
+                    for (size_t c = 0; c < pad; c++) {
+                        const int v = v16[0][c];
+                        bad += v < -QHX_Q16_MAX || v > QHX_Q16_MAX || (c >= ncols && v);
+                        const double step = sc[0][c / 32], want = c < ncols ? x[c] : 0;
+                        if (step > 0) q16_err = fmax(q16_err, fabs(want - step * v) / step);
+                        int8_t hi, lo; /* the split int8 multipliers take: exact, in range */
+                        qhx_q16_split(v, &hi, &lo);
+                        bad += 256 * hi + lo != v || hi < -127;
+                    }
+                rounded++;
+            }
+        }
+        CHECK(bad == 0, "activation rounding differs from the scalar twin in %d of %d rows", bad, rounded);
+        CHECK(q16_err <= 0.5 * (1 + 1e-3), "int16 rounding error %.4f steps", q16_err);
+        printf("  activation rounding: %d rows bit for bit the scalar twin's; int16 error at most %.3f of a step\n", rounded, q16_err);
+    }
 
     /* the quantizer: |w - q s| <= s / 2, the largest weight maps to +-127 exactly */
     float w[300];

@@ -40,10 +40,12 @@ void close_model(qhx_runtime *rt, qhx_model *m, qhx_session *s);
     "  -t N         threads (default: every core)\n" \
     "  --mmap       map a bundle's weights from the page cache instead of reading them in (shared\n" \
     "               between processes; slower where TLB misses are dear, as on virtual machines)\n" \
-    "  --kernels K  auto (default: the first this CPU runs of amx-bf16, avx512-q8, avx2-q8), ref\n" \
-    "               (the fp32 reference), scalar, avx2, avx512 (fp32 activations), scalar-q8,\n" \
-    "               avx2-q8, avx512-q8 (int8 activations for W8 weights in prefill; VNNI for\n" \
-    "               avx512-q8), scalar-bf16, amx-bf16 (bf16 activations in prefill; AMX tiles)\n"
+    "  --kernels K  auto (default: the first this CPU runs of avx512-q16, avx2-q16, scalar), ref\n" \
+    "               (the fp32 reference), scalar, avx2, avx512 (fp32 activations throughout),\n" \
+    "               scalar-q16, avx2-q16, avx512-q16 (prefill rounds activations for W8 weights to\n" \
+    "               int16, greedy-exact against fp32 activations), and the faster approximate\n" \
+    "               opt-ins scalar-q8, avx2-q8, avx512-q8 (int8 activations, as llama.cpp's Q8_0)\n" \
+    "               and scalar-bf16, amx-bf16 (bf16 activations; AMX tiles)\n"
 
 #define SAMPLING_HELP \
     "sampling (default greedy):\n" \

@@ -508,6 +508,7 @@ static int cmd_inspect(int argc, char **argv) {
     printf("model: %d layers (%d Gated DeltaNet, %d gated attention), hidden %d, vocab %d\n", in.n_layers,
            in.n_linear_layers, in.n_full_layers, in.hidden_size, in.vocab_size);
     printf("context: %d positions\nweights: %.1f MB mapped\n", in.max_context, in.weight_bytes / 1e6);
+    printf("kernels: %s, %d threads\n", qhx_runtime_kernels(rt), qhx_runtime_threads(rt));
     printf("state per session: %.2f MB fixed (conv + delta-rule), KV cache %.1f KB per token (%.1f MB at full context)\n",
            in.state_bytes / 1e6, in.kv_bytes_per_token / 1e3, in.kv_bytes_per_token * (double)in.max_context / 1e6);
     const char *text = qhx_model_manifest(m);

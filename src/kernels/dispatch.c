@@ -12,22 +12,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* In the order "auto" tries them: the first this CPU runs is the default. Only sets whose prefill
+ * keeps the greedy parity of fp32 activations qualify (int16 activations; bench/README.md has the
+ * measurements): int8 (-q8) and bf16 (amx-bf16) activations are faster opt-ins, listed after the
+ * ground floor so auto never reaches them. */
 static const qhx_kernel_set *const all_sets[] = {
+#ifdef QHX_HAVE_AVX512
+    &qhx_kernels_avx512_q16,
+#endif
+#ifdef QHX_HAVE_AVX2
+    &qhx_kernels_avx2_q16,
+#endif
+    &qhx_kernels_scalar,
+#ifdef QHX_HAVE_AVX512
+    &qhx_kernels_avx512, &qhx_kernels_avx512_q8,
+#endif
+#ifdef QHX_HAVE_AVX2
+    &qhx_kernels_avx2, &qhx_kernels_avx2_q8,
+#endif
 #if defined(QHX_HAVE_AVX512) && defined(__linux__)
     &qhx_kernels_amx_bf16,
 #endif
-#ifdef QHX_HAVE_AVX512
-    &qhx_kernels_avx512_q8, &qhx_kernels_avx512,
-#endif
-#ifdef QHX_HAVE_AVX2
-    &qhx_kernels_avx2_q8, &qhx_kernels_avx2,
-#endif
-    &qhx_kernels_scalar, &qhx_kernels_scalar_q8, &qhx_kernels_scalar_bf16, &qhx_kernels_ref,
+    &qhx_kernels_scalar_q16, &qhx_kernels_scalar_q8, &qhx_kernels_scalar_bf16, &qhx_kernels_ref,
 };
 #define N_SETS (sizeof all_sets / sizeof all_sets[0])
 
 const char *qhx_kernels_names(void) {
-    static char names[128];
+    static char names[256];
     if (!names[0])
         for (size_t i = N_SETS; i-- > 0;)
             snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? " " : "", all_sets[i]->name);
@@ -38,11 +49,8 @@ const qhx_kernel_set *qhx_kernels_find(const char *name) {
     if (!name || !strcmp(name, "auto")) {
         const char *env = getenv("QHX_KERNELS");
         if (env && *env && strcmp(env, "auto")) return qhx_kernels_find(env);
-        /* the first set this CPU runs: AMX first (prefill: 8192 bf16 multiply-adds an
-         * instruction), then int8 activations (64 multiply-adds an instruction with VNNI, 32 with
-         * AVX2's sequence); decode keeps fp32 activations */
         for (size_t i = 0; i < N_SETS; i++)
-            if (all_sets[i]->supported()) return all_sets[i];
+            if (all_sets[i]->supported()) return all_sets[i]; /* scalar runs everywhere */
     }
     for (size_t i = 0; i < N_SETS; i++) {
         if (strcmp(all_sets[i]->name, name)) continue;
@@ -118,37 +126,35 @@ static void matmul_part(void *arg, int i, int n) {
     }
 }
 
-static void quantize_part(void *arg, int i, int n) {
+static void round_part(void *arg, int i, int n) {
     const matmul_job *j = arg;
-    const size_t cols = (size_t)j->W[0]->cols, pad = j->acts->pad;
-    for (int t = (int)((long long)j->T * i / n); t < (int)((long long)j->T * (i + 1) / n); t++) {
-        if (!j->ks->quantize) {
-            j->ks->to_bf16(j->X + (size_t)t * cols, cols, j->acts, (size_t)t);
-            continue;
-        }
-        j->ks->quantize(j->X + (size_t)t * cols, cols, j->acts->q + (size_t)t * pad, j->acts->aq + (size_t)t * pad,
-                        j->acts->s + (size_t)t * (pad / QHX_Q8_BLOCK));
-    }
+    const size_t cols = (size_t)j->W[0]->cols;
+    for (int t = (int)((long long)j->T * i / n); t < (int)((long long)j->T * (i + 1) / n); t++)
+        j->ks->round_acts(j->X + (size_t)t * cols, cols, j->acts, (size_t)t);
 }
 
 /* Room for T rows of `cols` activations in the set's form; the kernels load them aligned. */
-static void acts_reserve(const qhx_kernel_set *ks, qhx_acts *a, size_t cols, int T) {
+static qhx_status acts_reserve(const qhx_kernel_set *ks, qhx_acts *a, size_t cols, int T) {
     a->pad = qhx_q8_padded(cols);
-    const int bf16 = !ks->quantize;
+    const int bf16 = ks->acts == QHX_ACTS_BF16, q16 = ks->acts == QHX_ACTS_Q16;
     const size_t rows = bf16 ? ((size_t)T + QHX_ACTS_TILE - 1) / QHX_ACTS_TILE * QHX_ACTS_TILE : (size_t)T;
-    const size_t bytes = a->pad * rows * (bf16 ? sizeof(uint16_t) : 1);
-    const size_t need = (bytes + 63) & ~(size_t)63; /* aligned_alloc: a multiple of the alignment */
-    if (need <= a->cap && !a->bf == !bf16) return;
+    const size_t need = (a->pad * rows + 63) & ~(size_t)63; /* aligned_alloc: a multiple of the alignment */
+    if (need <= a->cap && !a->bf == !bf16 && !a->v == !q16) return QHX_OK;
     qhx_acts_free(a);
     if (bf16) {
-        a->bf = aligned_alloc(64, need);
+        a->bf = aligned_alloc(64, need * sizeof(uint16_t));
     } else {
-        a->q = aligned_alloc(64, need);
         a->aq = aligned_alloc(64, need);
         a->s = malloc(sizeof(float) * (need / QHX_Q8_BLOCK));
+        if (q16) a->v = aligned_alloc(64, need * sizeof(int16_t)), a->laq = aligned_alloc(64, need);
+        else a->q = aligned_alloc(64, need);
     }
-    if (bf16 ? !a->bf : !a->q || !a->aq || !a->s) abort(); /* activation scratch: nothing sensible to do without it */
+    if (bf16 ? !a->bf : !a->aq || !a->s || (q16 ? !a->v || !a->laq : !a->q)) {
+        qhx_acts_free(a);
+        return QHX_ERR_NOMEM;
+    }
     a->cap = need;
+    return QHX_OK;
 }
 
 /* the rows past T in the last bf16 tile: zero, so no kernel reads anything unset */
@@ -162,7 +168,10 @@ void qhx_acts_free(qhx_acts *a) {
     free(a->aq);
     free(a->s);
     free(a->bf);
-    a->q = a->aq = NULL;
+    free(a->v);
+    free(a->laq);
+    a->q = a->aq = a->laq = NULL;
+    a->v = NULL;
     a->s = NULL;
     a->bf = NULL;
     a->cap = 0;
@@ -183,10 +192,10 @@ void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx
     }
     if (any_i8 && ex->ks->matmul_acts && T > 1) {
         qhx_acts *a = ex->acts ? ex->acts : &local;
-        acts_reserve(ex->ks, a, (size_t)W[0]->cols, T);
+        if (acts_reserve(ex->ks, a, (size_t)W[0]->cols, T)) abort(); /* activation scratch: nothing sensible to do without it */
         if (a->bf) acts_zero_tail(a, T);
         j.acts = a;
-        qhx_pool_run(ex->pool, quantize_part, &j);
+        qhx_pool_run(ex->pool, round_part, &j);
     }
     /* 16 chunks a thread over the whole group: a late thread costs at most 1/16 of its share
      * (48 measured the same); matrices under 64 rows are one chunk each */

@@ -12,17 +12,26 @@ typedef struct qhx_pool qhx_pool;
  * count. */
 typedef void (*qhx_matmul_fn)(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1);
 
+/* How a kernel set rounds prefill activations for W8 matrices. */
+typedef enum {
+    QHX_ACTS_F32 = 0, /* not at all: fp32 activations throughout */
+    QHX_ACTS_Q8,      /* int8 in blocks of 32 (kernels/q8.h): approximate, as llama.cpp's Q8_0 */
+    QHX_ACTS_Q16,     /* int16 in blocks of 32 as two int8 parts (kernels/q8.h): the default */
+    QHX_ACTS_BF16     /* bf16, nearest even, in AMX's tile order */
+} qhx_acts_form;
+
 /* T activation rows rounded once per matmul for every thread, pad (cols rounded up to 32) values a
- * row. The -q8 sets round to int8 (kernels/q8.h): q, the set's second form of it (|q| for AVX2's
- * sign trick, q + 128 as unsigned bytes for VNNI), one scale per 32 columns (pad / 32 per row).
- * The -bf16 sets round to bf16, nearest even, in AMX's tile order (bf, qhx_acts_bf16_at): rows
- * in tiles of 16, each tile a run of 16 x 32-column blocks, so one tile load is 1 KiB in a row;
- * the rows past T in the last tile are zero. */
+ * row, one scale s per 32 columns (pad / 32 per row). Q8: q, and the set's second form of it in
+ * aq (|q| for AVX2's sign trick, q + 128 as unsigned bytes for VNNI). Q16: v, and for VNNI the
+ * high and low bytes (qhx_q16_split) + 128 in aq and laq. BF16: bf in AMX's tile order
+ * (qhx_acts_bf16_at): rows in tiles of 16, each tile a run of 16 x 32-column blocks, so one tile
+ * load is 1 KiB in a row; the rows past T in the last tile are zero. */
 typedef struct {
-    int8_t *q, *aq;
+    int8_t *q, *aq, *laq;
+    int16_t *v;
     float *s;
     uint16_t *bf;
-    size_t pad, cap;      /* cap: bytes each of q and aq, or bf, can hold */
+    size_t pad, cap;      /* cap: values each of q, aq, laq and v, or bf, can hold */
 } qhx_acts;
 
 #define QHX_ACTS_TILE 16
@@ -35,15 +44,16 @@ static inline size_t qhx_acts_bf16_at(const qhx_acts *a, size_t t, size_t c) {
 typedef void (*qhx_matmul_acts_fn)(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1);
 
 typedef struct {
-    /* "ref", "scalar", "avx2", "avx512", "amx"; "-q8" / "-bf16": int8 / bf16 activations for W8 */
+    /* "ref", "scalar", "avx2", "avx512", "amx"; "-q16" / "-q8" / "-bf16": how activations are
+     * rounded for W8 in prefill */
     const char *name;
     qhx_matmul_fn matmul;  /* handles every dtype: F32, BF16, F16 and I8 */
     /* I8 weights x rounded activations (prefill); NULL: fp32 activations throughout */
     qhx_matmul_acts_fn matmul_acts;
-    /* -q8: one activation row to int8, its second form and block scales, q bit for bit as
-     * qhx_q8_quantize; -bf16 (quantize NULL): one row to row t of a->bf, its pad columns zero */
-    void (*quantize)(const float *x, size_t cols, int8_t *q, int8_t *aq, float *s);
-    void (*to_bf16)(const float *x, size_t cols, const qhx_acts *a, size_t t);
+    qhx_acts_form acts;
+    /* one activation row (cols values) into row t of a, in the set's form; q or v and s are bit
+     * for bit those of qhx_q8_quantize / qhx_q16_quantize, the pad columns zero */
+    void (*round_acts)(const float *x, size_t cols, const qhx_acts *a, size_t t);
     /* prefill: the fewest rows a matmul_acts call should get (0: any), for a kernel that packs
      * that many rows and passes every token over them */
     int panel_rows;
@@ -98,7 +108,8 @@ void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx
 void qhx_acts_free(qhx_acts *a);
 
 extern const qhx_kernel_set qhx_kernels_ref, qhx_kernels_scalar, qhx_kernels_avx2, qhx_kernels_avx512,
-    qhx_kernels_scalar_q8, qhx_kernels_avx2_q8, qhx_kernels_avx512_q8, qhx_kernels_scalar_bf16, qhx_kernels_amx_bf16;
+    qhx_kernels_scalar_q8, qhx_kernels_avx2_q8, qhx_kernels_avx512_q8, qhx_kernels_scalar_q16, qhx_kernels_avx2_q16,
+    qhx_kernels_avx512_q16, qhx_kernels_scalar_bf16, qhx_kernels_amx_bf16;
 
 /* ---- floating-point mode ------------------------------------------------------------------- */
 

@@ -188,7 +188,7 @@ static int amx_supported(void) {
 }
 
 const qhx_kernel_set qhx_kernels_amx_bf16 = {.name = "amx-bf16", .matmul = qhx_avx512_matmul, .matmul_acts = amx_matmul,
-                                             .to_bf16 = to_bf16, .dot = qhx_avx512_dot, .axpy = qhx_avx512_axpy,
+                                             .acts = QHX_ACTS_BF16, .round_acts = to_bf16, .dot = qhx_avx512_dot, .axpy = qhx_avx512_axpy,
                                              .gemm = qhx_avx512_gemm, .delta_step = qhx_avx2_delta_step, .silu = qhx_avx2_silu,
                                              .panel_rows = SUPER, .supported = amx_supported};
 #endif

@@ -94,28 +94,36 @@ static void scalar_axpy(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-/* the twin of the -q8 SIMD sets: the same rounded activations, integer block sums */
-static void scalar_q8_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+/* the twin of the -q8 and -q16 SIMD sets: the same rounded activations, exact integer block sums
+ * each scaled once */
+static void scalar_int_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, pad = X->pad, nb = pad / QHX_Q8_BLOCK;
-    const int8_t *q = X->q;
-    const float *s = X->s;
     int8_t *w = malloc(cols);
     if (!w) abort();
     for (int r = r0; r < r1; r++) {
         qhx_w8_get_row(W->data, cols, (size_t)r, w);
         for (int t = 0; t < T; t++) {
-            const int8_t *qt = q + (size_t)t * pad;
+            const int8_t *q = X->q ? X->q + (size_t)t * pad : NULL;
+            const int16_t *v = X->v ? X->v + (size_t)t * pad : NULL;
             float acc = 0.0f;
             for (size_t b = 0; b < nb; b++) {
                 int32_t d = 0;
                 const size_t c0 = b * QHX_Q8_BLOCK, c1 = c0 + QHX_Q8_BLOCK < cols ? c0 + QHX_Q8_BLOCK : cols;
-                for (size_t c = c0; c < c1; c++) d += (int32_t)w[c] * qt[c];
-                acc += (float)d * s[(size_t)t * nb + b];
+                for (size_t c = c0; c < c1; c++) d += (int32_t)w[c] * (v ? v[c] : q[c]);
+                acc += (float)d * X->s[(size_t)t * nb + b];
             }
             Y[(size_t)t * W->rows + r] = acc * W->scale[r];
         }
     }
     free(w);
+}
+
+static void scalar_round_q8(const float *x, size_t cols, const qhx_acts *a, size_t t) {
+    qhx_q8_quantize_abs(x, cols, a->q + t * a->pad, a->aq + t * a->pad, a->s + t * (a->pad / QHX_Q8_BLOCK));
+}
+
+static void scalar_round_q16(const float *x, size_t cols, const qhx_acts *a, size_t t) {
+    qhx_q16_quantize(x, cols, a->v + t * a->pad, a->s + t * (a->pad / QHX_Q8_BLOCK));
 }
 
 /* the twin of the -bf16 sets: activations rounded to bf16 (int8 weights are exact in bf16), fp32
@@ -177,11 +185,15 @@ const qhx_kernel_set qhx_kernels_ref = {
 const qhx_kernel_set qhx_kernels_scalar = {
     .name = "scalar", .matmul = scalar_matmul, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
     .delta_step = qhx_scalar_delta_step, .silu = scalar_silu, .supported = always};
-const qhx_kernel_set qhx_kernels_scalar_bf16 = {.name = "scalar-bf16", .matmul = scalar_matmul, .matmul_acts = scalar_bf16_matmul,
-                                                .to_bf16 = scalar_to_bf16, .dot = scalar_dot, .axpy = scalar_axpy,
-                                                .gemm = scalar_gemm, .delta_step = qhx_scalar_delta_step, .silu = scalar_silu,
-                                                .supported = always};
-const qhx_kernel_set qhx_kernels_scalar_q8 = {.name = "scalar-q8", .matmul = scalar_matmul, .matmul_acts = scalar_q8_matmul,
-                                              .quantize = qhx_q8_quantize_abs, .dot = scalar_dot, .axpy = scalar_axpy,
-                                              .gemm = scalar_gemm, .delta_step = qhx_scalar_delta_step, .silu = scalar_silu,
-                                              .supported = always};
+const qhx_kernel_set qhx_kernels_scalar_bf16 = {
+    .name = "scalar-bf16", .matmul = scalar_matmul, .matmul_acts = scalar_bf16_matmul, .acts = QHX_ACTS_BF16,
+    .round_acts = scalar_to_bf16, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
+    .delta_step = qhx_scalar_delta_step, .silu = scalar_silu, .supported = always};
+const qhx_kernel_set qhx_kernels_scalar_q8 = {
+    .name = "scalar-q8", .matmul = scalar_matmul, .matmul_acts = scalar_int_matmul, .acts = QHX_ACTS_Q8,
+    .round_acts = scalar_round_q8, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
+    .delta_step = qhx_scalar_delta_step, .silu = scalar_silu, .supported = always};
+const qhx_kernel_set qhx_kernels_scalar_q16 = {
+    .name = "scalar-q16", .matmul = scalar_matmul, .matmul_acts = scalar_int_matmul, .acts = QHX_ACTS_Q16,
+    .round_acts = scalar_round_q16, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
+    .delta_step = qhx_scalar_delta_step, .silu = scalar_silu, .supported = always};

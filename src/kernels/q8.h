@@ -34,4 +34,31 @@ static inline void qhx_q8_quantize_abs(const float *x, size_t cols, int8_t *q, i
     for (size_t c = 0; c < qhx_q8_padded(cols); c++) aq[c] = (int8_t)(q[c] < 0 ? -q[c] : q[c]);
 }
 
+/* Int16 activations for W8 matrices (the "-q16" sets, the default): each block of 32 is rounded to
+ * v = round(x * 32512 / max|x|) in [-32512, 32512], 15 bits where int8 keeps 7, with one scale
+ * s = max / 32512 a block, so a block's dot product with an int8 weight row is again exact integer
+ * arithmetic. The rounding error is at most half a step, 1/65024 of the block's largest value:
+ * two orders of magnitude below the W8 weights' own rounding, where int8 activations are about
+ * level with it. Int8 multipliers take v as v = 256 hi + lo (qhx_q16_split), hi in [-127, 127]
+ * and lo in [-128, 127]: two passes, exact. */
+#define QHX_Q16_MAX 32512
+
+static inline void qhx_q16_split(int32_t v, int8_t *hi, int8_t *lo) {
+    const int32_t h = (v + 128) >> 8; /* arithmetic shift: floor((v + 128) / 256) */
+    *hi = (int8_t)h;
+    *lo = (int8_t)(v - 256 * h);
+}
+
+/* v: cols rounded up to a whole block (the tail zero); s: one scale per block */
+static inline void qhx_q16_quantize(const float *x, size_t cols, int16_t *v, float *s) {
+    for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q8_BLOCK, b++) {
+        const size_t n = cols - c0 < QHX_Q8_BLOCK ? cols - c0 : QHX_Q8_BLOCK;
+        float mx = 0.0f;
+        for (size_t i = 0; i < n; i++) mx = fabsf(x[c0 + i]) > mx ? fabsf(x[c0 + i]) : mx;
+        const float inv = mx > 0 ? (float)QHX_Q16_MAX / mx : 0.0f;
+        s[b] = mx / (float)QHX_Q16_MAX;
+        for (size_t i = 0; i < QHX_Q8_BLOCK; i++) v[c0 + i] = i < n ? (int16_t)((x[c0 + i] * inv + 0x1.8p23f) - 0x1.8p23f) : 0;
+    }
+}
+
 #endif

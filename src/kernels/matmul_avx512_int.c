@@ -1,9 +1,11 @@
-/* AVX-512 VNNI with int8 activations for W8 matrices (the "avx512-q8" set). vpdpbusd multiplies 4
+/* AVX-512 VNNI with int16 activations (the "avx512-q16" set, the default here) or int8 ones
+ * ("avx512-q8", approximate) for W8 matrices (kernels/q8.h). vpdpbusd multiplies 4
  * unsigned by 4 signed bytes and adds them into an int32 lane: 64 multiply-adds an instruction,
  * where AVX2 needs vpsignb + vpmaddubsw + vpmaddwd for 32. The weights are the signed operand, so
  * the activations go in biased to unsigned (aq = q + 128, kernels/q8.h) and 128 x the block's sum
  * of weights comes off again; block sums stay exact integers, scaled once per 32 columns, as in
- * the scalar-q8 twin.
+ * the scalar twin. Int16 activations take two passes, their high and low bytes, into two block
+ * sums that meet as 256 hi + lo before the block's one scaling: exact, at half the int8 rate.
  *
  * Prefill packs 32 rows at a time (pack_block) so that one register holds 4 consecutive columns of
  * 16 rows: lanes are rows, a token's 4 activation bytes are one broadcast, and nothing is summed
@@ -32,7 +34,9 @@
 /* qhx_q8_quantize, 16 lanes at a time, and the biased copy for vpdpbusd's unsigned operand. The max
  * is exact, 127 / max and the products are the same fp32 operations, and vcvtps2dq rounds to
  * nearest even as the scalar rounding does, so q is bit for bit the scalar one. */
-TARGET static void quantize(const float *x, size_t cols, int8_t *q, int8_t *uq, float *s) {
+TARGET static void round_q8(const float *x, size_t cols, const qhx_acts *a, size_t t) {
+    int8_t *q = a->q + t * a->pad, *uq = a->aq + t * a->pad;
+    float *s = a->s + t * (a->pad / QHX_Q8_BLOCK);
     const __m256i bias = _mm256_set1_epi8((char)0x80);
     for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q8_BLOCK, b++) {
         __m256i p;
@@ -54,6 +58,45 @@ TARGET static void quantize(const float *x, size_t cols, int8_t *q, int8_t *uq, 
     }
 }
 
+/* 16 int16-range values to their high and low bytes (qhx_q16_split), each + 128 */
+INLINE void split16(__m512i v, __m128i *hi, __m128i *lo) {
+    const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(v, _mm512_set1_epi32(128)), 8);
+    const __m128i bias = _mm_set1_epi8((char)0x80);
+    *hi = _mm_xor_si128(_mm512_cvtepi32_epi8(h), bias);
+    *lo = _mm_xor_si128(_mm512_cvtepi32_epi8(_mm512_sub_epi32(v, _mm512_slli_epi32(h, 8))), bias);
+}
+
+/* qhx_q16_quantize the same way (bit for bit), and both bytes biased for vpdpbusd */
+TARGET static void round_q16(const float *x, size_t cols, const qhx_acts *a, size_t t) {
+    int16_t *v = a->v + t * a->pad;
+    int8_t *uhi = a->aq + t * a->pad, *ulo = a->laq + t * a->pad;
+    float *s = a->s + t * (a->pad / QHX_Q8_BLOCK);
+    for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q8_BLOCK, b++) {
+        __m512i r0, r1;
+        if (cols - c0 < QHX_Q8_BLOCK) { /* the ragged last block */
+            float tail[QHX_Q8_BLOCK] = {0};
+            memcpy(tail, x + c0, sizeof(float) * (cols - c0));
+            qhx_q16_quantize(tail, QHX_Q8_BLOCK, v + c0, s + b);
+            r0 = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(v + c0)));
+            r1 = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(v + c0 + 16)));
+        } else {
+            const __m512 v0 = _mm512_loadu_ps(x + c0), v1 = _mm512_loadu_ps(x + c0 + 16);
+            const float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            const __m512 inv = _mm512_set1_ps(mx > 0 ? (float)QHX_Q16_MAX / mx : 0.0f);
+            s[b] = mx / (float)QHX_Q16_MAX;
+            r0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv));
+            r1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
+            _mm256_storeu_si256((__m256i *)(v + c0), _mm512_cvtepi32_epi16(r0));
+            _mm256_storeu_si256((__m256i *)(v + c0 + 16), _mm512_cvtepi32_epi16(r1));
+        }
+        __m128i h0, l0, h1, l1;
+        split16(r0, &h0, &l0);
+        split16(r1, &h1, &l1);
+        _mm256_storeu_si256((__m256i *)(uhi + c0), _mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));
+        _mm256_storeu_si256((__m256i *)(ulo + c0), _mm256_inserti128_si256(_mm256_castsi128_si256(l0), l1, 1));
+    }
+}
+
 /* Column block b of 16 rows (kernels/vnni_pack.h) into UNITS registers: the 8 column quads, then
  * -128 x each row's block sum. */
 INLINE void pack_block(const int8_t *data, size_t gbytes, size_t g0, size_t groups, size_t b, __m512i *out) {
@@ -65,31 +108,42 @@ INLINE void pack_block(const int8_t *data, size_t gbytes, size_t g0, size_t grou
 }
 
 /* NR (1 or 2) packed 16-row registers x NT tokens from t, over every block; writes rows
- * row0 .. row0 + nvalid - 1 of those tokens. NR and NT are constants at each call, so the
- * accumulators stay in registers. */
-INLINE void tile(const __m512i *panel, size_t nb, const qhx_acts *X, int t, int NR, int NT, const qhx_tensor *W,
+ * row0 .. row0 + nvalid - 1 of those tokens. SPLIT: int16 activations, a second pass for the low
+ * bytes. NR, NT and SPLIT are constants at each call, so the accumulators stay in registers
+ * (with SPLIT: 8 + 8 int32 and 8 fp32 of the 32). */
+INLINE void tile(const __m512i *panel, size_t nb, const qhx_acts *X, int t, int NR, int NT, int SPLIT, const qhx_tensor *W,
                  int row0, int nvalid, float *Y) {
     const size_t nbx = X->pad / QHX_Q8_BLOCK;
     __m512 acc[TOKENS][2];
     _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         const __m512i *pb = panel + b * 2 * UNITS;
-        __m512i d[TOKENS][2];
+        __m512i d[TOKENS][2], e[TOKENS][2];
         _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++)
-            _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) d[j][i] = pb[i * UNITS + UNITS - 1];
+            _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) d[j][i] = e[j][i] = pb[i * UNITS + UNITS - 1];
         _Pragma("GCC unroll 8") for (int k = 0; k < UNITS - 1; k++) {
             const __m512i w0 = pb[k], w1 = pb[UNITS + k];
             _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
+                const size_t o = (size_t)(t + j) * X->pad + b * QHX_Q8_BLOCK + 4 * k;
                 int32_t quad;
-                memcpy(&quad, X->aq + (size_t)(t + j) * X->pad + b * QHX_Q8_BLOCK + 4 * k, 4);
+                memcpy(&quad, X->aq + o, 4);
                 const __m512i a = _mm512_set1_epi32(quad);
                 d[j][0] = _mm512_dpbusd_epi32(d[j][0], a, w0);
                 if (NR == 2) d[j][1] = _mm512_dpbusd_epi32(d[j][1], a, w1);
+                if (SPLIT) {
+                    memcpy(&quad, X->laq + o, 4);
+                    const __m512i l = _mm512_set1_epi32(quad);
+                    e[j][0] = _mm512_dpbusd_epi32(e[j][0], l, w0);
+                    if (NR == 2) e[j][1] = _mm512_dpbusd_epi32(e[j][1], l, w1);
+                }
             }
         }
         _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
             const __m512 sc = _mm512_set1_ps(X->s[(size_t)(t + j) * nbx + b]);
-            _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) acc[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[j][i]), sc, acc[j][i]);
+            _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) {
+                const __m512i sum = SPLIT ? _mm512_add_epi32(_mm512_slli_epi32(d[j][i], 8), e[j][i]) : d[j][i];
+                acc[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc, acc[j][i]);
+            }
         }
     }
     _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) {
@@ -102,17 +156,17 @@ INLINE void tile(const __m512i *panel, size_t nb, const qhx_acts *X, int t, int 
     }
 }
 
-#define TOKEN_TAILS(NR)                                                                                                \
+#define TOKEN_TAILS(NR, SPLIT)                                                                                         \
     for (int t = 0; t < T; t += TOKENS) {                                                                              \
         switch (T - t < TOKENS ? T - t : TOKENS) {                                                                     \
-        case 1: tile(panel, nb, X, t, NR, 1, W, row0, nvalid, Y); break;                                               \
-        case 2: tile(panel, nb, X, t, NR, 2, W, row0, nvalid, Y); break;                                               \
-        case 3: tile(panel, nb, X, t, NR, 3, W, row0, nvalid, Y); break;                                               \
-        default: tile(panel, nb, X, t, NR, 4, W, row0, nvalid, Y); break;                                              \
+        case 1: tile(panel, nb, X, t, NR, 1, SPLIT, W, row0, nvalid, Y); break;                                        \
+        case 2: tile(panel, nb, X, t, NR, 2, SPLIT, W, row0, nvalid, Y); break;                                        \
+        case 3: tile(panel, nb, X, t, NR, 3, SPLIT, W, row0, nvalid, Y); break;                                        \
+        default: tile(panel, nb, X, t, NR, 4, SPLIT, W, row0, nvalid, Y); break;                                       \
         }                                                                                                              \
     }
 
-TARGET static void vnni_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+TARGET static void vnni_int_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
     const size_t groups = ((size_t)W->rows + QHX_W8_GROUP - 1) / QHX_W8_GROUP;
     __m512i *panel = aligned_alloc(64, nb * 2 * UNITS * sizeof(__m512i));
@@ -122,8 +176,13 @@ TARGET static void vnni_matmul(const qhx_tensor *W, const qhx_acts *X, int T, fl
         for (size_t b = 0; b < nb; b++)
             for (int i = 0; i < nr; i++)
                 pack_block(W->data, gbytes, (size_t)(row0 + i * LANES) / QHX_W8_GROUP, groups, b, panel + (b * 2 + i) * UNITS);
-        if (nr == 2) TOKEN_TAILS(2)
-        else TOKEN_TAILS(1)
+        if (X->v) {
+            if (nr == 2) TOKEN_TAILS(2, 1)
+            else TOKEN_TAILS(1, 1)
+        } else {
+            if (nr == 2) TOKEN_TAILS(2, 0)
+            else TOKEN_TAILS(1, 0)
+        }
     }
     free(panel);
 }
@@ -134,8 +193,12 @@ static int vnni_supported(void) {
            __builtin_cpu_supports("avx512vnni");
 }
 
-const qhx_kernel_set qhx_kernels_avx512_q8 = {.name = "avx512-q8", .matmul = qhx_avx512_matmul, .matmul_acts = vnni_matmul,
-                                              .quantize = quantize, .dot = qhx_avx512_dot, .axpy = qhx_avx512_axpy,
-                                              .gemm = qhx_avx512_gemm, .delta_step = qhx_avx2_delta_step, .silu = qhx_avx2_silu,
-                                              .supported = vnni_supported};
+const qhx_kernel_set qhx_kernels_avx512_q8 = {
+    .name = "avx512-q8", .matmul = qhx_avx512_matmul, .matmul_acts = vnni_int_matmul, .acts = QHX_ACTS_Q8, .round_acts = round_q8,
+    .dot = qhx_avx512_dot, .axpy = qhx_avx512_axpy, .gemm = qhx_avx512_gemm, .delta_step = qhx_avx2_delta_step,
+    .silu = qhx_avx2_silu, .supported = vnni_supported};
+const qhx_kernel_set qhx_kernels_avx512_q16 = {
+    .name = "avx512-q16", .matmul = qhx_avx512_matmul, .matmul_acts = vnni_int_matmul, .acts = QHX_ACTS_Q16, .round_acts = round_q16,
+    .dot = qhx_avx512_dot, .axpy = qhx_avx512_axpy, .gemm = qhx_avx512_gemm, .delta_step = qhx_avx2_delta_step,
+    .silu = qhx_avx2_silu, .supported = vnni_supported};
 #endif

@@ -1,0 +1,187 @@
+/* AVX2 with int16 activations (the "avx2-q16" set, the default here) or int8 ones ("avx2-q8",
+ * approximate) for W8 matrices (kernels/q8.h). The llama.cpp Q8_0 trick: vpsignb moves the activation's sign onto the weight so
+ * vpmaddubsw can multiply |x| (unsigned) by it, 32 products per instruction; block sums are exact
+ * integers, scaled once per 32 columns. Int16 activations multiply whole with vpmaddwd against the
+ * weights widened to int16 (16 products an instruction, the widening shared by a token pair):
+ * the same instruction count per product as the int8 trick. The W8 layout (format/w8.h) puts a row group's block in
+ * 128 consecutive bytes, so decode reads one sequential stream. Other dtypes go to the fp32 AVX2
+ * kernels. */
+#include "format/w8.h"
+#include "kernels/kernels.h"
+#include "kernels/q8.h"
+
+#ifdef QHX_HAVE_AVX2
+#include <immintrin.h>
+#include <string.h>
+
+#define TARGET __attribute__((target("avx2,fma")))
+
+/* Bytes ahead of the block being read: far enough to cover memory latency at this stream's
+ * rate, measured best on the 4B shape's matrices (bench/kernel_bench). */
+#define PREFETCH 2048
+/* Weights of a row block that stay in L2 while every token pair passes over them. */
+#define L2_WEIGHTS (512 << 10)
+
+TARGET static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+
+/* 32 int32 (4 registers) -> 32 int8; the packs interleave 128-bit lanes, the permute restores the order */
+TARGET static inline __m256i pack32(const __m256i r[4]) {
+    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3])),
+                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* One block of 32: its max |x| and the 4 registers of values */
+TARGET static inline float block_max(const float *x, __m256 v[4]) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) v[i] = _mm256_loadu_ps(x + 8 * i), m = _mm256_max_ps(m, _mm256_and_ps(v[i], absmask));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+
+/* qhx_q8_quantize_abs, 8 lanes at a time: the max is exact, 127 / max and the products are the
+ * same fp32 operations, and vcvtps2dq rounds to nearest even as the scalar rounding does. */
+TARGET static void round_q8(const float *x, size_t cols, const qhx_acts *a, size_t t) {
+    int8_t *q = a->q + t * a->pad, *aq = a->aq + t * a->pad;
+    float *s = a->s + t * (a->pad / QHX_Q8_BLOCK);
+    for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q8_BLOCK, b++) {
+        if (cols - c0 < QHX_Q8_BLOCK) { /* the ragged last block */
+            float tail[QHX_Q8_BLOCK] = {0};
+            memcpy(tail, x + c0, sizeof(float) * (cols - c0));
+            qhx_q8_quantize_abs(tail, QHX_Q8_BLOCK, q + c0, aq + c0, s + b);
+            break;
+        }
+        __m256 v[4];
+        const float mx = block_max(x + c0, v);
+        const __m256 inv = _mm256_set1_ps(mx > 0 ? 127.0f / mx : 0.0f);
+        s[b] = mx / 127.0f;
+        __m256i r[4];
+        for (int i = 0; i < 4; i++) r[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));
+        const __m256i p = pack32(r);
+        _mm256_storeu_si256((__m256i *)(q + c0), p);
+        _mm256_storeu_si256((__m256i *)(aq + c0), _mm256_abs_epi8(p));
+    }
+}
+
+/* qhx_q16_quantize the same way (bit for bit) */
+TARGET static void round_q16(const float *x, size_t cols, const qhx_acts *a, size_t t) {
+    int16_t *v = a->v + t * a->pad;
+    float *s = a->s + t * (a->pad / QHX_Q8_BLOCK);
+    for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q8_BLOCK, b++) {
+        if (cols - c0 < QHX_Q8_BLOCK) { /* the ragged last block */
+            float tail[QHX_Q8_BLOCK] = {0};
+            memcpy(tail, x + c0, sizeof(float) * (cols - c0));
+            qhx_q16_quantize(tail, QHX_Q8_BLOCK, v + c0, s + b);
+            break;
+        }
+        __m256 f[4];
+        const float mx = block_max(x + c0, f);
+        const __m256 inv = _mm256_set1_ps(mx > 0 ? (float)QHX_Q16_MAX / mx : 0.0f);
+        s[b] = mx / (float)QHX_Q16_MAX;
+        __m256i r[4];
+        for (int i = 0; i < 4; i++) r[i] = _mm256_cvtps_epi32(_mm256_mul_ps(f[i], inv));
+        /* the pack interleaves 128-bit lanes; the permute restores the order */
+        _mm256_storeu_si256((__m256i *)(v + c0), _mm256_permute4x64_epi64(_mm256_packs_epi32(r[0], r[1]), 0xd8));
+        _mm256_storeu_si256((__m256i *)(v + c0 + 16), _mm256_permute4x64_epi64(_mm256_packs_epi32(r[2], r[3]), 0xd8));
+    }
+}
+
+/* One row group (4 rows) x NT tokens (1 or 2; a constant at each call, so the 4 x NT accumulators
+ * stay in registers). Weights are loaded per product from L1: 8 accumulators, the token's q, |q|
+ * and scale, the ones and a temporary fit the 16 ymm registers. */
+static inline __attribute__((always_inline)) TARGET void tile(const int8_t *group, size_t nb, const qhx_acts *X,
+                                                               int t, int NT, float out[4][2]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const size_t nbx = X->pad / QHX_Q8_BLOCK;
+    __m256 acc[4][2];
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const int8_t *wb = group + b * QHX_W8_GROUP * QHX_W8_BLOCK;
+        _mm_prefetch((const char *)wb + PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)wb + PREFETCH + 64, _MM_HINT_T0);
+        _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) {
+            const size_t o = (size_t)(t + j) * X->pad + b * QHX_Q8_BLOCK;
+            const __m256i x = _mm256_load_si256((const __m256i *)(X->q + o)), a = _mm256_load_si256((const __m256i *)(X->aq + o));
+            const __m256 sc = _mm256_broadcast_ss(X->s + (size_t)(t + j) * nbx + b);
+            _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(wb + i * QHX_W8_BLOCK));
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(a, _mm256_sign_epi8(w, x)), ones);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[i][j]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+        _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) out[i][j] = hsum(acc[i][j]);
+}
+
+/* The same over int16 activations: each row's block widened to 2 x 16 int16 once for both tokens,
+ * vpmaddwd multiplying 16 pairs into 8 int32 (|v w| sums of 4 stay under 2^24: exact). */
+static inline __attribute__((always_inline)) TARGET void tile16(const int8_t *group, size_t nb, const qhx_acts *X,
+                                                                 int t, int NT, float out[4][2]) {
+    const size_t nbx = X->pad / QHX_Q8_BLOCK;
+    __m256 acc[4][2];
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const int8_t *wb = group + b * QHX_W8_GROUP * QHX_W8_BLOCK;
+        _mm_prefetch((const char *)wb + PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)wb + PREFETCH + 64, _MM_HINT_T0);
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+            const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + i * QHX_W8_BLOCK)));
+            const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + i * QHX_W8_BLOCK + 16)));
+            _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) {
+                const int16_t *v = X->v + (size_t)(t + j) * X->pad + b * QHX_Q8_BLOCK;
+                const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_load_si256((const __m256i *)v)),
+                                                   _mm256_madd_epi16(w1, _mm256_load_si256((const __m256i *)(v + 16))));
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(X->s + (size_t)(t + j) * nbx + b), acc[i][j]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+        _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) out[i][j] = hsum(acc[i][j]);
+}
+
+/* Rows in blocks whose weights stay in L2; over each block, token pairs, then its row groups. */
+TARGET static void avx2_int_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
+    int block = (int)(L2_WEIGHTS / gbytes) * QHX_W8_GROUP;
+    if (block < QHX_W8_GROUP) block = QHX_W8_GROUP;
+    float out[4][2];
+    for (int rb = r0; rb < r1; rb += block) {
+        const int rb1 = r1 - rb < block ? r1 : rb + block;
+        for (int t = 0; t < T; t += 2) {
+            const int nt = T - t < 2 ? T - t : 2;
+            for (int r = rb; r < rb1; r += QHX_W8_GROUP) {
+                const int8_t *group = (const int8_t *)W->data + (size_t)r / QHX_W8_GROUP * gbytes;
+                if (X->v) {
+                    if (nt == 2) tile16(group, nb, X, t, 2, out);
+                    else tile16(group, nb, X, t, 1, out);
+                } else {
+                    if (nt == 2) tile(group, nb, X, t, 2, out);
+                    else tile(group, nb, X, t, 1, out);
+                }
+                const int nr = rb1 - r < QHX_W8_GROUP ? rb1 - r : QHX_W8_GROUP;
+                for (int i = 0; i < nr; i++)
+                    for (int j = 0; j < nt; j++) Y[(size_t)(t + j) * W->rows + r + i] = out[i][j] * W->scale[r + i];
+            }
+        }
+    }
+}
+
+static void fp32_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    qhx_kernels_avx2.matmul(W, X, T, Y, r0, r1);
+}
+
+const qhx_kernel_set qhx_kernels_avx2_q8 = {
+    .name = "avx2-q8", .matmul = fp32_matmul, .matmul_acts = avx2_int_matmul, .acts = QHX_ACTS_Q8, .round_acts = round_q8,
+    .dot = qhx_avx2_dot, .axpy = qhx_avx2_axpy, .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step,
+    .silu = qhx_avx2_silu, .supported = qhx_avx2_supported};
+const qhx_kernel_set qhx_kernels_avx2_q16 = {
+    .name = "avx2-q16", .matmul = fp32_matmul, .matmul_acts = avx2_int_matmul, .acts = QHX_ACTS_Q16, .round_acts = round_q16,
+    .dot = qhx_avx2_dot, .axpy = qhx_avx2_axpy, .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step,
+    .silu = qhx_avx2_silu, .supported = qhx_avx2_supported};
+#endif
