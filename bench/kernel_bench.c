@@ -1,4 +1,4 @@
-/* What each kernel set streams (the -q8 sets decode with fp32 activations, as qhx_matmul does): W8 matrices of the 4B shape's MLP (9216 x 2560, 23.6 MB; eight of
+/* What each kernel set streams (the -q16 and -q8 sets decode with fp32 activations, as qhx_matmul does): W8 matrices of the 4B shape's MLP (9216 x 2560, 23.6 MB; eight of
  * them in turn, so the weights come from memory, not the 32 MB L3), decode (1 token) on one thread and on the pool, and prefill (64 tokens) on
  * the pool. Decode reports weight GB/s, prefill multiply-adds per second; both next to the read
  * bandwidth of a plain streaming loop measured in the same run. Ratios only: the machine is shared.
@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
     const double bw = sbytes / st / 1e9;
     printf("read bandwidth, %d threads: %.1f GB/s\n", qhx_pool_size(pool), bw);
 
-    const char *sets[] = {"avx2", "avx2-q8", "avx512", "avx512-q8", "amx-bf16", "scalar"};
+    const char *sets[] = {"avx2", "avx2-q16", "avx2-q8", "avx512", "avx512-q16", "avx512-q8", "amx-bf16", "scalar"};
     for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
         const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
         if (!ks) { qhx_clear_error(); continue; }
@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
         const double d1 = BEST(reps, for (size_t m = 0; m < NM; m++) qhx_matmul(&one, &W[m], X, 1, Y)) / NM;
         const double dn = BEST(reps, for (size_t m = 0; m < NM; m++) qhx_matmul(&all, &W[m], X, 1, Y)) / NM;
         const double pf = BEST(reps / 4 + 1, qhx_matmul(&all, &W[0], X, T, Y));
-        printf("%-8s decode 1 thread %5.1f GB/s | decode %d threads %5.1f GB/s = %.2f of bandwidth | prefill %d: %6.1f GMAC/s\n",
+        printf("%-10s decode 1 thread %5.1f GB/s | decode %d threads %5.1f GB/s = %.2f of bandwidth | prefill %d: %6.1f GMAC/s\n",
                sets[s], wbytes / d1 / 1e9, qhx_pool_size(pool), wbytes / dn / 1e9, wbytes / dn / 1e9 / bw, T,
                (double)wbytes * T / pf / 1e9);
         qhx_acts_free(&acts);

@@ -3,8 +3,10 @@
  * columns, dequantized in memory and run with fp32 activations; then, for each, the greedy tokens
  * of the golden prompts against Hugging Face's ids, the reference margin at a divergence, the
  * perplexity on a text file, and what the scales cost in bytes per weight (fp32 scales; fp16
- * halves that). docs/bundle.md records the numbers and the choice.
- *   build/w8_greedy CHECKPOINT TEXT */
+ * halves that). With a PROMPTS file (a prompt a line, # comments), also the greedy tokens each keeps
+ * of the unquantized checkpoint's own on those prompts. docs/bundle.md records the numbers and the
+ * choice.
+ *   build/w8_greedy CHECKPOINT TEXT [PROMPTS] */
 #include "forge/forge.h"
 #include "model/model.h"
 #include "model/ops.h"
@@ -78,7 +80,7 @@ static double perplexity(qhx_model *m, const int32_t *ids, size_t n, int V) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) return fprintf(stderr, "usage: w8_greedy CHECKPOINT TEXT\n"), 2;
+    if (argc != 3 && argc != 4) return fprintf(stderr, "usage: w8_greedy CHECKPOINT TEXT [PROMPTS]\n"), 2;
     qhx_runtime *rt;
     qhx_model *m, *ref;
     qhx_tokenizer *tok;
@@ -112,6 +114,26 @@ int main(int argc, char **argv) {
     if (!golden || !text || qhx_tokenizer_encode(tok, text, tlen, 0, &text_ids, &n_text))
         return fprintf(stderr, "%s or %s: unreadable (%s)\n", path, argv[2], qhx_last_error()), 1;
 
+    /* held-out prompts and the unquantized model's greedy tokens on them */
+    enum { MAX_HELD = 64 };
+    int32_t *held[MAX_HELD], held_want[MAX_HELD][TOKENS];
+    size_t held_n[MAX_HELD];
+    int n_held = 0;
+    FILE *pf = argc == 4 ? fopen(argv[3], "r") : NULL;
+    if (argc == 4 && !pf) return fprintf(stderr, "%s: cannot open\n", argv[3]), 1;
+    for (char line[1024]; pf && n_held < MAX_HELD && fgets(line, sizeof line, pf);) {
+        line[strcspn(line, "\n")] = 0;
+        if (!line[0] || line[0] == '#') continue;
+        sink k = {.n = 0};
+        qhx_session *s;
+        if (qhx_tokenizer_encode(tok, line, strlen(line), 0, &held[n_held], &held_n[n_held]) || qhx_session_new(ref, &s) ||
+            qhx_generate(s, held[n_held], (int)held_n[n_held], &(qhx_generate_opts){.max_tokens = TOKENS, .ignore_eos = 1}, collect, &k, NULL))
+            return fprintf(stderr, "%s\n", qhx_last_error()), 1;
+        qhx_session_free(s);
+        memcpy(held_want[n_held++], k.ids, sizeof k.ids);
+    }
+    if (pf) fclose(pf);
+
     const int n = qhx_qwen35_specs(&m->cfg, "", m->w, NULL);
     qhx_tensor_spec *specs = calloc((size_t)n, sizeof *specs);
     qhx_qwen35_specs(&m->cfg, "", m->w, specs);
@@ -123,7 +145,7 @@ int main(int argc, char **argv) {
     printf("%s: greedy %d tokens per golden prompt against Hugging Face (fp32 activations, the %s kernels);\n"
            "perplexity over %zu tokens of %s in windows of %d\n",
            argv[1], TOKENS, qhx_runtime_kernels(rt), n_text, argv[2], CTX);
-    printf("  %-18s %-34s %10s %14s\n", "weights", "greedy tokens before a divergence", "perplexity", "scale bytes/wt");
+    printf("  %-18s %-34s %12s %10s %14s\n", "weights", "greedy tokens before a divergence", "held-out", "perplexity", "scale bytes/wt");
     const int groups[] = {-1, 0, 128, 64, 32}; /* -1: the checkpoint's own weights; 0: one scale per row */
     for (size_t g = 0; g < sizeof groups / sizeof *groups; g++) {
         for (int i = 0; i < n && groups[g] >= 0; i++) {
@@ -162,15 +184,28 @@ int main(int argc, char **argv) {
             else snprintf(one, sizeof one, "%s%d", cases[0] ? ", " : "", same);
             strncat(cases, one, sizeof cases - strlen(cases) - 1);
         }
+        int held_same = 0;
+        for (int h = 0; h < n_held; h++) {
+            sink k = {.n = 0};
+            qhx_session *s;
+            if (qhx_session_new(m, &s) ||
+                qhx_generate(s, held[h], (int)held_n[h], &(qhx_generate_opts){.max_tokens = TOKENS, .ignore_eos = 1}, collect, &k, NULL))
+                return fprintf(stderr, "%s\n", qhx_last_error()), 1;
+            qhx_session_free(s);
+            for (int i = 0; i < k.n && k.ids[i] == held_want[h][i]; i++) held_same++;
+        }
+        char heldtxt[32];
+        snprintf(heldtxt, sizeof heldtxt, "%d/%d", held_same, n_held * TOKENS);
         char name[32], bytes[16];
         snprintf(name, sizeof name, "%s", groups[g] < 0 ? "checkpoint (bf16)" : groups[g] ? "" : "per row");
         if (groups[g] > 0) snprintf(name, sizeof name, "per %d columns", groups[g]);
         snprintf(bytes, sizeof bytes, "%s", groups[g] < 0 ? "-" : "0");
         if (groups[g] > 0) snprintf(bytes, sizeof bytes, "%.2f %%", 400.0 / groups[g]);
-        printf("  %-18s %-34s %10.3f %14s\n", name, cases, perplexity(m, text_ids, n_text, V), bytes);
+        printf("  %-18s %-34s %12s %10.3f %14s\n", name, cases, heldtxt, perplexity(m, text_ids, n_text, V), bytes);
         fflush(stdout);
     }
     for (int i = 0; i < n; i++) free(buf[i]);
+    for (int h = 0; h < n_held; h++) free(held[h]);
     free(buf), free(orig), free(specs), free(text_ids), free(text), free(gtext);
     cJSON_Delete(golden);
     qhx_model_close(ref);
