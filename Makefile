@@ -30,9 +30,13 @@ $(BUILD)/%.o: %.c
 $(BUILD)/libqhexrt.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/*.c))
+# the command line as a library (every command, no main) that the fuzzers link as qhx runs it
+TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out tools/main.c,$(wildcard tools/*.c)))
 
-$(BUILD)/qhx: $(TOOL_OBJ) $(BUILD)/libqhexrt.a
+$(BUILD)/libqhxcli.a: $(TOOL_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/qhx: $(BUILD)/tools/main.o $(BUILD)/libqhxcli.a $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # the seed's positional CLI: the same binary under another name
@@ -40,7 +44,7 @@ $(BUILD)/qhx_generate: $(BUILD)/qhx
 	ln -sf qhx $@
 
 # the fuzz harnesses built with the normal compiler and a file-replaying main (tests/fuzz_regress.sh)
-$(BUILD)/fuzz/fuzz_%: $(BUILD)/fuzz/fuzz_%.o $(BUILD)/fuzz/driver.o $(BUILD)/libqhexrt.a
+$(BUILD)/fuzz/fuzz_%: $(BUILD)/fuzz/fuzz_%.o $(BUILD)/fuzz/driver.o $(BUILD)/libqhxcli.a $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # libFuzzer: `make fuzz` runs each harness for FUZZ_TIME seconds (clang needed; scripts/deps.sh
@@ -48,10 +52,10 @@ $(BUILD)/fuzz/fuzz_%: $(BUILD)/fuzz/fuzz_%.o $(BUILD)/fuzz/driver.o $(BUILD)/lib
 FUZZ_TIME ?= 60
 FUZZ_SAN = -fsanitize=address,undefined
 fuzz: $(BUILD)/qhx
-	$(MAKE) CC=clang BUILD=build-fuzz/obj OPT=-O1 SAN="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" build-fuzz/obj/libqhexrt.a
+	$(MAKE) CC=clang BUILD=build-fuzz/obj OPT=-O1 SAN="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" build-fuzz/obj/libqhexrt.a build-fuzz/obj/libqhxcli.a
 	@set -e; for f in $(FUZZERS); do \
 	    clang -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc $(filter -DQHX_%,$(CFLAGS)) $(FUZZ_SAN) -fsanitize=fuzzer \
-	        fuzz/$$f.c build-fuzz/obj/libqhexrt.a -o build-fuzz/$$f $(LDLIBS); \
+	        fuzz/$$f.c build-fuzz/obj/libqhxcli.a build-fuzz/obj/libqhexrt.a -o build-fuzz/$$f $(LDLIBS); \
 	done
 	@set -e; for f in $(FUZZERS); do \
 	    n=$${f#fuzz_}; mkdir -p build-fuzz/corpus/$$n; \
@@ -87,7 +91,7 @@ clean:
 	rm -rf build build-asan build-fuzz
 
 .PHONY: all test test-asan test-valgrind clean fuzz
--include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_BIN:%=$(BUILD)/tests/%.d) $(FUZZ_REPLAY:%=%.d)
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(BUILD)/tools/main.d $(TEST_BIN:%=$(BUILD)/tests/%.d) $(FUZZ_REPLAY:%=%.d)
 
 # The README's two commands: install what is missing, build, then run.
 deps:

@@ -1,12 +1,11 @@
 /* the CLI's argument parsing (numbers, id lists, flags): the input, split at NUL bytes, is the
- * argument list of a model command (the CLI's sources are compiled in) whose MODEL does not exist, so parsing is all that runs.
+ * argument list of a model command (the CLI as a library, tools/cli.h) whose MODEL does not exist, so parsing is all that runs.
  * Run with -close_fd_mask=3: nearly every input ends in a one-line error on stderr. */
-#define main qhx_cli_main
-#include "../tools/qhx.c"
-#undef main
-#include "../tools/cli.c"
-#include "../tools/chat.c"
-#include "../tools/serve.c"
+#include "../tools/cli.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *p, size_t n) {
     static const char *const cmds[] = {"generate", "logits", "inspect", "perplexity", "bench", "chat", "serve"};
@@ -23,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *p, size_t n) {
     for (char *s = buf; s < buf + n - 1 && argc < 63; s += strlen(s) + 1)
         if (*s && strcmp(s, "-h") && strcmp(s, "--help")) args[argc++] = s; /* help prints to stdout, no news */
     args[argc] = NULL;
-    qhx_cli_main(argc, args);
+    qhx_main(argc, args);
     free(buf);
     return 0;
 }

@@ -1,9 +1,13 @@
 /* The server's request parsing (qhx serve): a JSON body for /v1/completions or, when the first byte
  * is odd, /v1/chat/completions, through the type checks, chat rendering, tokenization and context
  * check against the bundled q35-kjv model (run from the repository root). Nothing is generated; a
- * refusal must be a 400 (or a 500 for an allocation failure). The CLI's sources are compiled in. */
-#include "../tools/cli.c"
-#include "../tools/serve.c"
+ * refusal must be a 400 (or a 500 for an allocation failure). It links the parser qhx serve runs
+ * (tools/serve.h). */
+#include "../tools/serve.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 static server sv;
 

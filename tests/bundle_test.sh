@@ -129,14 +129,16 @@ for pair in avx512-q16:avx512 avx2-q16:avx2 scalar-q16:scalar avx512-q8:avx512 a
     echo "  parity: $q generates what $f (fp32 activations) does on $same/${#held[@]} held-out prompts x 64 tokens"
 done
 
-# perplexity: W8 within 1 % of fp32 (the first 20 KB of the dev text, windows of 256; 4 KB, still
-# over 1,000 tokens, under memcheck, where 20 KB takes hours)
+# perplexity: W8 on the default kernels within 0.15 % of fp32 (the first 20 KB of the dev text,
+# windows of 256, where it measures +0.07 %; the whole text: +0.086 %); 1 % on 4 KB, still over
+# 1,000 tokens, under memcheck, where 20 KB takes hours
 head -c $((slow > 1 ? 4000 : 20000)) tests/data/corpora/kjv-dev.txt >"$tmp/dev.txt"
 p32=$("$qhx" perplexity models/q35-kjv "$tmp/dev.txt" --ctx 256 --json)
 p8=$("$qhx" perplexity "$tmp/one" "$tmp/dev.txt" --ctx 256 --json)
 echo "  perplexity fp32 $p32, W8 $p8"
 x32=$(sed -E 's/.*"perplexity": ([0-9.]+).*/\1/' <<<"$p32"); x8=$(sed -E 's/.*"perplexity": ([0-9.]+).*/\1/' <<<"$p8")
-check "awk 'BEGIN{exit !($x8 / $x32 < 1.01 && $x8 / $x32 > 0.99)}'" "W8 perplexity $x8 vs fp32 $x32"
+tol=$([[ $slow -gt 1 ]] && echo 0.01 || echo 0.0015)
+check "awk 'BEGIN{exit !($x8 / $x32 < 1 + $tol && $x8 / $x32 > 1 - $tol)}'" "W8 perplexity $x8 vs fp32 $x32 (tolerance $tol)"
 check "[[ \$(sed -E 's/.*\"tokens\": ([0-9]+).*/\1/' <<<'$p8') -gt 1000 ]]" "perplexity scored too few tokens: $p8"
 
 # context: a forge with --context-len 40 refuses what does not fit, before any work

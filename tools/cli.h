@@ -84,7 +84,23 @@ typedef struct {
 void think_split_feed(think_split *ts, const char *t, size_t n, char *reasoning, size_t *n_reasoning, char *answer,
                       size_t *n_answer);
 
+/* The commands, one file each (tools/cmd_*.c, chat.c, serve.c): argc/argv from the command's name
+ * on; the exit status (0, 1 a failure, 2 a usage error). */
+int cmd_generate(int argc, char **argv);
+int qhx_generate_positional(int argc, char **argv); /* the seed's qhx_generate: argv[0] is the program */
+int cmd_logits(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int cmd_template(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_forge(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+
+/* The whole command line (tools/qhx.c): what main runs, and what fuzz/fuzz_cli.c feeds. */
+int qhx_main(int argc, char **argv);
 
 #endif

@@ -5,6 +5,7 @@
  * N(0, 0.3^2), gated norm 1 + N(0, 0.3^2), conv N(0, 0.5^2), A_log U(-1.5, 1), dt_bias N(0, 0.5^2).
  */
 #include "qhexrt.h"
+#include "util/rng.h"
 #include "format/hfconfig.h"
 #include "format/safetensors_write.h"
 #include "model/qwen35.h"
@@ -93,14 +94,8 @@ static cJSON *config_json(const preset *p) {
 
 /* ---- seeded values: each tensor has its own stream, so streaming order never matters ---------- */
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
-static float uniform01(uint64_t *s) { return ((splitmix(s) >> 40) + 0.5f) * (1.0f / 16777216.0f); }
+static float uniform01(uint64_t *s) { return ((qhx_splitmix64(s) >> 40) + 0.5f) * (1.0f / 16777216.0f); }
 
 typedef struct {
     const qhx_tensor_spec *specs;

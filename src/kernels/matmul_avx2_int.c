@@ -91,11 +91,13 @@ TARGET static void round_q16(const float *x, size_t cols, const qhx_acts *a, siz
     }
 }
 
-/* One row group (4 rows) x NT tokens (1 or 2; a constant at each call, so the 4 x NT accumulators
- * stay in registers). Weights are loaded per product from L1: 8 accumulators, the token's q, |q|
- * and scale, the ones and a temporary fit the 16 ymm registers. */
+/* One row group (4 rows) x NT tokens (1 or 2; NT and Q16 are constants at each call, so the 4 x NT
+ * accumulators stay in registers). Weights are loaded per product from L1. Int8: 8 accumulators,
+ * the token's q, |q| and scale, the ones and a temporary fit the 16 ymm registers. Int16: each
+ * row's block widened to 2 x 16 int16 once for both tokens, vpmaddwd multiplying 16 pairs into
+ * 8 int32 (|v w| sums of 4 stay under 2^24: exact). */
 static inline __attribute__((always_inline)) TARGET void tile(const int8_t *group, size_t nb, const qhx_acts *X,
-                                                               int t, int NT, float out[4][2]) {
+                                                               int t, int NT, int Q16, float out[4][2]) {
     const __m256i ones = _mm256_set1_epi16(1);
     const size_t nbx = X->pad / QHX_Q8_BLOCK;
     __m256 acc[4][2];
@@ -104,6 +106,19 @@ static inline __attribute__((always_inline)) TARGET void tile(const int8_t *grou
         const int8_t *wb = group + b * QHX_W8_GROUP * QHX_W8_BLOCK;
         _mm_prefetch((const char *)wb + PREFETCH, _MM_HINT_T0);
         _mm_prefetch((const char *)wb + PREFETCH + 64, _MM_HINT_T0);
+        if (Q16) {
+            _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+                const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + i * QHX_W8_BLOCK)));
+                const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + i * QHX_W8_BLOCK + 16)));
+                _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) {
+                    const int16_t *v = X->v + (size_t)(t + j) * X->pad + b * QHX_Q8_BLOCK;
+                    const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_load_si256((const __m256i *)v)),
+                                                       _mm256_madd_epi16(w1, _mm256_load_si256((const __m256i *)(v + 16))));
+                    acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(X->s + (size_t)(t + j) * nbx + b), acc[i][j]);
+                }
+            }
+            continue;
+        }
         _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) {
             const size_t o = (size_t)(t + j) * X->pad + b * QHX_Q8_BLOCK;
             const __m256i x = _mm256_load_si256((const __m256i *)(X->q + o)), a = _mm256_load_si256((const __m256i *)(X->aq + o));
@@ -112,32 +127,6 @@ static inline __attribute__((always_inline)) TARGET void tile(const int8_t *grou
                 const __m256i w = _mm256_loadu_si256((const __m256i *)(wb + i * QHX_W8_BLOCK));
                 const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(a, _mm256_sign_epi8(w, x)), ones);
                 acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[i][j]);
-            }
-        }
-    }
-    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
-        _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) out[i][j] = hsum(acc[i][j]);
-}
-
-/* The same over int16 activations: each row's block widened to 2 x 16 int16 once for both tokens,
- * vpmaddwd multiplying 16 pairs into 8 int32 (|v w| sums of 4 stay under 2^24: exact). */
-static inline __attribute__((always_inline)) TARGET void tile16(const int8_t *group, size_t nb, const qhx_acts *X,
-                                                                 int t, int NT, float out[4][2]) {
-    const size_t nbx = X->pad / QHX_Q8_BLOCK;
-    __m256 acc[4][2];
-    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-    for (size_t b = 0; b < nb; b++) {
-        const int8_t *wb = group + b * QHX_W8_GROUP * QHX_W8_BLOCK;
-        _mm_prefetch((const char *)wb + PREFETCH, _MM_HINT_T0);
-        _mm_prefetch((const char *)wb + PREFETCH + 64, _MM_HINT_T0);
-        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
-            const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + i * QHX_W8_BLOCK)));
-            const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + i * QHX_W8_BLOCK + 16)));
-            _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) {
-                const int16_t *v = X->v + (size_t)(t + j) * X->pad + b * QHX_Q8_BLOCK;
-                const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_load_si256((const __m256i *)v)),
-                                                   _mm256_madd_epi16(w1, _mm256_load_si256((const __m256i *)(v + 16))));
-                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(X->s + (size_t)(t + j) * nbx + b), acc[i][j]);
             }
         }
     }
@@ -158,11 +147,11 @@ TARGET static void avx2_int_matmul(const qhx_tensor *W, const qhx_acts *X, int T
             for (int r = rb; r < rb1; r += QHX_W8_GROUP) {
                 const int8_t *group = (const int8_t *)W->data + (size_t)r / QHX_W8_GROUP * gbytes;
                 if (X->v) {
-                    if (nt == 2) tile16(group, nb, X, t, 2, out);
-                    else tile16(group, nb, X, t, 1, out);
+                    if (nt == 2) tile(group, nb, X, t, 2, 1, out);
+                    else tile(group, nb, X, t, 1, 1, out);
                 } else {
-                    if (nt == 2) tile(group, nb, X, t, 2, out);
-                    else tile(group, nb, X, t, 1, out);
+                    if (nt == 2) tile(group, nb, X, t, 2, 0, out);
+                    else tile(group, nb, X, t, 1, 0, out);
                 }
                 const int nr = rb1 - r < QHX_W8_GROUP ? rb1 - r : QHX_W8_GROUP;
                 for (int i = 0; i < nr; i++)

@@ -2,18 +2,13 @@
  * then temperature, top-k, top-p, min-p, and a draw from what is left with a seeded xoshiro256**.
  * Only the candidates that can matter are ever sorted, so a 250k vocabulary costs one pass. */
 #include "sample/sampler.h"
+#include "util/rng.h"
 #include "util/error.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
@@ -41,7 +36,7 @@ qhx_status qhx_sampler_init(qhx_sampler *s, const qhx_generate_opts *o, int voca
     s->window = o->penalty_window ? o->penalty_window : 64;
     s->vocab = vocab;
     uint64_t x = o->seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    for (int i = 0; i < 4; i++) s->rng[i] = qhx_splitmix64(&x);
     s->prob = malloc(sizeof(float) * (size_t)vocab);
     s->idx = malloc(sizeof(int32_t) * (size_t)vocab);
     if (!s->prob || !s->idx) { qhx_sampler_free(s); return qhx_fail(QHX_ERR_NOMEM, "out of memory"); }

@@ -4,14 +4,7 @@
 // usage: node decode_oracle.js TOKENIZER_JSON N SEED
 const { Tokenizer } = require('tokenizers');
 
-let state = BigInt(process.argv[4] || 1);
-function rand() { // splitmix64 -> [0, 1)
-  state = (state + 0x9e3779b97f4a7c15n) & 0xffffffffffffffffn;
-  let z = state;
-  z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & 0xffffffffffffffffn;
-  z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & 0xffffffffffffffffn;
-  return Number((z ^ (z >> 31n)) >> 11n) / 2 ** 53;
-}
+const rand = require('./rng').splitmix(process.argv[4] || 1);
 (async () => {
   const tok = await Tokenizer.fromFile(process.argv[2]);
   const vocab = tok.getVocab(true);

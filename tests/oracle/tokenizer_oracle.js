@@ -5,14 +5,7 @@
 const { Tokenizer } = require('tokenizers');
 const fs = require('fs');
 
-let state = BigInt(process.argv[4] || 1);
-function rand() { // splitmix64 -> [0, 1)
-  state = (state + 0x9e3779b97f4a7c15n) & 0xffffffffffffffffn;
-  let z = state;
-  z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & 0xffffffffffffffffn;
-  z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & 0xffffffffffffffffn;
-  return Number((z ^ (z >> 31n)) >> 11n) / 2 ** 53;
-}
+const rand = require('./rng').splitmix(process.argv[4] || 1);
 const pick = (a) => a[Math.floor(rand() * a.length)];
 const corpus = fs.readFileSync(__dirname + '/../data/corpora/multilingual.txt', 'utf8').split('\n').filter((l) => l.length);
 const pieces = [

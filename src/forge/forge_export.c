@@ -1,0 +1,224 @@
+/* Forge stages 2 and 4: every tensor written in its bundle dtype (W8 matrices, fp16 embedding and
+ * head, fp32 small tensors), each file hashed as it is written; the tokenizer; the manifest. */
+#include "forge/forge_internal.h"
+#include "model/model.h"
+#include "model/ops.h"
+#include "util/error.h"
+#include "util/half.h"
+#include "util/outdir.h"
+#include "util/rng.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+
+
+/* Where the rows of each entry come from, and the dtype they go out in. */
+typedef struct {
+    forge *f;
+    const qhxf_entry *entries;
+    const qhx_tensor *const *src;
+    float *row;
+    int8_t *qrow;      /* a quantized row before it is packed */
+} write_ctx;
+
+static int fill_entry(int i, int r0, int r1, void *data, float *scale, void *user) {
+    write_ctx *w = user;
+    const qhx_tensor *t = w->src[i];
+    const int cols = t->cols;
+    for (int r = r0; r < r1; r++) {
+        for (int c = 0; c < cols; c++) w->row[c] = qhx_tensor_get(t, (size_t)r * cols + c);
+        const size_t at = (size_t)(r - r0) * cols;
+        switch (w->entries[i].dtype) {
+        case QHX_I8: {
+            int8_t *q = w->qrow;
+            const float sc = scale[r - r0] = qhx_quantize_row(w->row, cols, q);
+            qhx_w8_put_row(data, (size_t)cols, (size_t)(r - r0), q);
+            for (int c = 0; c < cols; c++) {
+                const double d = w->row[c] - q[c] * (double)sc;
+                w->f->qerr_num += d * d;
+                w->f->qerr_den += (double)w->row[c] * w->row[c];
+            }
+            break;
+        }
+        case QHX_F16:
+            for (int c = 0; c < cols; c++) ((uint16_t *)data)[at + c] = qhx_f32_to_f16(w->row[c]);
+            break;
+        default: memcpy((float *)data + at, w->row, sizeof(float) * cols);
+        }
+    }
+    return 0;
+}
+
+static void progress(uint64_t bytes, void *user) {
+    write_ctx *w = user;
+    forge *f = w->f;
+    if (f->o->progress)
+        fprintf(stderr, "\rforge: writing %5.1f%% of %.2f GB", 100.0 * (f->done_bytes + bytes) / (double)f->total_bytes,
+                f->total_bytes / 1e9);
+}
+
+/* Adds a written file's size and XXH3 to the manifest's "files"; returns the size. */
+static uint64_t record_file(forge *f, const char *name, uint64_t hash) {
+    char path[4400], hex[17];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", f->tmp, name);
+    const uint64_t size = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
+    cJSON *fe = cJSON_AddObjectToObject(f->files, name);
+    cJSON_AddNumberToObject(fe, "bytes", (double)size);
+    cJSON_AddStringToObject(fe, "xxh3", hex);
+    return size;
+}
+
+static qhx_status write_file(forge *f, const char *name, qhxf_kind kind, int l0, int l1, const qhxf_entry *e,
+                             const qhx_tensor *const *src, int n, uint64_t *bytes) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", f->tmp, name);
+    qhxf_header h;
+    memset(&h, 0, sizeof h);
+    h.kind = kind;
+    snprintf(h.target, sizeof h.target, "%s", QHX_TARGET);
+    snprintf(h.layout, sizeof h.layout, "%s", QHX_LAYOUT_W8);
+    h.bundle_id = f->bundle_id;
+    h.model_hash = f->model_hash;
+    h.l0 = l0;
+    h.l1 = l1;
+    int maxcols = 1;
+    for (int i = 0; i < n; i++) maxcols = e[i].cols > maxcols ? e[i].cols : maxcols;
+    write_ctx w = {f, e, src, malloc(sizeof(float) * (size_t)maxcols), malloc((size_t)maxcols)};
+    if (!w.row || !w.qrow) {
+        free(w.row);
+        free(w.qrow);
+        return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    }
+    uint64_t hash;
+    qhx_status rc = qhxf_write(path, &h, e, n, fill_entry, &w, &hash, progress);
+    free(w.row);
+    free(w.qrow);
+    if (rc) return rc;
+    *bytes = record_file(f, name, hash);
+    f->done_bytes += *bytes;
+    return QHX_OK;
+}
+
+
+static qhx_status write_text(const char *path, const char *text) {
+    FILE *fp = fopen(path, "wb");
+    if (!fp) return qhx_fail(QHX_ERR_IO, "%s: cannot create", path);
+    const size_t n = strlen(text);
+    int ok = fwrite(text, 1, n, fp) == n && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    ok &= fclose(fp) == 0;
+    return ok ? QHX_OK : qhx_fail(QHX_ERR_IO, "%s: write failed", path);
+}
+
+qhx_status forge_copy_tokenizer(forge *f) {
+    char src[1200], dst[4400];
+    snprintf(src, sizeof src, "%s/tokenizer.json", f->src->dir);
+    if (access(src, R_OK) != 0) return QHX_OK; /* a checkpoint without one gives a bundle without one */
+    char *text;
+    size_t len;
+    qhx_status rc = qhx_read_file(src, 1u << 30, &text, &len);
+    if (rc) return rc;
+    snprintf(dst, sizeof dst, "%s/tokenizer.json", f->tmp);
+    rc = write_text(dst, text);
+    free(text);
+    qhx_tokenizer *tok;
+    if (!rc) rc = qhx_model_tokenizer(f->src, &tok);
+    if (rc) return rc;
+    snprintf(dst, sizeof dst, "%s/tokenizer.qhxtok", f->tmp);
+    if ((rc = qhx_tokenizer_save_compact(tok, dst))) return rc;
+    const char *names[] = {"tokenizer.json", "tokenizer.qhxtok"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(dst, sizeof dst, "%s/%s", f->tmp, names[i]);
+        uint64_t hash;
+        if ((rc = qhxf_hash_file(dst, &hash))) return rc;
+        record_file(f, names[i], hash);
+    }
+    return QHX_OK;
+}
+
+qhx_status forge_write_manifest(forge *f, cJSON *root) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/manifest.json", f->tmp);
+    char *text = cJSON_Print(root);
+    if (!text) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    qhx_status rc = write_text(path, text);
+    free(text);
+    return rc;
+}
+
+uint64_t forge_random_id(void) {
+    uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    FILE *fp = fopen("/dev/urandom", "rb");
+    if (fp) {
+        if (fread(&seed, sizeof seed, 1, fp) != 1) seed ^= (uint64_t)clock();
+        fclose(fp);
+    }
+    return qhx_splitmix64(&seed);
+}
+
+void forge_hex64(char out[17], uint64_t v) { snprintf(out, 17, "%016llx", (unsigned long long)v); }
+
+qhx_status forge_export_all(forge *f, cJSON *plan_json, const int *first, int n_shards, int w8_head) {
+    const qhx_config *c = &f->src->cfg;
+    qhx_weights *w = f->src->w;
+    qhxf_entry *e = calloc((size_t)f->n_specs + 1, sizeof *e);
+    const qhx_tensor **src = calloc((size_t)f->n_specs + 1, sizeof *src);
+    if (!e || !src) { free(e), free(src); return qhx_fail(QHX_ERR_NOMEM, "out of memory"); }
+    qhx_status rc = QHX_OK;
+    cJSON *shards = cJSON_AddArrayToObject(plan_json, "decode_shards");
+    for (int i = 0; i < n_shards && !rc; i++) {
+        const int l0 = first[i], l1 = first[i + 1], last = l1 == c->n_layers;
+        int n = 0;
+        for (int k = 0; k < f->n_specs; k++) {
+            const qhx_tensor_spec *s = &f->specs[k];
+            if (!((s->layer >= l0 && s->layer < l1) || (last && s->dst == &w->final_norm))) continue;
+            e[n] = (qhxf_entry){s->name, qhx_bundle_dtype(s), s->dst->rows, s->dst->cols};
+            src[n++] = s->dst;
+        }
+        char name[64];
+        snprintf(name, sizeof name, "decode_s%d_w8.qhx", i);
+        uint64_t bytes;
+        rc = write_file(f, name, QHXF_SHARD, l0, l1, e, src, n, &bytes);
+        cJSON *sh = cJSON_CreateObject();
+        cJSON_AddStringToObject(sh, "file", name);
+        cJSON *layers = cJSON_AddArrayToObject(sh, "layers");
+        cJSON_AddItemToArray(layers, cJSON_CreateNumber(l0));
+        cJSON_AddItemToArray(layers, cJSON_CreateNumber(l1));
+        cJSON_AddNumberToObject(sh, "bytes", (double)bytes);
+        cJSON_AddItemToArray(shards, sh);
+        if (!rc) fprintf(f->log, "%sshard %d: layers %d-%d, %.1f MB\n", f->o->progress ? "\n" : "", i, l0, l1 - 1, bytes / 1e6);
+    }
+    uint64_t bytes;
+    const int V = c->vocab_size, D = c->hidden;
+    e[0] = (qhxf_entry){"embed_tokens.weight", QHX_F16, V, D};
+    src[0] = &w->embed;
+    if (!rc) rc = write_file(f, "embed_f16.qhx", QHXF_EMBED, 0, 0, e, src, 1, &bytes);
+    cJSON *emb = cJSON_AddObjectToObject(plan_json, "embedding");
+    cJSON_AddStringToObject(emb, "file", "embed_f16.qhx");
+    cJSON_AddStringToObject(emb, "dtype", "f16");
+    cJSON_AddStringToObject(emb, "lookup", "host");
+    const char *head_file = "embed_f16.qhx";
+    if (!rc && (w8_head || !c->tie_embeddings)) {
+        head_file = w8_head ? "lm_head_w8.qhx" : "lm_head_f16.qhx";
+        e[0] = (qhxf_entry){"lm_head.weight", w8_head ? QHX_I8 : QHX_F16, V, D};
+        src[0] = &w->lm_head;
+        rc = write_file(f, head_file, QHXF_HEAD, 0, 0, e, src, 1, &bytes);
+    }
+    cJSON *head = cJSON_AddObjectToObject(plan_json, "lm_head");
+    cJSON_AddStringToObject(head, "file", head_file);
+    cJSON_AddStringToObject(head, "dtype", w8_head ? "i8" : "f16");
+    cJSON_AddBoolToObject(head, "tied_to_embedding", !strcmp(head_file, "embed_f16.qhx"));
+    if (f->o->progress) fputc('\n', stderr);
+    free(e);
+    free(src);
+    return rc;
+}
+

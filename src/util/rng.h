@@ -1,0 +1,15 @@
+/* The one seeded generator: splitmix64 (Steele, Lea and Flood), a full-period 64-bit stream from
+ * any seed. Synthetic weights, the forge's gate inputs and the sampler's seeding all draw from it,
+ * so a seed means the same numbers everywhere. */
+#ifndef QHX_RNG_H
+#define QHX_RNG_H
+#include <stdint.h>
+
+static inline uint64_t qhx_splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+#endif

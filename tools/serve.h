@@ -1,0 +1,47 @@
+/* qhx serve's server state and its request parser, apart from the HTTP side (tools/serve.c) so
+ * that fuzz/fuzz_request.c links the parser as the server runs it. */
+#ifndef QHX_SERVE_H
+#define QHX_SERVE_H
+#include "qhexrt.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+typedef struct {
+    qhx_model *m;
+    qhx_tokenizer *tok;
+    qhx_model_info mi;
+    char model_id[256];
+    int max_tokens;             /* the largest max_tokens a request may ask for */
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    qhx_session **slot;
+    int *slot_busy, n_slots, n_waiting, n_running;
+    unsigned long turn_next, turn_now;  /* a ticket lock: whose turn on the model it is */
+    volatile sig_atomic_t stopping;
+    unsigned long n_requests;
+} server;
+
+typedef struct {
+    int chat, stream, include_usage, thinking;
+    int32_t *ids;
+    int n_ids;
+    qhx_generate_opts gen;
+    char *stop[QHX_MAX_STOP];
+    char id[48];
+    long created;
+} request;
+
+/* Why a request was refused, as OpenAI's error object says it. */
+typedef struct {
+    unsigned status;
+    const char *param, *code;
+    char message[512];
+} refusal;
+
+/* Turns a body into a request with its prompt ids (its sampling options checked, a chat rendered
+ * and tokenized, the context checked): NULL, and why in *why, when it is refused. */
+request *parse_request(server *sv, const char *body, size_t len, int chat, refusal *why);
+void request_free(request *rq);
+
+#endif

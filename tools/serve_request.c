@@ -1,0 +1,218 @@
+/* qhx serve's request parsing: an OpenAI request body to prompt ids and generation options,
+ * every refusal a 400 naming the field (tools/serve.h). */
+#include "cli.h"
+#include "serve.h"
+
+#include <jansson.h>
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void request_free(request *rq) {
+    free(rq->ids);
+    for (int i = 0; i < rq->gen.n_stop; i++) free(rq->stop[i]);
+    free(rq);
+}
+
+/* Reads an optional number field into *out; a wrong type or range is a 400 naming the field. */
+static int get_number(json_t *body, const char *key, double lo, double hi, float *out, char *err, size_t cap) {
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v)) return 0;
+    double d = json_number_value(v);
+    if (!json_is_number(v) || !(d >= lo && d <= hi))
+        return snprintf(err, cap, "'%s' must be a number in [%g, %g]", key, lo, hi), -1;
+    *out = (float)d;
+    return 0;
+}
+
+static int get_int(json_t *body, const char *key, long long lo, long long hi, long long *out, char *err, size_t cap) {
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return snprintf(err, cap, "'%s' must be an integer in [%lld, %lld]", key, lo, hi), -1;
+    *out = json_integer_value(v);
+    return 1;
+}
+
+static int get_bool(json_t *body, const char *key, int *out, char *err, size_t cap) {
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return snprintf(err, cap, "'%s' must be a boolean", key), -1;
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* The sampling fields both endpoints share. Returns the offending field's name, or NULL. */
+static const char *parse_sampling(server *sv, json_t *body, request *rq, char *err, size_t cap) {
+    qhx_generate_opts *g = &rq->gen;
+    g->temperature = 1; /* OpenAI's defaults */
+    g->top_p = 1;
+    if (get_number(body, "temperature", 0, 2, &g->temperature, err, cap)) return "temperature";
+    if (get_number(body, "top_p", 0, 1, &g->top_p, err, cap)) return "top_p";
+    if (get_number(body, "min_p", 0, 1, &g->min_p, err, cap)) return "min_p";
+    if (get_number(body, "presence_penalty", -2, 2, &g->presence_penalty, err, cap)) return "presence_penalty";
+    if (get_number(body, "frequency_penalty", -2, 2, &g->frequency_penalty, err, cap)) return "frequency_penalty";
+    if (get_number(body, "repetition_penalty", 0, 10, &g->repeat_penalty, err, cap)) return "repetition_penalty";
+    long long v;
+    int r;
+    if ((r = get_int(body, "top_k", 0, INT_MAX, &v, err, cap)) < 0) return "top_k";
+    if (r) g->top_k = (int)v;
+    if ((r = get_int(body, "seed", LLONG_MIN, LLONG_MAX, &v, err, cap)) < 0) return "seed";
+    if (r) g->seed = (uint64_t)v;
+    else g->seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)(uintptr_t)rq;
+    if ((r = get_int(body, "n", 1, 1, &v, err, cap)) < 0) return "n";
+    const char *mt = json_object_get(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    g->max_tokens = rq->chat ? sv->max_tokens : 16; /* OpenAI: completions default to 16 */
+    if ((r = get_int(body, mt, 1, sv->max_tokens, &v, err, cap)) < 0) return mt;
+    if (r) g->max_tokens = (int)v;
+    if (get_bool(body, "stream", &rq->stream, err, cap)) return "stream";
+    json_t *so = json_object_get(body, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so) || get_bool(so, "include_usage", &rq->include_usage, err, cap))
+            return snprintf(err, cap, "'stream_options' must be an object {\"include_usage\": bool}"), "stream_options";
+    }
+    json_t *stop = json_object_get(body, "stop");
+    if (stop && !json_is_null(stop)) {
+        size_t n = json_is_string(stop) ? 1 : json_array_size(stop);
+        if ((!json_is_string(stop) && !json_is_array(stop)) || n > QHX_MAX_STOP)
+            return snprintf(err, cap, "'stop' must be a string or an array of at most %d strings", QHX_MAX_STOP), "stop";
+        for (size_t i = 0; i < n; i++) {
+            json_t *s = json_is_string(stop) ? stop : json_array_get(stop, i);
+            if (!json_is_string(s) || !json_string_length(s) || json_string_length(s) > QHX_MAX_STOP_BYTES ||
+                strlen(json_string_value(s)) != json_string_length(s))
+                return snprintf(err, cap, "'stop' strings must be 1 to %d bytes", QHX_MAX_STOP_BYTES), "stop";
+            if (!(rq->stop[rq->gen.n_stop] = strdup(json_string_value(s))))
+                return snprintf(err, cap, "out of memory"), "stop";
+            rq->gen.n_stop++;
+        }
+        rq->gen.stop = (const char *const *)rq->stop;
+    }
+    return NULL;
+}
+
+
+request *parse_request(server *sv, const char *body, size_t len, int chat, refusal *why) {
+    json_error_t jerr;
+    json_t *j = json_loadb(body, len, 0, &jerr);
+    char *err = why->message;
+    const size_t cap = sizeof why->message;
+    *why = (refusal){.status = 400};
+    if (!j) {
+        snprintf(err, cap, "request body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+        return NULL;
+    }
+    request *rq = calloc(1, sizeof *rq);
+    unsigned status = 400;
+    const char *param = NULL, *code = NULL;
+    char *text = NULL;
+    size_t text_len = 0;
+    int special = 0;
+    if (!json_is_object(j)) { snprintf(err, cap, "request body must be a JSON object"); goto fail; }
+    if (!rq) { snprintf(err, cap, "out of memory"); status = 500; goto fail; }
+    rq->chat = chat;
+    rq->thinking = 1;
+    json_t *model = json_object_get(j, "model");
+    if (model && !json_is_string(model)) { param = "model"; snprintf(err, cap, "'model' must be a string"); goto fail; }
+    if ((param = parse_sampling(sv, j, rq, err, cap))) goto fail;
+    if (chat) {
+        json_t *msgs = json_object_get(j, "messages"), *tools = json_object_get(j, "tools");
+        if (!json_is_array(msgs) || !json_array_size(msgs)) {
+            param = "messages";
+            snprintf(err, cap, "'messages' must be a non-empty array");
+            goto fail;
+        }
+        for (size_t i = 0; i < json_array_size(msgs); i++) {
+            json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
+            if (!json_is_object(m) || !json_is_string(role)) {
+                param = "messages";
+                snprintf(err, cap, "messages[%zu] must be an object with a string 'role'", i);
+                goto fail;
+            }
+        }
+        if (tools && !json_is_null(tools) && !json_is_array(tools)) { param = "tools"; snprintf(err, cap, "'tools' must be an array"); goto fail; }
+        json_t *kw = json_object_get(j, "chat_template_kwargs");
+        if (kw && !json_is_null(kw) && !json_is_object(kw)) {
+            param = "chat_template_kwargs";
+            snprintf(err, cap, "'chat_template_kwargs' must be an object");
+            goto fail;
+        }
+        if (get_bool(kw, "enable_thinking", &rq->thinking, err, cap)) { param = "chat_template_kwargs"; goto fail; }
+        json_t *req = json_pack("{s:O, s:b, s:b}", "messages", msgs, "add_generation_prompt", 1, "enable_thinking", rq->thinking);
+        if (tools && json_is_array(tools)) json_object_set(req, "tools", tools);
+        char *rj = req ? json_dumps(req, JSON_COMPACT) : NULL;
+        json_decref(req);
+        if (!rj || qhx_chat_render(rj, strlen(rj), &text, &text_len)) {
+            free(rj);
+            param = "messages";
+            snprintf(err, cap, "%s", rj ? qhx_last_error() : "out of memory");
+            goto fail;
+        }
+        free(rj);
+        special = 1; /* the template's markers are special tokens; user text is inside them as rendered */
+    } else {
+        json_t *p = json_object_get(j, "prompt");
+        if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
+        if (json_is_string(p)) {
+            if (!(text = strndup(json_string_value(p), json_string_length(p)))) { status = 500; snprintf(err, cap, "out of memory"); goto fail; }
+            text_len = json_string_length(p);
+        } else if (json_is_array(p) && json_array_size(p) && json_is_integer(json_array_get(p, 0))) {
+            size_t n = json_array_size(p);
+            if (n > (size_t)sv->mi.max_context) {
+                param = "prompt";
+                snprintf(err, cap, "the prompt has %zu tokens; the context is %d", n, sv->mi.max_context);
+                goto fail;
+            }
+            rq->ids = malloc(sizeof(int32_t) * n);
+            rq->n_ids = (int)n;
+            for (size_t i = 0; rq->ids && i < n; i++) {
+                json_t *v = json_array_get(p, i);
+                if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= sv->mi.vocab_size) {
+                    param = "prompt";
+                    snprintf(err, cap, "prompt[%zu] is not a token id in [0, %d)", i, sv->mi.vocab_size);
+                    goto fail;
+                }
+                rq->ids[i] = (int32_t)json_integer_value(v);
+            }
+            if (!rq->ids) { status = 500; snprintf(err, cap, "out of memory"); goto fail; }
+        } else {
+            param = "prompt";
+            snprintf(err, cap, "'prompt' must be a string, a one-string array or an array of token ids");
+            goto fail;
+        }
+    }
+    if (text) {
+        size_t n = 0;
+        qhx_status st = qhx_tokenizer_encode(sv->tok, text, text_len, special ? QHX_ENCODE_SPECIAL : 0, &rq->ids, &n);
+        if (st) { param = chat ? "messages" : "prompt"; snprintf(err, cap, "%s", qhx_last_error()); goto fail; }
+        rq->n_ids = (int)n;
+        if (!n) { param = "prompt"; snprintf(err, cap, "the prompt is empty"); goto fail; }
+    }
+    if (rq->n_ids + rq->gen.max_tokens > sv->mi.max_context) {
+        param = chat ? "messages" : "prompt";
+        code = "context_length_exceeded";
+        snprintf(err, cap, "This model's maximum context length is %d tokens. However, you requested %d tokens "
+                 "(%d in the prompt, %d for the completion).", sv->mi.max_context, rq->n_ids + rq->gen.max_tokens,
+                 rq->n_ids, rq->gen.max_tokens);
+        goto fail;
+    }
+    free(text);
+    json_decref(j);
+    why->status = 0;
+    pthread_mutex_lock(&sv->lock);
+    unsigned long k = ++sv->n_requests;
+    pthread_mutex_unlock(&sv->lock);
+    snprintf(rq->id, sizeof rq->id, "%s-%lx%lu", chat ? "chatcmpl" : "cmpl", (unsigned long)time(NULL), k);
+    rq->created = (long)time(NULL);
+    return rq;
+fail:
+    json_decref(j);
+    free(text);
+    if (rq) request_free(rq);
+    why->status = status;
+    why->param = param;
+    why->code = code;
+    return NULL;
+}
