@@ -43,6 +43,12 @@ const char *qhx_status_str(qhx_status st);
 /* The message of the most recent failure on this thread; "" if none. Valid until the next call. */
 const char *qhx_last_error(void);
 
+/* Long steps (checking a bundle's checksums, forging, writing a synthetic checkpoint) report how
+ * far they are through this, when the caller gives one: `what` names the step and the file
+ * ("checking decode_s0_w8.qhx:", "forge: writing", "synth: writing"), done of total bytes; done == total
+ * ends the step. The library itself never prints. */
+typedef void (*qhx_progress_fn)(const char *what, uint64_t done, uint64_t total, void *user);
+
 /* ---- runtime: the backend (kernel set) and the threads it runs on ---------------------------- */
 
 typedef struct qhx_runtime qhx_runtime;
@@ -53,7 +59,8 @@ typedef struct {
                               reference: double accumulation), "scalar", "avx2", "avx512" (fp32
                               activations); "-q8" / "-bf16" sets: faster, approximate prefill */
     int n_threads;         /* 0: every core */
-    int progress;          /* report long steps (checking a bundle's checksums) on stderr */
+    qhx_progress_fn progress;  /* long steps of the models opened on it (NULL: none) */
+    void *progress_user;
     int map_weights;       /* 1: map a bundle's weights from the page cache (shared between
                               processes, faulted in as used); 0 (default): read them into this
                               process's memory on huge pages, 1.3-1.4x faster decode and prefill
@@ -279,7 +286,8 @@ typedef struct {
     int gate;                      /* run the gates; a failed gate fails the forge */
     int gate_tokens;               /* greedy gate: tokens per prompt (0: 64) */
     int gate_trials;               /* export gate: random inputs per shard (0: 5) */
-    int progress;                  /* progress on stderr */
+    qhx_progress_fn progress;      /* writing progress (NULL: none) */
+    void *progress_user;
     qhx_runtime *rt;               /* kernels and threads for the gates (NULL: defaults) */
 } qhx_forge_opts;
 
@@ -291,7 +299,8 @@ qhx_status qhx_forge(const qhx_forge_opts *opts, FILE *log);
 int qhx_synth_preset_info(int i, const char **name, const char **about);
 /* Writes a Hugging Face checkpoint of a preset shape with seeded random weights to dir
  * (atomically; an existing dir only with force). */
-qhx_status qhx_synth(const char *preset, uint64_t seed, const char *dir, int force, int progress);
+qhx_status qhx_synth(const char *preset, uint64_t seed, const char *dir, int force, qhx_progress_fn progress,
+                     void *progress_user);
 
 #ifdef __cplusplus
 }

@@ -29,7 +29,8 @@ qhx_status qhx_runtime_new(const qhx_runtime_opts *opts, qhx_runtime **out) {
     rt->ex.ks = ks;
     rt->ex.acts = &rt->acts;
     rt->n_threads = n;
-    rt->progress = opts ? opts->progress : 0;
+    rt->progress = opts ? opts->progress : NULL;
+    rt->progress_user = opts ? opts->progress_user : NULL;
     rt->map_weights = opts ? opts->map_weights : 0;
     if (n > 1 && !(rt->ex.pool = qhx_pool_new(n))) {
         free(rt);

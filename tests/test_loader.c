@@ -110,7 +110,7 @@ static double max_rel(const float *a, const float *b, size_t n) {
 static void check_shape(const char *preset) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/%s", root, preset);
-    CHECK(qhx_synth(preset, 7, dir, 0, 0) == QHX_OK, "synth %s: %s", preset, qhx_last_error());
+    CHECK(qhx_synth(preset, 7, dir, 0, NULL, NULL) == QHX_OK, "synth %s: %s", preset, qhx_last_error());
     qhx_model *m;
     qhx_session *s;
     if (qhx_model_open(NULL, dir, &m)) { CHECK(0, "open %s: %s", preset, qhx_last_error()); return; }
@@ -157,8 +157,8 @@ int main(void) {
 
     char dir[600], file[700];
     snprintf(dir, sizeof dir, "%s/tiny", root);
-    CHECK(qhx_synth("tiny", 7, dir, 0, 0) == QHX_ERR_IO, "synth over an existing dir must refuse");
-    CHECK(qhx_synth("huge", 7, dir, 1, 0) == QHX_ERR_ARG && strstr(qhx_last_error(), "huge"), "unknown preset: %s", qhx_last_error());
+    CHECK(qhx_synth("tiny", 7, dir, 0, NULL, NULL) == QHX_ERR_IO, "synth over an existing dir must refuse");
+    CHECK(qhx_synth("huge", 7, dir, 1, NULL, NULL) == QHX_ERR_ARG && strstr(qhx_last_error(), "huge"), "unknown preset: %s", qhx_last_error());
 
     expect_fail("/nonexistent/model", QHX_ERR_IO, "/nonexistent/model: no such model", "missing dir");
     config_edit("bad-json", "{", "{{", QHX_ERR_FORMAT, "config.json");

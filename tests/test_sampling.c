@@ -270,7 +270,7 @@ static void padded_vocab_tests(void) {
     char dir[128], cmd[512];
     snprintf(dir, sizeof dir, "/tmp/qhx-test-sampling-%d", (int)getpid());
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
-    if (system(cmd) != 0 || qhx_synth("tiny", 3, dir, 1, 0) != QHX_OK) { CHECK(0, "synth: %s", qhx_last_error()); return; }
+    if (system(cmd) != 0 || qhx_synth("tiny", 3, dir, 1, NULL, NULL) != QHX_OK) { CHECK(0, "synth: %s", qhx_last_error()); return; }
     snprintf(cmd, sizeof cmd, "cp models/q35-kjv/tokenizer.json '%s/'", dir);
     CHECK(system(cmd) == 0, "copy the tokenizer");
     qhx_runtime *rt;

@@ -204,7 +204,8 @@ void default_seed(opts *o) {
 
 /* The runtime the options ask for, and the model on it. */
 int open_model(const opts *o, qhx_runtime **rt, qhx_model **m) {
-    qhx_runtime_opts ro = {.kernels = o->kernels, .n_threads = (int)o->threads, .progress = isatty(2), .map_weights = o->mmap};
+    qhx_runtime_opts ro = {.kernels = o->kernels, .n_threads = (int)o->threads, .progress = isatty(2) ? cli_progress : NULL,
+                           .map_weights = o->mmap};
     *m = NULL;
     if (qhx_runtime_new(&ro, rt)) return api_error();
     if (qhx_model_open(*rt, o->model, m)) return api_error();
@@ -298,4 +299,10 @@ void think_split_feed(think_split *ts, const char *t, size_t n, char *reasoning,
             answer[(*n_answer)++] = ch;
         }
     }
+}
+
+void cli_progress(const char *what, uint64_t done, uint64_t total, void *user) {
+    (void)user;
+    if (done >= total) fprintf(stderr, "\r\033[K");
+    else fprintf(stderr, "\r%s %5.1f%% of %.2f GB", what, 100.0 * (double)done / (double)total, total / 1e9);
 }

@@ -30,6 +30,8 @@ typedef struct {
 
 /* Parses every flag the subcommands know into o; non-flags fill model, then prompt. */
 int parse_common(int argc, char **argv, opts *o);
+/* The library's progress reports as one line on stderr, rewritten in place (for a terminal). */
+void cli_progress(const char *what, uint64_t done, uint64_t total, void *user);
 /* A seed from the clock unless --seed gave one. */
 void default_seed(opts *o);
 int open_model(const opts *o, qhx_runtime **rt, qhx_model **m);

@@ -40,7 +40,7 @@ int cmd_synth(int argc, char **argv) {
         else return die("unknown argument '%s' (see qhx synth --help)", a), 2;
     }
     if (!preset || !out) return die("needs --preset and --out (see qhx synth --help)"), 2;
-    if (qhx_synth(preset, (uint64_t)seed, out, force, isatty(2))) return api_error();
+    if (qhx_synth(preset, (uint64_t)seed, out, force, isatty(2) ? cli_progress : NULL, NULL)) return api_error();
     return 0;
 }
 
@@ -62,7 +62,7 @@ static const char forge_help[] =
     "  --force                replace an existing BUNDLE (only once the new one is complete)\n" RUNTIME_HELP;
 
 int cmd_forge(int argc, char **argv) {
-    qhx_forge_opts fo = {.gate = 1, .progress = isatty(2)};
+    qhx_forge_opts fo = {.gate = 1, .progress = isatty(2) ? cli_progress : NULL};
     opts o = {0};
     long long v;
     for (int i = 1; i < argc; i++) {

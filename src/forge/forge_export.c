@@ -59,9 +59,7 @@ static int fill_entry(int i, int r0, int r1, void *data, float *scale, void *use
 static void progress(uint64_t bytes, void *user) {
     write_ctx *w = user;
     forge *f = w->f;
-    if (f->o->progress)
-        fprintf(stderr, "\rforge: writing %5.1f%% of %.2f GB", 100.0 * (f->done_bytes + bytes) / (double)f->total_bytes,
-                f->total_bytes / 1e9);
+    if (f->o->progress) f->o->progress("forge: writing", f->done_bytes + bytes, f->total_bytes, f->o->progress_user);
 }
 
 /* Adds a written file's size and XXH3 to the manifest's "files"; returns the size. */
@@ -216,7 +214,7 @@ qhx_status forge_export_all(forge *f, cJSON *plan_json, const int *first, int n_
     cJSON_AddStringToObject(head, "file", head_file);
     cJSON_AddStringToObject(head, "dtype", w8_head ? "i8" : "f16");
     cJSON_AddBoolToObject(head, "tied_to_embedding", !strcmp(head_file, "embed_f16.qhx"));
-    if (f->o->progress) fputc('\n', stderr);
+    if (f->o->progress) f->o->progress("forge: writing", f->total_bytes, f->total_bytes, f->o->progress_user); /* done */
     free(e);
     free(src);
     return rc;

@@ -103,7 +103,8 @@ typedef struct {
     uint64_t seed;
     uint64_t rng;        /* state of the tensor being written */
     size_t total_bytes, base_bytes;
-    int progress;
+    qhx_progress_fn progress;
+    void *progress_user;
 } filler;
 
 static float sample(const qhx_tensor_spec *s, uint64_t *rng) {
@@ -135,8 +136,7 @@ static int fill(size_t i, void *buf, size_t count, size_t offset, void *user) {
 
 static void progress(size_t bytes, void *user) {
     filler *f = user;
-    if (!f->progress) return;
-    fprintf(stderr, "\rsynth: %5.1f%% of %.2f GB", 100.0 * (f->base_bytes + bytes) / f->total_bytes, f->total_bytes / 1e9);
+    if (f->progress) f->progress("synth: writing", f->base_bytes + bytes, f->total_bytes, f->progress_user);
 }
 
 static size_t tensor_bytes(int ndim, const int64_t *shape, qhx_dtype dt) {
@@ -156,7 +156,8 @@ static qhx_status write_text(const char *path, const char *text) {
 }
 
 
-qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force, int show_progress) {
+qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force, qhx_progress_fn show_progress,
+                     void *progress_user) {
     const preset *p = NULL;
     for (size_t i = 0; i < N_PRESETS; i++)
         if (!strcmp(presets[i].name, name)) p = &presets[i];
@@ -182,7 +183,7 @@ qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force
     snprintf(path, sizeof path, "%s/config.json", tmp);
     if ((rc = write_text(path, text))) goto fail;
 
-    filler f = {specs, index, seed, 0, 0, 0, show_progress};
+    filler f = {specs, index, seed, 0, 0, 0, show_progress, progress_user};
     for (int i = 0; i < n; i++) f.total_bytes += tensor_bytes(specs[i].ndim, specs[i].shape, specs[i].dtype);
     /* Greedy split into shards of at most SHARD_BYTES, in table order, like HF's save_pretrained. */
     int n_shards = 0, first = 0;
@@ -211,7 +212,7 @@ qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force
         rc = qhx_st_write(path, entries, cnt, fill, &f, progress);
         f.base_bytes += shard_bytes;
     }
-    if (show_progress) fputc('\n', stderr);
+    if (show_progress) show_progress("synth: writing", f.total_bytes, f.total_bytes, progress_user); /* done */
     if (!rc && n_shards > 1) {
         cJSON *idx = cJSON_CreateObject();
         cJSON *meta = cJSON_AddObjectToObject(idx, "metadata");

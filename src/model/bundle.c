@@ -65,10 +65,12 @@ static qhx_status verify(qhx_model *m, const manifest *mf, const qhxf_file *f, c
     const size_t step = (size_t)64 << 20; /* a progress line per 64 MiB on big files */
     for (size_t off = 0; off < f->map.size; off += step) {
         XXH3_64bits_update(st, (const char *)f->map.data + off, f->map.size - off < step ? f->map.size - off : step);
-        if (m->rt->progress && f->map.size > step)
-            fprintf(stderr, "\rchecking %s: %3.0f%%", name, 100.0 * (off + step < f->map.size ? off + step : f->map.size) / f->map.size);
+        if (m->rt->progress && f->map.size > step) {
+            char what[300];
+            snprintf(what, sizeof what, "checking %s:", name);
+            m->rt->progress(what, off + step < f->map.size ? off + step : f->map.size, f->map.size, m->rt->progress_user);
+        }
     }
-    if (m->rt->progress && f->map.size > step) fputs("\r\033[K", stderr);
     const uint64_t got = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     if (got != want)

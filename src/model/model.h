@@ -17,7 +17,8 @@ struct qhx_runtime {
     qhx_exec ex;
     qhx_acts acts;     /* ex.acts */
     int n_threads;
-    int progress;
+    qhx_progress_fn progress;
+    void *progress_user;
     int map_weights;      /* bundle weights mapped from the page cache, not read in */
 };
 
