@@ -2,6 +2,7 @@
  * bundle: 0 = manifest.json, 1 = a decode shard, 2 = the embedding file, 3 = the compact
  * tokenizer. qhx_model_open must refuse or accept without crashing; what loads must also run. */
 #include "qhexrt.h"
+#include "qhexrt_tools.h"
 #include "util/outdir.h"
 #include <stdio.h>
 #include <stdlib.h>

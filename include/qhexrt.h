@@ -1,7 +1,8 @@
 /*
  * qhexrt — a C runtime for the Qwen3.5 hybrid (Gated DeltaNet + gated attention) language models.
  *
- * This header is the whole public contract. Every function returns a qhx_status (QHX_OK on success);
+ * This header is the stable public contract (qhexrt_tools.h adds the forge, synthetic checkpoints
+ * and the benchmarks' probes). Every function returns a qhx_status (QHX_OK on success);
  * on failure qhx_last_error() holds a one-line, human-readable reason naming the file, tensor or
  * argument at fault. The library never prints and never exits.
  *
@@ -75,9 +76,6 @@ void qhx_runtime_free(qhx_runtime *rt);
 const char *qhx_runtime_kernels(const qhx_runtime *rt);
 /* Threads the runtime computes with (the caller's thread included). */
 int qhx_runtime_threads(const qhx_runtime *rt);
-/* Measures this machine's memory read bandwidth in GB/s with the runtime's threads (best of a few
- * passes over `bytes` of memory; 0 = 1 GiB). The yardstick for decode speed. */
-double qhx_runtime_read_bandwidth(qhx_runtime *rt, size_t bytes);
 
 typedef struct qhx_tokenizer qhx_tokenizer;
 
@@ -122,15 +120,6 @@ void qhx_model_get_info(const qhx_model *m, qhx_model_info *info);
 /* A bundle's manifest JSON text (owned by the model), or NULL for a checkpoint. */
 const char *qhx_model_manifest(const qhx_model *m);
 
-/* One pass of the plain read loop of qhx_runtime_read_bandwidth over the model's mapped weight
- * files, on the runtime's threads: the yardstick measured on the very pages decode streams.
- * bytes / seconds is the read bandwidth of that moment; `qhx bench` interleaves such passes with
- * decode so both see the same machine. */
-typedef struct {
-    uint64_t bytes;
-    double seconds;
-} qhx_read_probe;
-qhx_read_probe qhx_model_read_weights(qhx_model *m);
 
 /* The model's tokenizer (the bundle's, or the checkpoint directory's tokenizer.json), loaded on
  * first use and owned by the model. */
@@ -274,33 +263,6 @@ int qhx_detok_flush(qhx_detok_stream *st, char *out, size_t cap);
  *  "add_generation_prompt"?: bool (default true), "enable_thinking"?: bool (default: thinking on)}.
  * *out is malloc'd and NUL-terminated; *out_len (may be NULL) is its length. */
 qhx_status qhx_chat_render(const char *request, size_t len, char **out, size_t *out_len);
-
-/* ---- the forge and synthetic checkpoints (what `qhx forge` and `qhx synth` run) ------------ */
-
-typedef struct {
-    const char *checkpoint, *out;  /* a Hugging Face checkpoint directory -> a bundle directory */
-    uint64_t max_context_bytes;    /* per-shard byte ceiling; 0: 2 GiB (the 4B shape -> 2 shards) */
-    int context_len;               /* 0: min(max_position_embeddings, 4096) */
-    const char *lmhead;            /* "f16" (default) or "w8" */
-    int force;                     /* replace an existing bundle (only once the new one is complete) */
-    int gate;                      /* run the gates; a failed gate fails the forge */
-    int gate_tokens;               /* greedy gate: tokens per prompt (0: 64) */
-    int gate_trials;               /* export gate: random inputs per shard (0: 5) */
-    qhx_progress_fn progress;      /* writing progress (NULL: none) */
-    void *progress_user;
-    qhx_runtime *rt;               /* kernels and threads for the gates (NULL: defaults) */
-} qhx_forge_opts;
-
-/* Forges a checkpoint into a W8 bundle (docs/bundle.md), reporting plan, sizes and gate results on
- * `log`. Written under a temporary name and renamed: a failure leaves nothing behind. */
-qhx_status qhx_forge(const qhx_forge_opts *opts, FILE *log);
-
-/* The i-th synthetic preset's name and description; returns 0 past the last one. */
-int qhx_synth_preset_info(int i, const char **name, const char **about);
-/* Writes a Hugging Face checkpoint of a preset shape with seeded random weights to dir
- * (atomically; an existing dir only with force). */
-qhx_status qhx_synth(const char *preset, uint64_t seed, const char *dir, int force, qhx_progress_fn progress,
-                     void *progress_user);
 
 #ifdef __cplusplus
 }

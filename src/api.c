@@ -1,5 +1,6 @@
 /* The public API (include/qhexrt.h): runtime, model, session, generation. */
 #include "qhexrt.h"
+#include "qhexrt_tools.h"
 #include "model/model.h"
 #include "util/error.h"
 

@@ -2,6 +2,7 @@
  * error naming the file, tensor or argument; odd shapes (key dim != value dim, untied head, 5
  * layers) run, and token-by-token decode equals whole-sequence evaluation. */
 #include "qhexrt.h"
+#include "qhexrt_tools.h"
 #include "qhexrt.h"
 #include "testlib.h"
 

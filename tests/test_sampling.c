@@ -4,6 +4,7 @@
  * across tokens, the held-back text at the end, bad options), and on a checkpoint whose lm-head has
  * more rows than its tokenizer has ids (the ids past the tokenizer are tokens without text). */
 #include "qhexrt.h"
+#include "qhexrt_tools.h"
 #include "sample/sampler.h"
 #include "testlib.h"
 

@@ -1,6 +1,7 @@
 /* qhx bench: prefill and decode speed against the memory bandwidth measured in the same run. */
 #include "cli.h"
 #include "qhexrt.h"
+#include "qhexrt_tools.h"
 
 #include <jansson.h>
 

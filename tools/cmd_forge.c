@@ -1,6 +1,7 @@
 /* qhx synth and qhx forge: random-weight checkpoints, and checkpoints forged into gated W8 bundles. */
 #include "cli.h"
 #include "qhexrt.h"
+#include "qhexrt_tools.h"
 
 #include <jansson.h>
 

@@ -3,6 +3,7 @@
 #define QHX_FORGE_H
 #include <stdint.h>
 #include "qhexrt.h"
+#include "qhexrt_tools.h"
 
 #define QHX_FORGE_DEFAULT_CEILING (2ull << 30) /* the 4B shape -> 2 shards of ~1.8 GB, as in the seed */
 

@@ -5,6 +5,7 @@
  * N(0, 0.3^2), gated norm 1 + N(0, 0.3^2), conv N(0, 0.5^2), A_log U(-1.5, 1), dt_bias N(0, 0.5^2).
  */
 #include "qhexrt.h"
+#include "qhexrt_tools.h"
 #include "util/rng.h"
 #include "format/hfconfig.h"
 #include "format/safetensors_write.h"

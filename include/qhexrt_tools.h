@@ -1,0 +1,61 @@
+/*
+ * qhexrt tools: what `qhx forge`, `qhx synth` and `qhx bench` run, beside the stable API of
+ * qhexrt.h. Same conventions: a qhx_status from every call, qhx_last_error() for the reason, and
+ * the library never prints (progress through a qhx_progress_fn, reports on a stream the caller
+ * passes).
+ */
+#ifndef QHEXRT_TOOLS_H
+#define QHEXRT_TOOLS_H
+#include "qhexrt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- benchmarks' probes ----------------------------------------------------------------------- */
+
+/* Measures this machine's memory read bandwidth in GB/s with the runtime's threads (best of a few
+ * passes over `bytes` of memory; 0 = 1 GiB). The yardstick for decode speed. */
+double qhx_runtime_read_bandwidth(qhx_runtime *rt, size_t bytes);
+
+/* One pass of the plain read loop of qhx_runtime_read_bandwidth over the model's mapped weight
+ * files, on the runtime's threads: the yardstick measured on the very pages decode streams.
+ * bytes / seconds is the read bandwidth of that moment; `qhx bench` interleaves such passes with
+ * decode so both see the same machine. */
+typedef struct {
+    uint64_t bytes;
+    double seconds;
+} qhx_read_probe;
+qhx_read_probe qhx_model_read_weights(qhx_model *m);
+
+/* ---- the forge and synthetic checkpoints (what `qhx forge` and `qhx synth` run) ------------ */
+
+typedef struct {
+    const char *checkpoint, *out;  /* a Hugging Face checkpoint directory -> a bundle directory */
+    uint64_t max_context_bytes;    /* per-shard byte ceiling; 0: 2 GiB (the 4B shape -> 2 shards) */
+    int context_len;               /* 0: min(max_position_embeddings, 4096) */
+    const char *lmhead;            /* "f16" (default) or "w8" */
+    int force;                     /* replace an existing bundle (only once the new one is complete) */
+    int gate;                      /* run the gates; a failed gate fails the forge */
+    int gate_tokens;               /* greedy gate: tokens per prompt (0: 64) */
+    int gate_trials;               /* export gate: random inputs per shard (0: 5) */
+    qhx_progress_fn progress;      /* writing progress (NULL: none) */
+    void *progress_user;
+    qhx_runtime *rt;               /* kernels and threads for the gates (NULL: defaults) */
+} qhx_forge_opts;
+
+/* Forges a checkpoint into a W8 bundle (docs/bundle.md), reporting plan, sizes and gate results on
+ * `log`. Written under a temporary name and renamed: a failure leaves nothing behind. */
+qhx_status qhx_forge(const qhx_forge_opts *opts, FILE *log);
+
+/* The i-th synthetic preset's name and description; returns 0 past the last one. */
+int qhx_synth_preset_info(int i, const char **name, const char **about);
+/* Writes a Hugging Face checkpoint of a preset shape with seeded random weights to dir
+ * (atomically; an existing dir only with force). */
+qhx_status qhx_synth(const char *preset, uint64_t seed, const char *dir, int force, qhx_progress_fn progress,
+                     void *progress_user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
