@@ -10,6 +10,7 @@
 #include "forge/forge.h"
 #include "model/model.h"
 #include "model/ops.h"
+#include "util/mapfile.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -90,28 +91,13 @@ int main(int argc, char **argv) {
     char path[2048];
     snprintf(path, sizeof path, "%s/golden/golden.json", argv[1]);
     size_t glen = 0, tlen = 0;
-    FILE *f = fopen(path, "rb");
     char *gtext = NULL, *text = NULL;
-    if (f) {
-        fseek(f, 0, SEEK_END);
-        glen = (size_t)ftell(f);
-        rewind(f);
-        gtext = malloc(glen + 1);
-        if (gtext && fread(gtext, 1, glen, f) == glen) gtext[glen] = 0;
-        fclose(f);
-    }
-    if ((f = fopen(argv[2], "rb"))) {
-        fseek(f, 0, SEEK_END);
-        tlen = (size_t)ftell(f);
-        rewind(f);
-        text = malloc(tlen + 1);
-        if (text && fread(text, 1, tlen, f) != tlen) tlen = 0;
-        fclose(f);
-    }
+    if (qhx_read_file(path, 64u << 20, &gtext, &glen) || qhx_read_file(argv[2], 64u << 20, &text, &tlen))
+        return fprintf(stderr, "%s\n", qhx_last_error()), 1;
     cJSON *golden = gtext ? cJSON_Parse(gtext) : NULL;
     int32_t *text_ids;
     size_t n_text;
-    if (!golden || !text || qhx_tokenizer_encode(tok, text, tlen, 0, &text_ids, &n_text))
+    if (!golden || qhx_tokenizer_encode(tok, text, tlen, 0, &text_ids, &n_text))
         return fprintf(stderr, "%s or %s: unreadable (%s)\n", path, argv[2], qhx_last_error()), 1;
 
     /* held-out prompts and the unquantized model's greedy tokens on them */

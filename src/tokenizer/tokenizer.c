@@ -372,10 +372,8 @@ qhx_status qhx_tokenizer_decode(const qhx_tokenizer *t, const int32_t *ids, size
     if (!s) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     qhx_detok_stream st = {0};
     size_t o = 0;
-    for (size_t i = 0; i < n; i++)
-        for (uint32_t b = 0; b < t->piece_len[ids[i]]; b++) emit(&st, (unsigned char)t->piece[ids[i]][b], s, cap, &o);
-    int k = qhx_detok_flush(&st, s + o, cap - o);
-    o += k > 0 ? (size_t)k : 0;
+    for (size_t i = 0; i < n; i++) o += (size_t)qhx_detok_push(t, &st, ids[i], s + o, cap - o); /* ids checked, room sized */
+    o += (size_t)qhx_detok_flush(&st, s + o, cap - o);
     s[o] = 0;
     *text = s;
     if (len) *len = o;
