@@ -151,6 +151,45 @@ typedef enum {
 qhx_status qhx_session_eval(qhx_session *s, const int32_t *tokens, int n, qhx_eval_mode mode,
                             float *logits, float *last_logits);
 
+/* ---- snapshots: resume a session at a position without recomputing ------------------------- */
+
+/* A hybrid model's recurrent state cannot be cut back to an earlier position, so resuming needs a
+ * snapshot taken there: the conv FIFOs and delta-rule states (copied), the KV rows and the token
+ * ids (shared between the snapshots of a session: each keeps only the rows since the previous
+ * one), and the position. A snapshot stays valid whatever the session does later, and may be
+ * restored into any session of the same model, any number of times; it is immutable, so several
+ * threads may restore one at once. */
+typedef struct qhx_snapshot qhx_snapshot;
+
+qhx_status qhx_session_snapshot(qhx_session *s, qhx_snapshot **out);
+/* Puts the session exactly where the snapshot was taken: evaluating the same tokens from there
+ * gives bit for bit the logits the session gave after it. Fails (the session unchanged) on a
+ * snapshot of another model. KV rows the session still holds from the snapshot's chain are not
+ * copied again. */
+qhx_status qhx_session_restore(qhx_session *s, const qhx_snapshot *snap);
+/* Frees a snapshot (NULL is fine); rows other snapshots share live on with them. */
+void qhx_snapshot_free(qhx_snapshot *snap);
+
+typedef struct {
+    int pos;                  /* tokens the snapshot covers */
+    uint64_t state_bytes;     /* conv FIFOs + delta-rule states it holds */
+    uint64_t kv_bytes;        /* KV rows it added (since the previous snapshot of its session) */
+    uint64_t kv_shared_bytes; /* KV rows it shares with earlier snapshots */
+} qhx_snapshot_info;
+void qhx_snapshot_get_info(const qhx_snapshot *snap, qhx_snapshot_info *info);
+/* The token ids of positions [0, pos): copies min(pos, cap) of them to out (may be NULL) and
+ * returns pos. */
+int qhx_snapshot_tokens(const qhx_snapshot *snap, int32_t *out, int cap);
+/* The ids the session has consumed, [0, qhx_session_pos(s)) (owned by the session, valid until its
+ * next call). */
+const int32_t *qhx_session_tokens(const qhx_session *s);
+
+/* A state file: a snapshot with the model it belongs to, written atomically. qhx_snapshot_load
+ * refuses, before reading any state into memory, a file of another model or format version, or
+ * a truncated or corrupted one (its checksum). */
+qhx_status qhx_snapshot_save(const qhx_snapshot *snap, const char *path);
+qhx_status qhx_snapshot_load(qhx_model *m, const char *path, qhx_snapshot **out);
+
 /* ---- generation and sampling ------------------------------------------------------------- */
 
 /* The model a session runs. */

@@ -2,6 +2,7 @@
 #include "qhexrt.h"
 #include "qhexrt_tools.h"
 #include "model/model.h"
+#include "model/snapshot.h"
 #include "util/error.h"
 
 #include <pthread.h>
@@ -165,6 +166,7 @@ qhx_status qhx_model_open(qhx_runtime *rt, const char *path, qhx_model **out) {
         qhx_model_close(m);
         return rc;
     }
+    m->identity = qhx_model_identity(m);
     *out = m;
     return QHX_OK;
 }
@@ -257,6 +259,18 @@ qhx_status qhx_session_eval(qhx_session *s, const int32_t *tokens, int n, qhx_ev
 }
 
 qhx_model *qhx_session_model(const qhx_session *s) { return s->model; }
+
+const int32_t *qhx_session_tokens(const qhx_session *s) { return s->hs.tokens; }
+
+qhx_status qhx_session_snapshot(qhx_session *s, qhx_snapshot **out) {
+    *out = NULL;
+    return qhx_hostop_snapshot(s->model, &s->hs, out);
+}
+
+qhx_status qhx_session_restore(qhx_session *s, const qhx_snapshot *snap) {
+    if (!snap) return qhx_fail(QHX_ERR_ARG, "session_restore: no snapshot");
+    return qhx_hostop_restore(s->model, &s->hs, snap);
+}
 
 qhx_read_probe qhx_model_read_weights(qhx_model *m) {
     qhx_read_probe r = {0, 0};

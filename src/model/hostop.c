@@ -1,5 +1,6 @@
 /* qwen3_5_generate, the host-op of the seed's runtime, over any shard plan. */
 #include "model/model.h"
+#include "model/snapshot.h"
 #include "util/error.h"
 
 #include <stdlib.h>
@@ -17,12 +18,16 @@ qhx_status qhx_hostop_init(qhx_hostop_state *hs, const qhx_model *m) {
 void qhx_hostop_free(qhx_hostop_state *hs, const qhx_model *m) {
     for (int i = 0; i < m->n_shards; i++) qhx_state_free(&hs->shards[i]);
     free(hs->x);
+    free(hs->tokens);
+    qhx_kv_segment_unref(hs->kv_tip);
     memset(hs, 0, sizeof *hs);
 }
 
 void qhx_hostop_reset(qhx_hostop_state *hs, const qhx_model *m) {
     for (int i = 0; i < m->n_shards; i++) qhx_state_reset(&hs->shards[i]);
     hs->pos = 0;
+    qhx_kv_segment_unref(hs->kv_tip);
+    hs->kv_tip = NULL;
 }
 
 qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32_t *tokens, int n, int stepwise,
@@ -42,12 +47,20 @@ qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32
         hs->x = x;
         hs->x_floats = need;
     }
+    if (hs->pos + n > hs->tokens_cap) {
+        const int cap = hs->pos + n > 2 * hs->tokens_cap ? hs->pos + n : 2 * hs->tokens_cap;
+        int32_t *t = realloc(hs->tokens, sizeof(int32_t) * cap);
+        if (!t) return qhx_fail(QHX_ERR_NOMEM, "out of memory for %d tokens", n);
+        hs->tokens = t;
+        hs->tokens_cap = cap;
+    }
     const qhx_exec *ex = &m->rt->ex;
     qhx_qwen35_embed(c, m->w, tokens, n, hs->x);
     for (int i = 0; i < m->n_shards; i++) {
         qhx_status rc = qhx_qwen35_layers(ex, c, m->w, &hs->shards[i], hs->x, n, stepwise);
         if (rc) return rc; /* out of memory mid-way: the session is unusable until reset */
     }
+    memcpy(hs->tokens + hs->pos, tokens, sizeof(int32_t) * n);
     hs->pos += n;
     if (logits_all) qhx_qwen35_head(ex, c, m->w, hs->x, n, logits_all);
     if (logits_last) {

@@ -43,6 +43,7 @@ struct qhx_model {
     qhxf_file files[QHX_MAX_SHARDS + 2];
     int n_files;                      /* bundle models */
     qhx_tokenizer *tok;               /* loaded on first use */
+    uint64_t identity;                /* what a state file names it by (model/state_file.c) */
 };
 
 /* Opens the bundle whose manifest is `manifest_path` into m (m->rt already set). */
@@ -54,11 +55,16 @@ qhx_dtype qhx_bundle_dtype(const qhx_tensor_spec *s);
 /* The host-op qwen3_5_generate: host embedding lookup, then each decode shard over the residual
  * stream in order (each with its own state; the last applies the final norm), then the lm-head.
  * logits_all [n][vocab] and/or logits_last [vocab] when not NULL. */
+typedef struct qhx_kv_segment qhx_kv_segment; /* model/snapshot.h */
+
 typedef struct {
     qhx_state shards[QHX_MAX_SHARDS];
     float *x;
     size_t x_floats;
     int pos;
+    int32_t *tokens;          /* the ids of positions [0, pos) */
+    int tokens_cap;
+    qhx_kv_segment *kv_tip;   /* the snapshot segment chain rows [0, kv_tip->row1) are a copy of, or NULL */
 } qhx_hostop_state;
 
 qhx_status qhx_hostop_init(qhx_hostop_state *hs, const qhx_model *m);

@@ -80,6 +80,11 @@ void qhx_state_reset(qhx_state *s);
  * per token. */
 size_t qhx_state_fixed_bytes(const qhx_config *c, int l0, int l1);
 size_t qhx_state_kv_bytes_per_token(const qhx_config *c, int l0, int l1);
+/* floats of one linear layer's conv FIFO and of its delta-rule state */
+size_t qhx_state_conv_floats(const qhx_config *c);
+size_t qhx_state_ssm_floats(const qhx_config *c);
+/* Grows the KV caches to hold `need` tokens (their rows kept). */
+qhx_status qhx_state_reserve_kv(qhx_state *s, int need);
 
 /* ---- the forward, in three steps so a host-op can run shards in between ---------------------- */
 

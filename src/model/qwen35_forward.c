@@ -397,7 +397,7 @@ static void mlp(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights
 
 /* ---- the model ------------------------------------------------------------------------------ */
 
-static qhx_status grow_kv(qhx_state *s, int need) {
+qhx_status qhx_state_reserve_kv(qhx_state *s, int need) {
     if (need <= s->kv_capacity) return QHX_OK;
     int cap = s->kv_capacity ? s->kv_capacity : 256;
     while (cap < need) cap = cap > (1 << 29) ? need : cap * 2;
@@ -423,7 +423,7 @@ void qhx_qwen35_embed(const qhx_config *c, const qhx_weights *w, const int32_t *
 
 qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, qhx_state *s, float *x,
                              int n, int stepwise) {
-    qhx_status rc = grow_kv(s, s->pos + n);
+    qhx_status rc = qhx_state_reserve_kv(s, s->pos + n);
     if (rc) return rc;
     const size_t need = scratch_need(c, n, s->pos, qhx_pool_size(ex->pool));
     if (need > s->scratch_floats) {
@@ -482,15 +482,15 @@ uint64_t qhx_weights_bytes_per_token(const qhx_config *c, const qhx_weights *w) 
 /* ---- state ---------------------------------------------------------------------------------- */
 
 /* floats of one linear layer's conv FIFO and delta-rule state */
-static size_t conv_floats(const qhx_config *c) {
+size_t qhx_state_conv_floats(const qhx_config *c) {
     return (size_t)qhx_config_conv_dim(c) * (c->conv_kernel > 1 ? c->conv_kernel - 1 : 1);
 }
-static size_t ssm_floats(const qhx_config *c) { return (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim; }
+size_t qhx_state_ssm_floats(const qhx_config *c) { return (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim; }
 
 size_t qhx_state_fixed_bytes(const qhx_config *c, int l0, int l1) {
     size_t n = 0;
     for (int l = l0; l < l1; l++)
-        if (!c->full_attn[l]) n += (conv_floats(c) + ssm_floats(c)) * sizeof(float);
+        if (!c->full_attn[l]) n += (qhx_state_conv_floats(c) + qhx_state_ssm_floats(c)) * sizeof(float);
     return n;
 }
 
@@ -506,7 +506,7 @@ qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, int l0, int l1) {
     s->cfg = c;
     s->l0 = l0;
     s->l1 = l1;
-    const size_t conv = conv_floats(c), ssm = ssm_floats(c);
+    const size_t conv = qhx_state_conv_floats(c), ssm = qhx_state_ssm_floats(c);
     for (int l = l0; l < l1; l++) {
         if (c->full_attn[l]) continue;
         s->layers[l].conv = calloc(conv, sizeof(float));
@@ -521,7 +521,7 @@ qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, int l0, int l1) {
 
 void qhx_state_reset(qhx_state *s) {
     const qhx_config *c = s->cfg;
-    const size_t conv = conv_floats(c), ssm = ssm_floats(c);
+    const size_t conv = qhx_state_conv_floats(c), ssm = qhx_state_ssm_floats(c);
     for (int l = s->l0; l < s->l1; l++) {
         if (c->full_attn[l]) continue;
         memset(s->layers[l].conv, 0, conv * sizeof(float));

@@ -1,0 +1,198 @@
+/* State files (qhx_snapshot_save / qhx_snapshot_load): a snapshot on disk, little-endian.
+ *   header (HEADER_BYTES): "QHXSTATE", version, the model's identity, the kernel set that
+ *     computed it, the shape it was taken on (layers, widths, position)
+ *   payload: token ids [pos] (int32), the recurrent state (fp32, model/snapshot.h order), the KV
+ *     rows [pos] of every full-attention layer (K then V, fp32)
+ *   XXH3-64 of everything before it
+ * The loader checks all of it, sizes included, before it allocates state; a snapshot loaded from
+ * a file is one segment [0, pos) of its own. */
+#include "model/snapshot.h"
+#include "util/error.h"
+#include "util/mapfile.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define MAGIC "QHXSTATE"
+#define VERSION 1
+#define HEADER_BYTES 128
+#define KERNELS_BYTES 32
+
+typedef struct {
+    uint32_t version, header_bytes;
+    uint64_t model;
+    char kernels[KERNELS_BYTES];
+    int32_t pos, n_layers, hidden, vocab, kv_dim, n_full;
+    uint64_t recurrent_floats, row_floats;
+} header;
+
+static void fill_header(const qhx_model *m, int pos, unsigned char out[HEADER_BYTES]) {
+    const qhx_config *c = &m->cfg;
+    header h = {VERSION, HEADER_BYTES, m->identity, {0}, pos, c->n_layers, c->hidden, c->vocab_size,
+                c->n_kv_heads * c->head_dim, 0, qhx_snapshot_recurrent_floats(c), qhx_snapshot_row_floats(c)};
+    for (int l = 0; l < c->n_layers; l++) h.n_full += c->full_attn[l];
+    snprintf(h.kernels, sizeof h.kernels, "%s", m->rt->ex.ks->name);
+    memset(out, 0, HEADER_BYTES);
+    memcpy(out, MAGIC, 8);
+    memcpy(out + 8, &h, sizeof h);
+}
+
+static uint64_t payload_bytes(int pos, uint64_t recurrent_floats, uint64_t row_floats) {
+    return (uint64_t)pos * sizeof(int32_t) + (recurrent_floats + (uint64_t)pos * row_floats) * sizeof(float);
+}
+
+/* The identity a state file names its model by: a bundle's manifest (which holds every weight
+ * file's XXH3), or a checkpoint's config.json, safetensors headers and a sample of their bytes
+ * (hashing whole multi-GB checkpoints at every open would cost more than the state saves). */
+uint64_t qhx_model_identity(const qhx_model *m) {
+    if (m->manifest) return XXH3_64bits(m->manifest, strlen(m->manifest));
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) return 0;
+    XXH3_64bits_reset(st);
+    char path[1100], *text = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/config.json", m->dir);
+    if (qhx_read_file(path, 1u << 24, &text, &len) == QHX_OK) XXH3_64bits_update(st, text, len);
+    free(text);
+    for (int i = 0; i < m->ck.n_files; i++) {
+        const qhx_mapfile *f = &m->ck.files[i].map;
+        XXH3_64bits_update(st, &f->size, sizeof f->size);
+        uint64_t head = 0;
+        if (f->size >= 8) memcpy(&head, f->data, 8);
+        const size_t header_end = 8 + (head < f->size - 8 ? head : f->size - 8);
+        XXH3_64bits_update(st, f->data, f->size >= 8 ? header_end : f->size);
+        for (int k = 1; k <= 64 && f->size > 4096; k++) {
+            const size_t at = (f->size - 4096) / 64 * k;
+            XXH3_64bits_update(st, f->data + at, 4096);
+        }
+    }
+    const uint64_t id = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return id;
+}
+
+typedef struct {
+    FILE *f;
+    XXH3_state_t *sum;
+    int bad;
+} writer;
+
+static void put(writer *w, const void *p, size_t n) {
+    if (w->bad || !n) return;
+    if (fwrite(p, 1, n, w->f) != n) w->bad = 1;
+    XXH3_64bits_update(w->sum, p, n);
+}
+
+qhx_status qhx_snapshot_save(const qhx_snapshot *snap, const char *path) {
+    if (!snap || !path) return qhx_fail(QHX_ERR_ARG, "snapshot_save: need a snapshot and a path");
+    const qhx_model *m = snap->model;
+    const qhx_config *c = &m->cfg;
+    const size_t kvd = (size_t)c->n_kv_heads * c->head_dim;
+    int32_t *tokens = malloc(sizeof(int32_t) * (snap->pos + 1));
+    if (!tokens) return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path);
+    qhx_snapshot_tokens(snap, tokens, snap->pos);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
+    writer w = {fopen(tmp, "wb"), XXH3_createState(), 0};
+    qhx_status rc = QHX_OK;
+    if (!w.f) rc = qhx_fail(QHX_ERR_IO, "%s: %s", tmp, strerror(errno));
+    else if (!w.sum) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    if (!rc) {
+        unsigned char h[HEADER_BYTES];
+        fill_header(m, snap->pos, h);
+        XXH3_64bits_reset(w.sum);
+        put(&w, h, sizeof h);
+        put(&w, tokens, sizeof(int32_t) * snap->pos);
+        put(&w, snap->recurrent, sizeof(float) * qhx_snapshot_recurrent_floats(c));
+        /* the segments hold each layer's rows of their own range, newest first: gather them oldest first */
+        int n = 0;
+        for (const qhx_kv_segment *seg = snap->kv; seg; seg = seg->parent) n++;
+        const qhx_kv_segment **chain = malloc(sizeof *chain * (n + 1));
+        if (!chain) w.bad = 1;
+        n = 0;
+        for (const qhx_kv_segment *seg = snap->kv; seg && chain; seg = seg->parent) chain[n++] = seg;
+        for (int l = 0, full = 0; l < c->n_layers && chain; l++) {
+            if (!c->full_attn[l]) continue;
+            for (int kv = 0; kv < 2; kv++)
+                for (int i = n - 1; i >= 0; i--) {
+                    const size_t rows = (size_t)(chain[i]->row1 - chain[i]->row0);
+                    put(&w, chain[i]->rows + (2 * (size_t)full + kv) * rows * kvd, sizeof(float) * rows * kvd);
+                }
+            full++;
+        }
+        free(chain);
+        const uint64_t sum = XXH3_64bits_digest(w.sum);
+        put(&w, &sum, sizeof sum);
+        if (!w.bad && (fflush(w.f) || fsync(fileno(w.f)))) w.bad = 1;
+    }
+    if (w.f && fclose(w.f)) w.bad = 1;
+    if (!rc && (w.bad || rename(tmp, path))) rc = qhx_fail(QHX_ERR_IO, "%s: write failed", path);
+    if (rc && w.f) remove(tmp);
+    XXH3_freeState(w.sum);
+    free(tokens);
+    return rc;
+}
+
+qhx_status qhx_snapshot_load(qhx_model *m, const char *path, qhx_snapshot **out) {
+    *out = NULL;
+    if (!m || !path) return qhx_fail(QHX_ERR_ARG, "snapshot_load: need a model and a path");
+    qhx_mapfile f;
+    qhx_status rc = qhx_map_open(&f, path);
+    if (rc) return rc;
+    const qhx_config *c = &m->cfg;
+    unsigned char want[HEADER_BYTES];
+    fill_header(m, 0, want);
+    header h, w;
+    memcpy(&w, want + 8, sizeof w);
+    if (f.size < HEADER_BYTES + 8 || memcmp(f.data, MAGIC, 8)) {
+        rc = qhx_fail(QHX_ERR_FORMAT, "%s: not a qhexrt state file (%s)", path, f.size < HEADER_BYTES + 8 ? "too short" : "bad magic");
+        goto done;
+    }
+    memcpy(&h, f.data + 8, sizeof h);
+    h.kernels[KERNELS_BYTES - 1] = 0;
+    if (h.version != VERSION || h.header_bytes != HEADER_BYTES) {
+        rc = qhx_fail(QHX_ERR_UNSUPPORTED, "%s: state file version %u; this qhexrt reads version %d", path, h.version, VERSION);
+    } else if (h.model != w.model || h.n_layers != w.n_layers || h.hidden != w.hidden || h.vocab != w.vocab ||
+               h.kv_dim != w.kv_dim || h.n_full != w.n_full || h.recurrent_floats != w.recurrent_floats ||
+               h.row_floats != w.row_floats) {
+        rc = qhx_fail(QHX_ERR_ARG, "%s: the state of another model (identity %016llx, this one is %016llx)", path,
+                      (unsigned long long)h.model, (unsigned long long)w.model);
+    } else if (strcmp(h.kernels, w.kernels)) {
+        rc = qhx_fail(QHX_ERR_UNSUPPORTED, "%s: computed with kernels %s; this runtime runs %s", path, h.kernels, w.kernels);
+    } else if (h.pos < 0 || h.pos > m->context) {
+        rc = qhx_fail(QHX_ERR_FORMAT, "%s: position %d is outside the context of %d", path, h.pos, m->context);
+    } else if (f.size != HEADER_BYTES + payload_bytes(h.pos, h.recurrent_floats, h.row_floats) + 8) {
+        rc = qhx_fail(QHX_ERR_FORMAT, "%s: %zu bytes where a state of %d tokens takes %llu (truncated?)", path, f.size, h.pos,
+                      (unsigned long long)(HEADER_BYTES + payload_bytes(h.pos, h.recurrent_floats, h.row_floats) + 8));
+    } else {
+        uint64_t sum;
+        memcpy(&sum, f.data + f.size - 8, 8);
+        if (XXH3_64bits(f.data, f.size - 8) != sum) rc = qhx_fail(QHX_ERR_FORMAT, "%s: checksum mismatch (corrupted)", path);
+    }
+    if (rc) goto done;
+    const unsigned char *p = f.data + HEADER_BYTES;
+    const int32_t *tokens = (const int32_t *)p;
+    for (int i = 0; i < h.pos; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size) {
+            rc = qhx_fail(QHX_ERR_FORMAT, "%s: token id %d at position %d is outside the vocabulary", path, tokens[i], i);
+            goto done;
+        }
+    qhx_snapshot *snap;
+    if ((rc = qhx_snapshot_alloc(m, h.pos, &snap))) goto done;
+    const size_t rec = h.recurrent_floats, rows = (size_t)h.pos;
+    p += sizeof(int32_t) * rows;
+    memcpy(snap->recurrent, p, sizeof(float) * rec);
+    p += sizeof(float) * rec;
+    if (snap->kv) {
+        memcpy(snap->kv->tokens, tokens, sizeof(int32_t) * rows);
+        memcpy(snap->kv->rows, p, sizeof(float) * rows * h.row_floats);
+    }
+    *out = snap;
+done:
+    qhx_map_close(&f);
+    return rc;
+}
