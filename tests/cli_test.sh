@@ -138,6 +138,31 @@ plain=$(tr ' ' '\n' <<<"$got" | awk '$1 < 4129' | paste -sd' ')
 got=$("$qhx" generate "$tmp/pad" "In the" -n 64 --ignore-eos --ids 2>&1) && [[ $(wc -w <<<"$got") -eq 64 ]] && ok || bad "padded text prompt: $got"
 expect_err 1 "not in [0, 4160)" "$qhx" generate "$tmp/pad" --tokens 1,4160 -n 4
 
+# --prompt-cache: the first run writes the state after the prompt, a rerun resumes from it with the
+# same output, a longer prompt evaluates only its new tokens, and a bad file is refused
+pc="$tmp/pc.state" short="In the beginning God created the heaven and the earth. And the earth was"
+long="$short without form, and void; and darkness"
+"$qhx" generate models/q35-kjv "$short" -n 24 --ids --prompt-cache "$pc" >"$tmp/pc1" 2>"$tmp/pc1.err" && [[ -s $pc ]] && ok || bad "prompt cache write: $(cat "$tmp/pc1.err")"
+"$qhx" generate models/q35-kjv "$short" -n 24 --ids >"$tmp/pc0" 2>/dev/null
+cmp -s "$tmp/pc0" "$tmp/pc1" && ok || bad "prompt cache changed the output: $(cat "$tmp/pc1") vs $(cat "$tmp/pc0")"
+"$qhx" generate models/q35-kjv "$short" -n 24 --prompt-cache "$pc" >"$tmp/pc2" 2>"$tmp/pc2.err"
+grep -q "^prompt 16 tokens (15 from the prompt cache), generated" "$tmp/pc2.err" && ok || bad "prompt cache not reused: $(cat "$tmp/pc2.err")"
+"$qhx" generate models/q35-kjv "$short" -n 24 --ids --prompt-cache "$pc" >"$tmp/pc2" 2>/dev/null
+cmp -s "$tmp/pc1" "$tmp/pc2" && ok || bad "resumed output differs: $(cat "$tmp/pc2") vs $(cat "$tmp/pc1")"
+"$qhx" generate models/q35-kjv "$long" -n 24 --ids --prompt-cache "$pc" >"$tmp/pc3" 2>/dev/null
+"$qhx" generate models/q35-kjv "$long" -n 24 --prompt-cache "$pc" --json >"$tmp/pc3.json" 2>/dev/null
+"$qhx" generate models/q35-kjv "$long" -n 24 --ids >"$tmp/pc4" 2>/dev/null
+node -e 'const j=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8")); process.exit(j.cached_tokens===26 && j.prompt_tokens===27 ? 0 : 1)' "$tmp/pc3.json" \
+    && cmp -s "$tmp/pc3" "$tmp/pc4" && ok || bad "longer prompt over the cache: $(head -c 300 "$tmp/pc3.json"); $(cat "$tmp/pc3") vs $(cat "$tmp/pc4")"
+ls "$tmp" | grep -q 'pc.state.tmp' && bad "prompt cache left a temporary file" || ok
+expect_err 1 "pc.state: the state of another model" "$qhx" generate models/q35-rand-tiny "$short" --prompt-cache "$pc"
+expect_err 1 "pc.state: computed with kernels" "$qhx" generate models/q35-kjv "$long" --kernels ref --prompt-cache "$pc"
+head -c 1000 "$pc" >"$tmp/pc-cut.state"
+expect_err 1 "pc-cut.state: 1000 bytes where a state of 26 tokens takes" "$qhx" generate models/q35-kjv "$short" --prompt-cache "$tmp/pc-cut.state"
+printf 'not a state' >"$tmp/pc-junk.state"
+expect_err 1 "pc-junk.state: not a qhexrt state file" "$qhx" generate models/q35-kjv "$short" --prompt-cache "$tmp/pc-junk.state"
+expect_err 2 "--prompt-cache: needs a value" "$qhx" generate models/q35-kjv "$short" --prompt-cache
+
 # examples/minimal, on the public API alone, prints what qhx generate prints
 "$build/examples/minimal" models/q35-kjv "In the beginning" 12 >"$tmp/ex" 2>&1
 [[ "$(head -n -1 "$tmp/ex")" == "$(cat "$tmp/gen")" ]] && tail -1 "$tmp/ex" | grep -q "^\[4 prompt tokens, 12 generated\]$" \

@@ -132,6 +132,7 @@ int parse_common(int argc, char **argv, opts *o) {
         }
         else if (!strcmp(a, "--prompts")) { if (want_value(argc, argv, &i)) return -1; o->prompts = argv[i]; }
         else if (!strcmp(a, "--file") || !strcmp(a, "-f")) { if (want_value(argc, argv, &i)) return -1; o->file = argv[i]; }
+        else if (!strcmp(a, "--prompt-cache")) { if (want_value(argc, argv, &i)) return -1; o->prompt_cache = argv[i]; }
         else if (!strcmp(a, "--system")) { if (want_value(argc, argv, &i)) return -1; o->system = argv[i]; }
         else if (!strcmp(a, "--host")) { if (want_value(argc, argv, &i)) return -1; o->host = argv[i]; }
         else if (!strcmp(a, "--port")) {

@@ -21,7 +21,7 @@ int want_value(int argc, char **argv, int *i);
 int write_atomic(const char *path, const void *data, size_t len);
 
 typedef struct {
-    const char *model, *tokens, *out, *prompt, *kernels, *prompts, *file, *system, *host;
+    const char *model, *tokens, *out, *prompt, *kernels, *prompts, *file, *system, *host, *prompt_cache;
     long long n, threads, ctx, decode, port, parallel;
     int greedy, ids, stepwise, special, json, help, think, seed_set, mmap;
     qhx_generate_opts gen;                /* sampling flags */

@@ -26,6 +26,8 @@ static const char generate_help[] =
     "  --special     match special tokens such as <|im_start|> in the prompt text\n"
     "  --ids         print only the generated ids, space-separated, on one line\n"
     "  --json        print one JSON object: text, ids, counts, finish reason, seed and timings\n"
+    "  --prompt-cache FILE  resume from the session state in FILE where it holds the start of this\n"
+    "                prompt, evaluate only the rest, and write the state after the prompt back to FILE\n"
     "  --greedy      greedy decoding (the default; overrides --temp)\n" SAMPLING_HELP RUNTIME_HELP;
 
 typedef struct {
@@ -84,6 +86,36 @@ static const char *finish_name(qhx_finish f) {
     return f == QHX_FINISH_STOP ? "stop" : f == QHX_FINISH_LENGTH ? "length" : "cancelled";
 }
 
+/* --prompt-cache: restores the state in path when it holds a prefix of the prompt, evaluates the
+ * prompt up to its last token and writes the state there back (so a rerun of the same prompt
+ * still has a token to evaluate for its first logits); qhx_generate then takes the last token.
+ * *done: prompt tokens evaluated here, *reused: of them from the file. */
+static int prompt_cache(qhx_session *s, qhx_model *m, const char *path, const int32_t *ids, int n, int *done, int *reused) {
+    *done = *reused = 0;
+    if (n < 2) return 0;
+    qhx_snapshot *snap = NULL;
+    if (access(path, F_OK) == 0) {
+        if (qhx_snapshot_load(m, path, &snap)) return api_error(), 1;
+        const int pos = qhx_snapshot_tokens(snap, NULL, 0);
+        int32_t *held = malloc(sizeof(int32_t) * (pos + 1));
+        if (!held) return qhx_snapshot_free(snap), die("out of memory"), 1;
+        qhx_snapshot_tokens(snap, held, pos);
+        const int prefix = pos <= n - 1 && !memcmp(held, ids, sizeof(int32_t) * pos);
+        free(held);
+        if (prefix && qhx_session_restore(s, snap)) return qhx_snapshot_free(snap), api_error(), 1;
+        if (prefix) *reused = pos;
+        qhx_snapshot_free(snap);
+        snap = NULL;
+    }
+    *done = n - 1;
+    if (*reused == n - 1) return 0;
+    if (qhx_session_eval(s, ids + *reused, n - 1 - *reused, QHX_EVAL_SEQUENCE, NULL, NULL) || qhx_session_snapshot(s, &snap) ||
+        qhx_snapshot_save(snap, path))
+        return qhx_snapshot_free(snap), api_error(), 1;
+    qhx_snapshot_free(snap);
+    return 0;
+}
+
 int cmd_generate(int argc, char **argv) {
     opts o = {.n = 64};
     if (parse_common(argc, argv, &o)) return 2;
@@ -120,11 +152,13 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
         if (!n) { die("the prompt encodes to no tokens"); goto done; }
-        if (!o.ids && !o.json) gen_write(&g, prompt, prompt_len);
     }
     qhx_generate_result res;
     double t0 = now_s();
-    qhx_status st = qhx_generate(s, ids, (int)n, &o.gen, on_token, &g, &res);
+    int cached = 0, reused = 0;
+    if (o.prompt_cache && prompt_cache(s, m, o.prompt_cache, ids, (int)n, &cached, &reused)) goto done;
+    if (prompt && !o.ids && !o.json) gen_write(&g, prompt, prompt_len);
+    qhx_status st = qhx_generate(s, ids + cached, (int)n - cached, &o.gen, on_token, &g, &res);
     double t1 = now_s();
     if (st) {
         if (!o.json) gen_end_line(&g);
@@ -134,10 +168,10 @@ int cmd_generate(int argc, char **argv) {
     double ttft = g.count ? g.t_first - t0 : t1 - t0;
     double decode = g.count > 1 ? (g.count - 1) / (t1 - g.t_first) : 0.0;
     if (o.json) {
-        json_t *j = json_pack("{s:s%, s:O, s:i, s:i, s:s, s:I, s:f, s:f, s:f}", "text", g.text ? g.text : "", g.len,
-                              "ids", g.id_list, "prompt_tokens", (int)n, "completion_tokens", res.n_generated,
+        json_t *j = json_pack("{s:s%, s:O, s:i, s:i, s:i, s:s, s:I, s:f, s:f, s:f}", "text", g.text ? g.text : "", g.len,
+                              "ids", g.id_list, "prompt_tokens", (int)n, "cached_tokens", reused, "completion_tokens", res.n_generated,
                               "finish_reason", finish_name(res.finish), "seed", (json_int_t)o.gen.seed, "ttft_ms",
-                              ttft * 1e3, "prefill_tok_s", n / ttft, "decode_tok_s", decode);
+                              ttft * 1e3, "prefill_tok_s", (n - reused) / ttft, "decode_tok_s", decode);
         char *out = j ? json_dumps(j, JSON_COMPACT) : NULL;
         if (!out) { die("the generated text is not valid UTF-8"); json_decref(j); goto done; }
         printf("%s\n", out);
@@ -145,9 +179,11 @@ int cmd_generate(int argc, char **argv) {
         json_decref(j);
     } else {
         gen_end_line(&g);
+        char cache_note[64] = "";
+        if (o.prompt_cache) snprintf(cache_note, sizeof cache_note, " (%d from the prompt cache)", reused);
         if (!o.ids)
-            fprintf(stderr, "prompt %zu tokens, generated %d (%s); time to first token %.1f ms; prefill %.1f tok/s; decode %.1f tok/s\n",
-                    n, g.count, finish_name(res.finish), ttft * 1e3, n / ttft, decode);
+            fprintf(stderr, "prompt %zu tokens%s, generated %d (%s); time to first token %.1f ms; prefill %.1f tok/s; decode %.1f tok/s\n",
+                    n, cache_note, g.count, finish_name(res.finish), ttft * 1e3, (n - reused) / ttft, decode);
     }
     rc = 0;
 done:
