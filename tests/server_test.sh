@@ -120,10 +120,26 @@ node -e 'const fs=require("fs"), r=JSON.parse(fs.readFileSync(process.argv[1])),
     && ok || bad "padded vocabulary: $(head -c 300 "$tmp/padr") vs $(head -c 300 "$tmp/pad.json")"
 kill -INT "$server_pid"; wait "$server_pid"
 
+# the prefix cache: a cached server, an uncached one and one with a budget of almost nothing give the
+# same answers (tests/oracle/prefix_cache_client.js); the tiny one must have evicted
+start_server "$tmp/logc" --parallel 4 && cport=$port && cpid=$server_pid &&
+    start_server "$tmp/logn" --parallel 4 --cache-mb 0 && nport=$port && npid=$server_pid &&
+    start_server "$tmp/logt" --parallel 2 --cache-mb 1 && tport=$port && tpid=$server_pid ||
+    { echo "server: $pass passed, $((fail + 1)) failed"; exit 1; }
+out=$(node tests/oracle/prefix_cache_client.js "http://127.0.0.1:$cport" "http://127.0.0.1:$nport" "http://127.0.0.1:$tport")
+echo "$out" | grep -v '^ok '
+p=$(sed -nE 's/^prefix-cache: ([0-9]+) passed, ([0-9]+) failed$/\1/p' <<<"$out"); f=$(sed -nE 's/^prefix-cache: ([0-9]+) passed, ([0-9]+) failed$/\2/p' <<<"$out")
+pass=$((pass + ${p:-0})); fail=$((fail + ${f:-1}))
+for p in $cpid $npid $tpid; do kill -INT "$p"; wait "$p"; done
+grep -E "prefix cache: [1-9][0-9]* hits" "$tmp/logc" && ok || bad "cached server: $(tail -1 "$tmp/logc")"
+grep -E "prefix cache: 0 hits, [0-9]+ misses, 0 evictions, 0 snapshots" "$tmp/logn" && ok || bad "uncached server: $(tail -1 "$tmp/logn")"
+grep -E "prefix cache: [0-9]+ hits, [0-9]+ misses, [1-9][0-9]* evictions" "$tmp/logt" && ok || bad "tiny budget did not evict: $(tail -1 "$tmp/logt")"
+
 # flags
 expect_err 2 "--host" "$qhx" serve models/q35-kjv --host localhost:80
 expect_err 2 "--port" "$qhx" serve models/q35-kjv --port 70000
 expect_err 2 "--parallel" "$qhx" serve models/q35-kjv --parallel 0
+expect_err 2 "--cache-mb" "$qhx" serve models/q35-kjv --cache-mb -1
 expect_err 1 "no such model" "$qhx" serve /nope
 
 finish server

@@ -138,6 +138,9 @@ int parse_common(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--port")) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 0, 65535, &o->port)) return -1;
         }
+        else if (!strcmp(a, "--cache-mb")) {
+            if (want_value(argc, argv, &i) || parse_long("--cache-mb", argv[i], 0, 1 << 24, &o->cache_mb)) return -1;
+        }
         else if (!strcmp(a, "--parallel")) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 64, &o->parallel)) return -1;
         }

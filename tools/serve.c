@@ -118,6 +118,8 @@ typedef struct {
     int slot, fd;                 /* fd: the stream's pipe, or the client's socket to poll */
     int failed;                   /* the client is gone */
     think_split ts;
+    int cached;                   /* prompt tokens resumed from the prefix cache */
+    int reply_cacheable;          /* a chat reply that ended at a stop: worth a snapshot after it */
     char *reasoning, *content;    /* everything so far (non-streaming) */
     size_t n_reasoning, n_content, cap;
 } job;
@@ -195,9 +197,46 @@ static int serve_on_token(int32_t tok, const char *text, size_t len, void *user)
     return jb->failed;
 }
 
-static json_t *usage_json(const qhx_generate_result *res) {
-    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", res->n_prompt, "completion_tokens", res->n_generated,
-                     "total_tokens", res->n_prompt + res->n_generated);
+static json_t *usage_json(const qhx_generate_result *res, int cached) {
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", res->n_prompt, "completion_tokens", res->n_generated,
+                     "total_tokens", res->n_prompt + res->n_generated, "prompt_tokens_details", "cached_tokens", cached);
+}
+
+static int last_im_start(const server *sv, const int32_t *ids, int n) {
+    for (int i = n - 1; i > 0; i--)
+        if (ids[i] == sv->im_start) return i;
+    return -1;
+}
+
+/* Caches the state after a chat reply as the next turn's prompt will hold it: the conversation
+ * rendered with the reply as an earlier message (so the template drops its reasoning, as it will
+ * then), evaluated as one piece from the cached start of the reply's message to the start of the
+ * next one, which are split points of the next turn: it resumes there as exactly as a cold
+ * evaluation of its whole prompt would run. */
+static void cache_reply(server *sv, qhx_session *s, const request *rq, const char *content, size_t n_content) {
+    const int from = last_im_start(sv, rq->ids, rq->n_ids - 1);
+    if (!sv->cache.budget || from < 0) return;
+    json_t *h = json_deep_copy(rq->history), *msgs = json_object_get(h, "messages");
+    char *rj = NULL, *text = NULL;
+    int32_t *ids = NULL;
+    size_t len = 0, n = 0;
+    if (json_array_append_new(msgs, json_pack("{s:s, s:s%}", "role", "assistant", "content", content ? content : "",
+                                              n_content)) ||
+        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", "")) ||
+        !(rj = json_dumps(h, JSON_COMPACT)) || qhx_chat_render(rj, strlen(rj), &text, &len) ||
+        qhx_tokenizer_encode(sv->tok, text, len, QHX_ENCODE_SPECIAL, &ids, &n))
+        goto done;
+    const int to = last_im_start(sv, ids, (int)n);
+    const int split[1] = {from};
+    if (to > from && to < sv->mi.max_context && !memcmp(ids, rq->ids, sizeof(int32_t) * from) &&
+        pc_resume(&sv->cache, s, ids, split, 1) == from &&
+        qhx_session_eval(s, ids + from, to - from, QHX_EVAL_SEQUENCE, NULL, NULL) == QHX_OK)
+        pc_insert(&sv->cache, s);
+done:
+    json_decref(h);
+    free(rj);
+    free(text);
+    free(ids);
 }
 
 /* Runs a queued request on a free slot; what qhx_generate returns. */
@@ -207,12 +246,61 @@ static qhx_status run_job(job *jb, qhx_generate_result *res) {
     if ((jb->slot = slot_take(sv)) < 0) return QHX_ERR_CANCELLED; /* stopping */
     if (jb->failed) { slot_give(sv, jb->slot); return QHX_ERR_CANCELLED; }
     turn_begin(sv);
-    qhx_session_reset(sv->slot[jb->slot]);
+    qhx_session *s = sv->slot[jb->slot];
     jb->ts.in_reasoning = jb->rq->chat && jb->rq->thinking;
-    qhx_status st = qhx_generate(sv->slot[jb->slot], jb->rq->ids, jb->rq->n_ids, &jb->rq->gen, serve_on_token, jb, res);
+    qhx_status st = pc_prefill(&sv->cache, s, jb->rq->ids, jb->rq->n_ids, sv->im_start, &jb->cached);
+    const int at = qhx_session_pos(s);
+    if (!st) st = qhx_generate(s, jb->rq->ids + at, jb->rq->n_ids - at, &jb->rq->gen, serve_on_token, jb, res);
+    res->n_prompt = jb->rq->n_ids;
+    jb->reply_cacheable = !st && res->finish == QHX_FINISH_STOP && jb->rq->history && !jb->failed && sv->cache.budget;
     turn_end(sv);
     slot_give(sv, jb->slot);
     return st;
+}
+
+typedef struct {
+    server *sv;
+    request *rq;
+    char *content;
+    size_t n_content;
+} reply_job;
+
+static void *reply_worker(void *arg) {
+    reply_job *r = arg;
+    server *sv = r->sv;
+    const int k = slot_take(sv);
+    if (k >= 0) {
+        turn_begin(sv);
+        cache_reply(sv, sv->slot[k], r->rq, r->content, r->n_content);
+        turn_end(sv);
+        slot_give(sv, k);
+    }
+    request_free(r->rq);
+    free(r->content);
+    free(r);
+    return NULL;
+}
+
+/* After the answer is out: the reply's snapshot on a slot of its own (cache_reply), in the
+ * background, taking the request and the reply text from the job. */
+static void schedule_reply(job *jb) {
+    if (!jb->reply_cacheable) return;
+    reply_job *r = malloc(sizeof *r);
+    pthread_t th;
+    pthread_attr_t at;
+    if (!r || queue_enter(jb->sv)) { free(r); return; }
+    *r = (reply_job){jb->sv, jb->rq, jb->content, jb->n_content};
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &at, reply_worker, r)) {
+        pthread_mutex_lock(&jb->sv->lock);
+        jb->sv->n_waiting--;
+        pthread_mutex_unlock(&jb->sv->lock);
+        free(r);
+    } else {
+        jb->rq = NULL, jb->content = NULL;
+    }
+    pthread_attr_destroy(&at);
 }
 
 static const char *finish_reason(const qhx_generate_result *res) { return res->finish == QHX_FINISH_STOP ? "stop" : "length"; }
@@ -232,15 +320,17 @@ static void *stream_worker(void *arg) {
         if (!bad && jb->rq->include_usage) {
             json_t *u = chunk(jb, json_null());
             json_object_set_new(u, "choices", json_array());
-            json_object_set_new(u, "usage", usage_json(&res));
+            json_object_set_new(u, "usage", usage_json(&res, jb->cached));
             bad = send_event(jb, u);
         }
         if (!bad) write_all(jb->fd, "data: [DONE]\n\n", 14);
+        if (bad) jb->reply_cacheable = 0;
     } else if (st != QHX_ERR_CANCELLED) {
         json_t *e = json_pack("{s:{s:s, s:s}}", "error", "message", qhx_last_error(), "type", "server_error");
         send_event(jb, e);
     }
     close(jb->fd);
+    schedule_reply(jb);
     request_free(jb->rq);
     free(jb->reasoning);
     free(jb->content);
@@ -318,10 +408,11 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
         }
         json_t *out = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", rq->id, "object",
                                 chat ? "chat.completion" : "text_completion", "created", (int)rq->created, "model",
-                                sv->model_id, "choices", choice, "usage", usage_json(&res));
+                                sv->model_id, "choices", choice, "usage", usage_json(&res, jb->cached));
         ret = out ? send_json(c, MHD_HTTP_OK, out) : send_error(c, 500, "server_error", NULL, NULL, "the output is not valid UTF-8");
+        if (out) schedule_reply(jb);
     }
-    request_free(rq);
+    request_free(jb->rq);
     free(jb->reasoning);
     free(jb->content);
     free(jb);
@@ -376,18 +467,21 @@ static void request_done(void *cls, struct MHD_Connection *c, void **con_cls, en
 }
 
 static const char serve_help[] =
-    "usage: qhx serve MODEL [--host 127.0.0.1] [--port 8080] [--parallel 4] [-n 4096]\n"
+    "usage: qhx serve MODEL [--host 127.0.0.1] [--port 8080] [--parallel 4] [-n 4096] [--cache-mb 2048]\n"
     "An OpenAI-compatible HTTP server: GET /health, GET /v1/models, POST /v1/completions and\n"
     "POST /v1/chat/completions (stream, max_tokens, temperature, top_p, top_k, min_p, seed, stop,\n"
     "presence/frequency/repetition penalties; chat_template_kwargs.enable_thinking). Listens on\n"
     "loopback unless --host says otherwise; --port 0 picks a free port. The address it listens on is\n"
     "printed on stderr. Stops on SIGINT or SIGTERM.\n"
     "  --parallel N   sessions generating at once, taking turns token by token (default 4)\n"
-    "  -n N           the largest max_tokens a request may ask for (default 4096)\n" RUNTIME_HELP;
+    "  -n N           the largest max_tokens a request may ask for (default 4096)\n"
+    "  --cache-mb N   memory for the prefix cache (default 2048; 0: off): snapshots at every chat\n"
+    "                 message, prompt end and reply, so a request sharing a prefix with an earlier\n"
+    "                 one evaluates only the rest, with the same answer as without the cache\n" RUNTIME_HELP;
 
 
 int cmd_serve(int argc, char **argv) {
-    opts o = {.n = 4096, .port = 8080, .parallel = 4, .host = "127.0.0.1"};
+    opts o = {.n = 4096, .port = 8080, .parallel = 4, .host = "127.0.0.1", .cache_mb = 2048};
     if (parse_common(argc, argv, &o)) return 2;
     if (o.help) return fputs(serve_help, stdout), 0;
     if (!o.model || o.prompt) return die("needs MODEL and nothing else (see qhx serve --help)"), 2;
@@ -415,6 +509,8 @@ int cmd_serve(int argc, char **argv) {
     if (open_model(&o, &rt, &sv.m)) goto done;
     qhx_model_get_info(sv.m, &sv.mi);
     if (qhx_model_tokenizer(sv.m, &sv.tok)) { api_error(); goto done; }
+    sv.im_start = qhx_tokenizer_find_added(sv.tok, "<|im_start|>");
+    pc_init(&sv.cache, (uint64_t)o.cache_mb << 20);
     for (int i = 0; i < sv.n_slots; i++)
         if (qhx_session_new(sv.m, &sv.slot[i])) { api_error(); goto done; }
     if (sv.max_tokens > sv.mi.max_context) sv.max_tokens = sv.mi.max_context;
@@ -440,8 +536,8 @@ int cmd_serve(int argc, char **argv) {
                          MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_END);
     if (!d) { die("cannot listen on %s port %lld: %s", o.host, o.port, strerror(errno)); goto done; }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "qhx serve: %s (%s, %d slots, context %d) listening on http://%s%s%s:%u\n", sv.model_id,
-            qhx_runtime_kernels(rt), sv.n_slots, sv.mi.max_context, v6 ? "[" : "", o.host, v6 ? "]" : "",
+    fprintf(stderr, "qhx serve: %s (%s, %d slots, context %d, prefix cache %lld MB) listening on http://%s%s%s:%u\n",
+            sv.model_id, qhx_runtime_kernels(rt), sv.n_slots, sv.mi.max_context, o.cache_mb, v6 ? "[" : "", o.host, v6 ? "]" : "",
             di ? di->port : (unsigned)o.port);
     int sig = 0;
     sigwait(&stop_signals, &sig);
@@ -458,8 +554,11 @@ int cmd_serve(int argc, char **argv) {
         if (!busy) break;
         usleep(10000);
     }
+    fprintf(stderr, "qhx serve: prefix cache: %lu hits, %lu misses, %lu evictions, %d snapshots in %.1f MB\n", sv.cache.hits,
+            sv.cache.misses, sv.cache.evictions, sv.cache.n, sv.cache.bytes / 1048576.0);
     rc = 0;
 done:
+    pc_free(&sv.cache);
     for (int i = 0; sv.slot && i < sv.n_slots; i++) qhx_session_free(sv.slot[i]);
     free(sv.slot);
     free(sv.slot_busy);

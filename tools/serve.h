@@ -2,8 +2,10 @@
  * that fuzz/fuzz_request.c links the parser as the server runs it. */
 #ifndef QHX_SERVE_H
 #define QHX_SERVE_H
+#include "prefix_cache.h"
 #include "qhexrt.h"
 
+#include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -20,12 +22,15 @@ typedef struct {
     unsigned long turn_next, turn_now;  /* a ticket lock: whose turn on the model it is */
     volatile sig_atomic_t stopping;
     unsigned long n_requests;
+    prefix_cache cache;         /* snapshots at the split points of earlier prompts and replies */
+    int32_t im_start;           /* the chat template's message opener, or -1 */
 } server;
 
 typedef struct {
     int chat, stream, include_usage, thinking;
     int32_t *ids;
     int n_ids;
+    json_t *history;            /* chat: the render request without its generation prompt, for the reply's snapshot */
     qhx_generate_opts gen;
     char *stop[QHX_MAX_STOP];
     char id[48];

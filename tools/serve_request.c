@@ -12,7 +12,9 @@
 #include <time.h>
 
 void request_free(request *rq) {
+    if (!rq) return;
     free(rq->ids);
+    json_decref(rq->history);
     for (int i = 0; i < rq->gen.n_stop; i++) free(rq->stop[i]);
     free(rq);
 }
@@ -143,7 +145,8 @@ request *parse_request(server *sv, const char *body, size_t len, int chat, refus
         json_t *req = json_pack("{s:O, s:b, s:b}", "messages", msgs, "add_generation_prompt", 1, "enable_thinking", rq->thinking);
         if (tools && json_is_array(tools)) json_object_set(req, "tools", tools);
         char *rj = req ? json_dumps(req, JSON_COMPACT) : NULL;
-        json_decref(req);
+        if (req) json_object_set_new(req, "add_generation_prompt", json_false());
+        rq->history = req;
         if (!rj || qhx_chat_render(rj, strlen(rj), &text, &text_len)) {
             free(rj);
             param = "messages";

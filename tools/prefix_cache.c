@@ -1,0 +1,129 @@
+/* The prefix cache (tools/prefix_cache.h). Eviction follows Marconi's idea (Pan et al., 2024):
+ * for hybrid models a snapshot's worth is the compute it saves per byte it holds, not recency
+ * alone, since every snapshot carries the whole recurrent state however short its prefix. */
+#include "prefix_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void pc_init(prefix_cache *pc, uint64_t budget_bytes) {
+    memset(pc, 0, sizeof *pc);
+    pthread_mutex_init(&pc->lock, NULL);
+    pc->budget = budget_bytes;
+}
+
+static void entry_free(pc_entry *e) {
+    qhx_snapshot_free(e->snap);
+    free(e->tokens);
+}
+
+void pc_free(prefix_cache *pc) {
+    for (int i = 0; i < pc->n; i++) entry_free(&pc->e[i]);
+    free(pc->e);
+    pthread_mutex_destroy(&pc->lock);
+    memset(pc, 0, sizeof *pc);
+}
+
+int pc_split_points(const int32_t *ids, int n, int32_t im_start, int **out) {
+    int *p = malloc(sizeof(int) * (n + 1)), k = 0;
+    *out = p;
+    if (!p) return 0;
+    for (int i = 1; i < n - 1; i++)
+        if (ids[i] == im_start) p[k++] = i;
+    if (n > 1) p[k++] = n - 1;
+    return k;
+}
+
+/* Higher is worth keeping: prefix tokens per MB held, halved for every 8 insertions or hits
+ * since it was last used (recency). */
+static double worth(const prefix_cache *pc, const pc_entry *e) {
+    const double age = (double)(pc->clock - e->used) / 8.0;
+    return (double)e->pos / ((double)e->bytes / 1e6 + 1e-9) / (1.0 + age * age);
+}
+
+static void evict_to_budget(prefix_cache *pc) {
+    while (pc->bytes > pc->budget && pc->n > 0) {
+        int worst = 0;
+        for (int i = 1; i < pc->n; i++)
+            if (worth(pc, &pc->e[i]) < worth(pc, &pc->e[worst])) worst = i;
+        pc->bytes -= pc->e[worst].bytes;
+        entry_free(&pc->e[worst]);
+        pc->e[worst] = pc->e[--pc->n];
+        pc->evictions++;
+    }
+}
+
+static int find(const prefix_cache *pc, const int32_t *ids, int pos) {
+    for (int i = 0; i < pc->n; i++)
+        if (pc->e[i].pos == pos && !memcmp(pc->e[i].tokens, ids, sizeof(int32_t) * pos)) return i;
+    return -1;
+}
+
+int pc_resume(prefix_cache *pc, qhx_session *s, const int32_t *ids, const int *splits, int n_splits) {
+    qhx_session_reset(s);
+    if (!pc->budget) return 0;
+    pthread_mutex_lock(&pc->lock);
+    int got = 0;
+    for (int k = n_splits - 1; k >= 0 && !got; k--) {
+        const int i = find(pc, ids, splits[k]);
+        if (i >= 0 && qhx_session_restore(s, pc->e[i].snap) == QHX_OK) {
+            got = splits[k];
+            pc->e[i].used = ++pc->clock;
+        }
+    }
+    got ? pc->hits++ : pc->misses++;
+    if (!got) qhx_session_reset(s);
+    pthread_mutex_unlock(&pc->lock);
+    return got;
+}
+
+void pc_insert(prefix_cache *pc, qhx_session *s) {
+    const int pos = qhx_session_pos(s);
+    if (!pc->budget || pos <= 0) return;
+    pthread_mutex_lock(&pc->lock);
+    const int32_t *ids = qhx_session_tokens(s);
+    int i = find(pc, ids, pos);
+    if (i >= 0) {
+        pc->e[i].used = ++pc->clock;
+        pthread_mutex_unlock(&pc->lock);
+        return;
+    }
+    pc_entry e = {0};
+    qhx_snapshot_info info;
+    if (pc->n == pc->cap) {
+        pc_entry *g = realloc(pc->e, sizeof *g * (pc->cap ? 2 * pc->cap : 16));
+        if (!g) goto out;
+        pc->e = g;
+        pc->cap = pc->cap ? 2 * pc->cap : 16;
+    }
+    if (qhx_session_snapshot(s, &e.snap) || !(e.tokens = malloc(sizeof(int32_t) * pos))) {
+        entry_free(&e);
+        goto out;
+    }
+    memcpy(e.tokens, ids, sizeof(int32_t) * pos);
+    qhx_snapshot_get_info(e.snap, &info);
+    e.pos = pos;
+    e.bytes = info.state_bytes + info.kv_bytes + info.kv_shared_bytes;
+    e.used = ++pc->clock;
+    pc->e[pc->n++] = e;
+    pc->bytes += e.bytes;
+    evict_to_budget(pc);
+out:
+    pthread_mutex_unlock(&pc->lock);
+}
+
+qhx_status pc_prefill(prefix_cache *pc, qhx_session *s, const int32_t *ids, int n, int32_t im_start, int *cached) {
+    int *splits;
+    const int k = pc_split_points(ids, n, im_start, &splits);
+    if (!splits) return QHX_ERR_NOMEM;
+    int at = *cached = pc_resume(pc, s, ids, splits, k);
+    qhx_status rc = QHX_OK;
+    for (int i = 0; i < k && !rc; i++) {
+        if (splits[i] <= at) continue;
+        rc = qhx_session_eval(s, ids + at, splits[i] - at, QHX_EVAL_SEQUENCE, NULL, NULL);
+        at = splits[i];
+        if (!rc) pc_insert(pc, s);
+    }
+    free(splits);
+    return rc;
+}
