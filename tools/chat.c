@@ -1,13 +1,15 @@
 /*
  * qhx chat: multi-turn chat in a terminal, in the model's chat format.
  *
- * Every turn renders the whole conversation with the chat template and feeds the session only
- * what it has not seen: when the rendering still starts with what the session holds, just the new
- * tail; otherwise (the template rewrites earlier turns, e.g. dropping old reasoning) the session
- * restarts from scratch, because a recurrent state cannot be rolled back. When the conversation
- * no longer fits the context, the oldest turns go first, and the user is told.
+ * Every turn renders the whole conversation with the chat template and resumes from the prefix
+ * cache (tools/prefix_cache.h) at the last message boundary the rendering shares with an earlier
+ * one: a recurrent state cannot be rolled back, and the template does rewrite history (it drops
+ * the reasoning of earlier turns), so the session is snapshotted at every message boundary on the
+ * way. Resumed turns answer exactly as if the whole rendering were evaluated afresh. When the
+ * conversation no longer fits the context, the oldest turns go first, and the user is told.
  */
 #include "cli.h"
+#include "prefix_cache.h"
 
 #include <jansson.h>
 
@@ -50,23 +52,13 @@ typedef struct {
     char *reasoning, *answer; /* the reply so far, apart */
     size_t n_reasoning, n_answer, cap;
     size_t shown;             /* reasoning bytes printed: none until it holds more than whitespace */
-    int32_t *ids;             /* its tokens */
-    size_t n_ids, cap_ids;
+    int n_tokens;
 } reply;
 
 /* Streams the reply: reasoning dimmed on a terminal, the answer as it is. */
 static int chat_on_token(int32_t tok, const char *text, size_t len, void *user) {
     reply *r = user;
-    if (tok >= 0) {
-        if (r->n_ids == r->cap_ids) {
-            size_t cap = r->cap_ids * 2 + 64;
-            int32_t *t = realloc(r->ids, cap * sizeof *t);
-            if (!t) return 1;
-            r->ids = t;
-            r->cap_ids = cap;
-        }
-        r->ids[r->n_ids++] = tok;
-    }
+    if (tok >= 0) r->n_tokens++;
     const size_t need = (r->n_reasoning > r->n_answer ? r->n_reasoning : r->n_answer) + len + 1;
     if (need > r->cap) {
         size_t cap = need * 2 + 256;
@@ -129,10 +121,13 @@ static const char chat_help[] =
     "                 (default: the chat template's default)\n"
     "  -n N           tokens per reply at most (default 1024)\n"
     "  --ctx N        context to use, at most the model's (default: the model's)\n"
+    "  --cache-mb N   memory for snapshots at message boundaries (default 2048; 0: evaluate every\n"
+    "                 turn's whole rendering afresh)\n"
+    "  --verbose      after each reply, its prompt tokens, how many were resumed, and speed\n"
     "sampling defaults here: --temp 0.7 --top-p 0.8 --top-k 20 (Qwen's advice for chat)\n" SAMPLING_HELP RUNTIME_HELP;
 
 int cmd_chat(int argc, char **argv) {
-    opts o = {.n = 1024, .think = -1, .gen = {.temperature = 0.7f, .top_p = 0.8f, .top_k = 20}};
+    opts o = {.n = 1024, .think = -1, .cache_mb = 2048, .gen = {.temperature = 0.7f, .top_p = 0.8f, .top_k = 20}};
     if (parse_common(argc, argv, &o)) return 2;
     if (o.help) return fputs(chat_help, stdout), 0;
     if (!o.model || o.prompt) return die("needs MODEL (see qhx chat --help)"), 2;
@@ -143,8 +138,10 @@ int cmd_chat(int argc, char **argv) {
     qhx_session *s = NULL;
     qhx_tokenizer *tok;
     json_t *msgs = json_array();
-    int32_t *fed = NULL, *ids = NULL; /* what the session holds; the latest rendering */
-    size_t n_fed = 0, n_ids = 0;
+    int32_t *ids = NULL; /* the latest rendering */
+    size_t n_ids = 0;
+    prefix_cache cache;
+    pc_init(&cache, (uint64_t)o.cache_mb << 20);
     int thinking = 0;
     char line[1 << 16];
     int rc = 1;
@@ -175,7 +172,6 @@ int cmd_chat(int argc, char **argv) {
         if (!strcmp(line, "/reset")) {
             while (json_array_size(msgs) > n_fixed) json_array_remove(msgs, n_fixed);
             qhx_session_reset(s);
-            n_fed = 0;
             fputs("(conversation reset)\n", stdout);
             continue;
         }
@@ -200,34 +196,26 @@ int cmd_chat(int argc, char **argv) {
             json_array_remove(msgs, json_array_size(msgs) - 1);
             continue;
         }
-        size_t start = 0; /* feed only what the session has not seen, if it has seen a prefix */
-        if (n_fed && n_fed < n_ids && !memcmp(fed, ids, n_fed * sizeof *ids)) start = n_fed;
-        else { qhx_session_reset(s); n_fed = 0; }
         reply r = {.split.in_reasoning = thinking, .tty = tty};
         qhx_generate_result res;
         o.gen.max_tokens = (int)o.n;
-        qhx_status st = qhx_generate(s, ids + start, (int)(n_ids - start), &o.gen, chat_on_token, &r, &res);
+        int resumed = 0;
+        const double t0 = now_s();
+        qhx_status st = pc_prefill(&cache, s, ids, (int)n_ids, qhx_tokenizer_find_added(tok, "<|im_start|>"), &resumed);
+        const int at = qhx_session_pos(s);
+        if (!st) st = qhx_generate(s, ids + at, (int)n_ids - at, &o.gen, chat_on_token, &r, &res);
         if (st == QHX_ERR_CANCELLED) fputs(" [stopped]", stdout);
-        else if (st) { fputs("\n", stdout); api_error(); free(r.reasoning); free(r.answer); free(r.ids); goto done; }
+        else if (st) { fputs("\n", stdout); api_error(); free(r.reasoning); free(r.answer); goto done; }
         fputs("\n", stdout);
+        if (o.verbose)
+            fprintf(stderr, "[prompt %zu tokens, %d resumed; reply %d tokens in %.2f s]\n", n_ids, resumed, r.n_tokens, now_s() - t0);
         json_array_append_new(msgs, assistant_message(&r));
-        /* what the session holds now: the rendering, then the reply tokens it evaluated */
-        size_t pos = (size_t)qhx_session_pos(s), from_reply = pos - n_ids;
-        int32_t *f = realloc(fed, (pos + 1) * sizeof *f);
-        if (f) {
-            fed = f;
-            memcpy(fed, ids, n_ids * sizeof *ids);
-            memcpy(fed + n_ids, r.ids, from_reply * sizeof *ids);
-            n_fed = pos;
-        }
         free(r.reasoning);
         free(r.answer);
-        free(r.ids);
-        if (!f) { die("out of memory"); goto done; }
     }
     rc = 0;
 done:
-    free(fed);
+    pc_free(&cache);
     free(ids);
     json_decref(msgs);
     close_model(rt, m, s);

@@ -145,6 +145,7 @@ int parse_common(int argc, char **argv, opts *o) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 64, &o->parallel)) return -1;
         }
         else if (!strcmp(a, "--think")) o->think = 1;
+        else if (!strcmp(a, "--verbose")) o->verbose = 1;
         else if (!strcmp(a, "--no-think")) o->think = 0;
         else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) {
             if (want_value(argc, argv, &i) || parse_float(a, argv[i], 0, 100, &o->gen.temperature)) return -1;
