@@ -123,5 +123,10 @@ $(BUILD)/kernel_bench: $(BUILD)/bench/kernel_bench.o $(BUILD)/libqhexrt.a
 $(BUILD)/gguf_synth: $(BUILD)/bench/gguf_synth.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# the prefix cache as qhx serve and qhx chat run it
+$(BUILD)/bench/prefix_bench.o: CFLAGS += -Itools
+$(BUILD)/prefix_bench: $(BUILD)/bench/prefix_bench.o $(BUILD)/libqhxcli.a $(BUILD)/libqhexrt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/w8_greedy: $(BUILD)/bench/w8_greedy.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
