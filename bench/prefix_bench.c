@@ -20,6 +20,7 @@ static double now(void) {
 }
 
 #define IM_START 7
+#define ASSISTANT 77
 static uint64_t rng = 0x853c49e6748fea9bull;
 static int32_t next_id(int vocab) {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -56,29 +57,30 @@ int main(int argc, char **argv) {
     int resumed[64] = {0};
     for (int cached = 0; cached < 2; cached++) {
         prefix_cache pc;
-        pc_init(&pc, cached ? (uint64_t)1 << 40 : 0);
+        pc_init(&pc, cached ? (uint64_t)1 << 40 : 0, NULL);
+        pc.im_start = IM_START, pc.assistant[0] = ASSISTANT, pc.n_assistant = 1;
         int len = n;
         for (int t = 0; t < turns && t < 64; t++) {
-            int at = len;
-            conv[at++] = IM_START; /* the user message */
-            memcpy(conv + at, users + t * msg, sizeof(int32_t) * (msg - 1)), at += msg - 1;
-            const int prompt = at + 3; /* the generation prompt: <|im_start|> assistant \n */
-            conv[at] = IM_START, conv[at + 1] = 77, conv[at + 2] = 78;
+            const int user = len;
+            int at = message(conv, len, msg, mi.vocab_size); /* the user message */
+            memcpy(conv + user + 1, users + t * msg, sizeof(int32_t) * (msg - 1));
+            conv[at] = IM_START, conv[at + 1] = ASSISTANT, conv[at + 2] = 78; /* the generation prompt */
+            const int prompt = at + 3;
             qhx_generate_opts go = {.max_tokens = 1, .ignore_eos = 1};
             int got = 0;
             const double t0 = now();
-            qhx_status st = pc_prefill(&pc, s, conv, prompt, IM_START, &got);
+            qhx_status st = pc_prefill(&pc, s, conv, prompt, &got);
             const int p = qhx_session_pos(s);
             if (!st) st = qhx_generate(s, conv + p, prompt - p, &go, NULL, NULL, NULL);
             ttft[cached][t] = now() - t0;
             if (st) return fprintf(stderr, "prefix_bench: %s\n", qhx_last_error()), 1;
             if (cached) resumed[t] = got;
-            /* the reply as the next prompt holds it: the assistant message, from its <|im_start|> */
-            memcpy(conv + at + 1, replies + t * msg, sizeof(int32_t) * (msg - 1));
+            /* the assistant message as the next prompt holds it: the generation prompt, the reply */
+            memcpy(conv + prompt, replies + t * msg, sizeof(int32_t) * (msg - 3));
             len = at + msg;
-            if (cached) { /* what qhx serve's cache_reply does after the answer */
-                const int split[1] = {at};
-                if (pc_resume(&pc, s, conv, split, 1) == at && !qhx_session_eval(s, conv + at, msg, QHX_EVAL_SEQUENCE, NULL, NULL))
+            if (cached) { /* what qhx serve's pc_cache_reply does after the answer */
+                const int split[1] = {user};
+                if (pc_resume(&pc, s, conv, split, 1) == user && !qhx_session_eval(s, conv + user, len - user, QHX_EVAL_SEQUENCE, NULL, NULL))
                     pc_insert(&pc, s);
             }
             printf("  turn %d (%s): prompt %d tokens, %d resumed, time to first token %.0f ms\n", t + 1,

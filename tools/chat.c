@@ -141,7 +141,7 @@ int cmd_chat(int argc, char **argv) {
     int32_t *ids = NULL; /* the latest rendering */
     size_t n_ids = 0;
     prefix_cache cache;
-    pc_init(&cache, (uint64_t)o.cache_mb << 20);
+    pc_init(&cache, 0, NULL);
     int thinking = 0;
     char line[1 << 16];
     int rc = 1;
@@ -149,6 +149,8 @@ int cmd_chat(int argc, char **argv) {
         if (m && !s) api_error();
         goto done;
     }
+    pc_free(&cache);
+    pc_init(&cache, (uint64_t)o.cache_mb << 20, tok);
     qhx_model_info mi;
     qhx_model_get_info(m, &mi);
     const int ctx = o.ctx && o.ctx < mi.max_context ? (int)o.ctx : mi.max_context;
@@ -201,7 +203,7 @@ int cmd_chat(int argc, char **argv) {
         o.gen.max_tokens = (int)o.n;
         int resumed = 0;
         const double t0 = now_s();
-        qhx_status st = pc_prefill(&cache, s, ids, (int)n_ids, qhx_tokenizer_find_added(tok, "<|im_start|>"), &resumed);
+        qhx_status st = pc_prefill(&cache, s, ids, (int)n_ids, &resumed);
         const int at = qhx_session_pos(s);
         if (!st) st = qhx_generate(s, ids + at, (int)n_ids - at, &o.gen, chat_on_token, &r, &res);
         if (st == QHX_ERR_CANCELLED) fputs(" [stopped]", stdout);
@@ -210,6 +212,12 @@ int cmd_chat(int argc, char **argv) {
         if (o.verbose)
             fprintf(stderr, "[prompt %zu tokens, %d resumed; reply %d tokens in %.2f s]\n", n_ids, resumed, r.n_tokens, now_s() - t0);
         json_array_append_new(msgs, assistant_message(&r));
+        if (st == QHX_OK) { /* the next turn then resumes at its own message */
+            json_t *conv = json_pack("{s:O}", "messages", msgs);
+            if (o.think >= 0) json_object_set_new(conv, "enable_thinking", json_boolean(o.think));
+            pc_cache_reply(&cache, s, tok, conv, ids, (int)n_ids);
+            json_decref(conv);
+        }
         free(r.reasoning);
         free(r.answer);
     }

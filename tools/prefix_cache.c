@@ -6,10 +6,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-void pc_init(prefix_cache *pc, uint64_t budget_bytes) {
+void pc_init(prefix_cache *pc, uint64_t budget_bytes, qhx_tokenizer *tok) {
     memset(pc, 0, sizeof *pc);
     pthread_mutex_init(&pc->lock, NULL);
     pc->budget = budget_bytes;
+    pc->im_start = tok ? qhx_tokenizer_find_added(tok, "<|im_start|>") : -1;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (pc->im_start >= 0 && qhx_tokenizer_encode(tok, "assistant", 9, 0, &ids, &n) == QHX_OK && n >= 1 && n <= 8) {
+        memcpy(pc->assistant, ids, sizeof(int32_t) * n);
+        pc->n_assistant = (int)n;
+    }
+    free(ids);
 }
 
 static void entry_free(pc_entry *e) {
@@ -24,13 +32,14 @@ void pc_free(prefix_cache *pc) {
     memset(pc, 0, sizeof *pc);
 }
 
-int pc_split_points(const int32_t *ids, int n, int32_t im_start, int **out) {
+int pc_split_points(const prefix_cache *pc, const int32_t *ids, int n, int **out) {
     int *p = malloc(sizeof(int) * (n + 1)), k = 0;
     *out = p;
     if (!p) return 0;
-    for (int i = 1; i < n - 1; i++)
-        if (ids[i] == im_start) p[k++] = i;
-    if (n > 1) p[k++] = n - 1;
+    for (int i = 1; i < n && pc->im_start >= 0; i++)
+        if (ids[i] == pc->im_start && !(i + pc->n_assistant < n && !memcmp(ids + i + 1, pc->assistant, sizeof(int32_t) * pc->n_assistant)))
+            p[k++] = i;
+    if (!k && n > 1) p[k++] = n - 1;
     return k;
 }
 
@@ -112,9 +121,9 @@ out:
     pthread_mutex_unlock(&pc->lock);
 }
 
-qhx_status pc_prefill(prefix_cache *pc, qhx_session *s, const int32_t *ids, int n, int32_t im_start, int *cached) {
+qhx_status pc_prefill(prefix_cache *pc, qhx_session *s, const int32_t *ids, int n, int *cached) {
     int *splits;
-    const int k = pc_split_points(ids, n, im_start, &splits);
+    const int k = pc_split_points(pc, ids, n, &splits);
     if (!splits) return QHX_ERR_NOMEM;
     int at = *cached = pc_resume(pc, s, ids, splits, k);
     qhx_status rc = QHX_OK;
@@ -126,4 +135,38 @@ qhx_status pc_prefill(prefix_cache *pc, qhx_session *s, const int32_t *ids, int 
     }
     free(splits);
     return rc;
+}
+
+/* the last split point of ids, or -1 */
+static int last_split(const prefix_cache *pc, const int32_t *ids, int n) {
+    int *splits;
+    const int k = pc_split_points(pc, ids, n, &splits), at = k ? splits[k - 1] : -1;
+    free(splits);
+    return at;
+}
+
+void pc_cache_reply(prefix_cache *pc, qhx_session *s, qhx_tokenizer *tok, const json_t *conversation, const int32_t *prompt,
+                    int n_prompt) {
+    const int from = last_split(pc, prompt, n_prompt);
+    if (!pc->budget || pc->im_start < 0 || from < 0) return;
+    json_t *h = json_deep_copy(conversation);
+    char *rj = NULL, *text = NULL;
+    int32_t *ids = NULL;
+    size_t len = 0, n = 0;
+    json_object_set_new(h, "add_generation_prompt", json_false());
+    if (json_array_append_new(json_object_get(h, "messages"), json_pack("{s:s, s:s}", "role", "user", "content", "")) ||
+        !(rj = json_dumps(h, JSON_COMPACT)) || qhx_chat_render(rj, strlen(rj), &text, &len) ||
+        qhx_tokenizer_encode(tok, text, len, QHX_ENCODE_SPECIAL, &ids, &n))
+        goto done;
+    const int to = last_split(pc, ids, (int)n), split[1] = {from};
+    qhx_model_info mi;
+    qhx_model_get_info(qhx_session_model(s), &mi);
+    if (to > from && to < mi.max_context && !memcmp(ids, prompt, sizeof(int32_t) * from) && pc_resume(pc, s, ids, split, 1) == from &&
+        qhx_session_eval(s, ids + from, to - from, QHX_EVAL_SEQUENCE, NULL, NULL) == QHX_OK)
+        pc_insert(pc, s);
+done:
+    json_decref(h);
+    free(rj);
+    free(text);
+    free(ids);
 }

@@ -1,14 +1,19 @@
 /* A prefix cache of session snapshots for qhx serve and qhx chat: requests whose tokens start with
  * a cached snapshot's resume from it instead of evaluating the prefix again.
  *
- * Exact by construction: a prompt is evaluated in pieces that end at its split points (every
- * <|im_start|>, so each chat message ends a piece, and the token before the last), cache or no
- * cache, and a snapshot is restored only at one of the request's own split points. A resumed
+ * Exact by construction: a prompt is evaluated in pieces that end at its split points, cache or
+ * no cache, and a snapshot is restored only at one of the request's own split points. A resumed
  * request therefore runs the very evaluation calls a cold one runs, and gives the same logits bit
- * for bit. Thread-safe; restoring copies out of the cache, so entries are never in use. */
+ * for bit. The split points are the starts of the chat's system and user messages (an
+ * <|im_start|> not followed by "assistant"): a turn is the user's message and the reply to it, and
+ * the generation prompt stays in the last piece, so a resumed turn is one evaluation. A prompt
+ * without chat markers splits before its last token (a repeat of it resumes there).
+ * Thread-safe; restoring copies out of the cache, so entries are never in use. */
 #ifndef QHX_PREFIX_CACHE_H
 #define QHX_PREFIX_CACHE_H
 #include "qhexrt.h"
+
+#include <jansson.h>
 
 #include <pthread.h>
 
@@ -25,15 +30,19 @@ typedef struct {
     pc_entry *e;
     int n, cap;
     uint64_t budget, bytes;  /* budget 0: the cache is off */
+    int32_t im_start;        /* the message opener, -1: none */
+    int32_t assistant[8];    /* the tokens of "assistant" after it */
+    int n_assistant;
     unsigned long clock, hits, misses, evictions;
 } prefix_cache;
 
-void pc_init(prefix_cache *pc, uint64_t budget_bytes);
+/* markers from tok: <|im_start|> and the encoding of "assistant" (tok NULL: no chat markers) */
+void pc_init(prefix_cache *pc, uint64_t budget_bytes, qhx_tokenizer *tok);
 void pc_free(prefix_cache *pc);
 
-/* The split points of a prompt of n ids (ascending, each in (0, n)): positions of <|im_start|>
- * (im_start < 0: none) and n - 1. Returns the count; *out is malloc'd. */
-int pc_split_points(const int32_t *ids, int n, int32_t im_start, int **out);
+/* The split points of a prompt of n ids (ascending, each in (0, n)). Returns the count; *out is
+ * malloc'd (NULL: out of memory). */
+int pc_split_points(const prefix_cache *pc, const int32_t *ids, int n, int **out);
 
 /* Restores into s the deepest cached snapshot at one of the split points whose tokens are the
  * prompt's first ones, and returns its position (0 when none: s is reset). */
@@ -43,9 +52,19 @@ int pc_resume(prefix_cache *pc, qhx_session *s, const int32_t *ids, const int *s
  * evicts until the budget holds. Out of memory only costs a future hit. */
 void pc_insert(prefix_cache *pc, qhx_session *s);
 
-/* Evaluates ids [0, n - 1) from the deepest cached split point on, piece by piece, caching the
- * state at each split point reached; leaves s at n - 1 for qhx_generate to take the last token.
- * *cached: the tokens that came from the cache. */
-qhx_status pc_prefill(prefix_cache *pc, qhx_session *s, const int32_t *ids, int n, int32_t im_start, int *cached);
+/* Evaluates ids up to the prompt's last split point, from the deepest cached one on, piece by
+ * piece, caching the state at each split point reached; qhx_generate takes the rest from
+ * qhx_session_pos(s). *cached: the tokens that came from the cache. */
+qhx_status pc_prefill(prefix_cache *pc, qhx_session *s, const int32_t *ids, int n, int *cached);
+
+/* Caches the state after a chat reply as the next turn's prompt will hold it. conversation: the
+ * render request ({"messages": [...], "tools"?, "enable_thinking"?}) whose last message is the
+ * reply; prompt: the ids the reply was generated from. Renders it with an empty user message
+ * after the reply, so the template treats the reply as it will in the next turn (dropping its
+ * reasoning), and evaluates one piece from the cached start of the prompt's last user message to
+ * the start of that empty one: both split points of the next turn, which then resumes there
+ * exactly as a cold evaluation of its whole prompt would run. Leaves s anywhere. */
+void pc_cache_reply(prefix_cache *pc, qhx_session *s, qhx_tokenizer *tok, const json_t *conversation, const int32_t *prompt,
+                    int n_prompt);
 
 #endif

@@ -119,7 +119,7 @@ typedef struct {
     int failed;                   /* the client is gone */
     think_split ts;
     int cached;                   /* prompt tokens resumed from the prefix cache */
-    int reply_cacheable;          /* a chat reply that ended at a stop: worth a snapshot after it */
+    int reply_cacheable;          /* a finished chat reply: worth a snapshot after it */
     char *reasoning, *content;    /* everything so far (non-streaming) */
     size_t n_reasoning, n_content, cap;
 } job;
@@ -202,43 +202,6 @@ static json_t *usage_json(const qhx_generate_result *res, int cached) {
                      "total_tokens", res->n_prompt + res->n_generated, "prompt_tokens_details", "cached_tokens", cached);
 }
 
-static int last_im_start(const server *sv, const int32_t *ids, int n) {
-    for (int i = n - 1; i > 0; i--)
-        if (ids[i] == sv->im_start) return i;
-    return -1;
-}
-
-/* Caches the state after a chat reply as the next turn's prompt will hold it: the conversation
- * rendered with the reply as an earlier message (so the template drops its reasoning, as it will
- * then), evaluated as one piece from the cached start of the reply's message to the start of the
- * next one, which are split points of the next turn: it resumes there as exactly as a cold
- * evaluation of its whole prompt would run. */
-static void cache_reply(server *sv, qhx_session *s, const request *rq, const char *content, size_t n_content) {
-    const int from = last_im_start(sv, rq->ids, rq->n_ids - 1);
-    if (!sv->cache.budget || from < 0) return;
-    json_t *h = json_deep_copy(rq->history), *msgs = json_object_get(h, "messages");
-    char *rj = NULL, *text = NULL;
-    int32_t *ids = NULL;
-    size_t len = 0, n = 0;
-    if (json_array_append_new(msgs, json_pack("{s:s, s:s%}", "role", "assistant", "content", content ? content : "",
-                                              n_content)) ||
-        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", "")) ||
-        !(rj = json_dumps(h, JSON_COMPACT)) || qhx_chat_render(rj, strlen(rj), &text, &len) ||
-        qhx_tokenizer_encode(sv->tok, text, len, QHX_ENCODE_SPECIAL, &ids, &n))
-        goto done;
-    const int to = last_im_start(sv, ids, (int)n);
-    const int split[1] = {from};
-    if (to > from && to < sv->mi.max_context && !memcmp(ids, rq->ids, sizeof(int32_t) * from) &&
-        pc_resume(&sv->cache, s, ids, split, 1) == from &&
-        qhx_session_eval(s, ids + from, to - from, QHX_EVAL_SEQUENCE, NULL, NULL) == QHX_OK)
-        pc_insert(&sv->cache, s);
-done:
-    json_decref(h);
-    free(rj);
-    free(text);
-    free(ids);
-}
-
 /* Runs a queued request on a free slot; what qhx_generate returns. */
 static qhx_status run_job(job *jb, qhx_generate_result *res) {
     server *sv = jb->sv;
@@ -248,11 +211,11 @@ static qhx_status run_job(job *jb, qhx_generate_result *res) {
     turn_begin(sv);
     qhx_session *s = sv->slot[jb->slot];
     jb->ts.in_reasoning = jb->rq->chat && jb->rq->thinking;
-    qhx_status st = pc_prefill(&sv->cache, s, jb->rq->ids, jb->rq->n_ids, sv->im_start, &jb->cached);
+    qhx_status st = pc_prefill(&sv->cache, s, jb->rq->ids, jb->rq->n_ids, &jb->cached);
     const int at = qhx_session_pos(s);
     if (!st) st = qhx_generate(s, jb->rq->ids + at, jb->rq->n_ids - at, &jb->rq->gen, serve_on_token, jb, res);
     res->n_prompt = jb->rq->n_ids;
-    jb->reply_cacheable = !st && res->finish == QHX_FINISH_STOP && jb->rq->history && !jb->failed && sv->cache.budget;
+    jb->reply_cacheable = !st && jb->rq->history && !jb->failed && sv->cache.budget;
     turn_end(sv);
     slot_give(sv, jb->slot);
     return st;
@@ -271,7 +234,11 @@ static void *reply_worker(void *arg) {
     const int k = slot_take(sv);
     if (k >= 0) {
         turn_begin(sv);
-        cache_reply(sv, sv->slot[k], r->rq, r->content, r->n_content);
+        json_t *h = json_deep_copy(r->rq->history);
+        json_array_append_new(json_object_get(h, "messages"),
+                              json_pack("{s:s, s:s%}", "role", "assistant", "content", r->content ? r->content : "", r->n_content));
+        pc_cache_reply(&sv->cache, sv->slot[k], sv->tok, h, r->rq->ids, r->rq->n_ids);
+        json_decref(h);
         turn_end(sv);
         slot_give(sv, k);
     }
@@ -281,7 +248,7 @@ static void *reply_worker(void *arg) {
     return NULL;
 }
 
-/* After the answer is out: the reply's snapshot on a slot of its own (cache_reply), in the
+/* After the answer is out: the reply's snapshot (pc_cache_reply) on a slot of its own, in the
  * background, taking the request and the reply text from the job. */
 static void schedule_reply(job *jb) {
     if (!jb->reply_cacheable) return;
@@ -509,8 +476,7 @@ int cmd_serve(int argc, char **argv) {
     if (open_model(&o, &rt, &sv.m)) goto done;
     qhx_model_get_info(sv.m, &sv.mi);
     if (qhx_model_tokenizer(sv.m, &sv.tok)) { api_error(); goto done; }
-    sv.im_start = qhx_tokenizer_find_added(sv.tok, "<|im_start|>");
-    pc_init(&sv.cache, (uint64_t)o.cache_mb << 20);
+    pc_init(&sv.cache, (uint64_t)o.cache_mb << 20, sv.tok);
     for (int i = 0; i < sv.n_slots; i++)
         if (qhx_session_new(sv.m, &sv.slot[i])) { api_error(); goto done; }
     if (sv.max_tokens > sv.mi.max_context) sv.max_tokens = sv.mi.max_context;

@@ -23,7 +23,6 @@ typedef struct {
     volatile sig_atomic_t stopping;
     unsigned long n_requests;
     prefix_cache cache;         /* snapshots at the split points of earlier prompts and replies */
-    int32_t im_start;           /* the chat template's message opener, or -1 */
 } server;
 
 typedef struct {

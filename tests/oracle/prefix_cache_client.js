@@ -69,15 +69,17 @@ async function main() {
     const r = await both(cached, req([...base, { role: "user", content: q }]), `branch ${i + 1}`);
     check(cachedTokens(r) > a1.usage.prompt_tokens, `branch ${i + 1} resumed from the shared history`, r.usage);
   }
-  // the same prompt again resumes all but its last token; streamed, usage in the last chunk
+  // the same prompt again resumes at its user message (a turn is evaluated whole); streamed, usage in the last chunk
   const again = await both(cached, req([{ role: "user", content: "And God said" }]), "a repeated prompt, streamed", true);
-  check(cachedTokens(again) === again.usage.prompt_tokens - 1, "a repeated prompt resumes all but its last token", again.usage);
-  // completions: a prompt extending an earlier one
+  check(cachedTokens(again) === cachedTokens(b1), "a repeated prompt resumes at its user message", [again.usage, b1.usage]);
+  // completions (no chat markers): a repeat resumes all but the last token; a longer prompt, nothing
   const p1 = "And God saw the light, that it was good: and God divided the light from the darkness.";
-  for (const [what, prompt] of [["completion", p1], ["a longer completion", p1 + " And God called the light Day"]]) {
+  for (const [what, prompt, resumed] of [["completion", p1, 0], ["a repeated completion", p1, -1], ["a longer completion", p1 + " And God called the light Day", 0]]) {
     const [x, y] = [await cached.completions.create({ model: "q35-kjv", prompt, max_tokens: 24, temperature: 0 }),
       await cold.completions.create({ model: "q35-kjv", prompt, max_tokens: 24, temperature: 0 })];
     check(x.choices[0].text === y.choices[0].text, `${what}: the answer equals the uncached one`, [x.choices[0].text, y.choices[0].text]);
+    const want = resumed < 0 ? x.usage.prompt_tokens - 1 : resumed;
+    check(cachedTokens(x) === want, `${what}: ${want} tokens resumed`, x.usage);
   }
   // four conversations at once on four slots, sharing the system prompt
   const qs = ["And the LORD spake", "Blessed is the man", "The LORD is my shepherd", "In my Father's house"];
@@ -89,6 +91,8 @@ async function main() {
   // under a budget that holds almost nothing: evictions all the time, answers unchanged
   await conversation(tiny, "And God said", "Then what", "tiny budget A");
   await conversation(tiny, "Who made the light", "And the waters", "tiny budget B");
+  await conversation(tiny, "The LORD is my shepherd", "I shall not want", "tiny budget C");
+  await conversation(tiny, "Blessed is the man", "that walketh not", "tiny budget D");
   await conversation(tiny, "And God said", "Then what", "tiny budget A again");
   console.log(`prefix-cache: ${pass} passed, ${fail} failed`);
 }
