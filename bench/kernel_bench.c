@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
         if (!ks) { qhx_clear_error(); continue; }
         const int reps = strcmp(sets[s], "scalar") ? 5 : 1;
         qhx_acts acts = {0};
-        const qhx_exec one = {ks, NULL, &acts}, all = {ks, pool, &acts};
+        const qhx_exec one = {.ks = ks, .acts = &acts}, all = {.ks = ks, .pool = pool, .acts = &acts};
         const double d1 = BEST(reps, for (size_t m = 0; m < NM; m++) qhx_matmul(&one, &W[m], X, 1, Y)) / NM;
         const double dn = BEST(reps, for (size_t m = 0; m < NM; m++) qhx_matmul(&all, &W[m], X, 1, Y)) / NM;
         const double pf = BEST(reps / 4 + 1, qhx_matmul(&all, &W[0], X, T, Y));

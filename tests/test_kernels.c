@@ -110,7 +110,7 @@ int main(void) {
                         float *X = malloc(sizeof(float) * (size_t)T * cols[ci]);
                         float *a = malloc(sizeof(float) * (size_t)T * rows[ri]), *b = malloc(sizeof(float) * (size_t)T * rows[ri]);
                         for (int i = 0; i < T * cols[ci]; i++) X[i] = frand();
-                        const qhx_exec ext = {twin, NULL, NULL}, exk = {ks, NULL, NULL};
+                        const qhx_exec ext = {.ks = twin}, exk = {.ks = ks};
                         qhx_matmul(&ext, &m.t, X, T, a);
                         qhx_matmul(&exk, &m.t, X, T, b);
                         const double e = compare(&m, X, T, b, a);
@@ -250,7 +250,7 @@ int main(void) {
             float *X = malloc(sizeof(float) * (size_t)T * 3001), *a = malloc(sizeof(float) * (size_t)T * 602),
                   *b = malloc(sizeof(float) * (size_t)T * 602);
             for (int i = 0; i < T * 3001; i++) X[i] = frand();
-            const qhx_exec ext = {twin, NULL, NULL}, exk = {q8, NULL, NULL};
+            const qhx_exec ext = {.ks = twin}, exk = {.ks = q8};
             qhx_matmul(&ext, &m.t, X, T, a);
             qhx_matmul(&exk, &m.t, X, T, b);
             const double e = compare(&m, X, T, b, a);
@@ -267,7 +267,7 @@ int main(void) {
     float *X = malloc(sizeof(float) * 5 * 333), *a = malloc(sizeof(float) * 5 * 1000), *b = malloc(sizeof(float) * 5 * 1000);
     for (int i = 0; i < 5 * 333; i++) X[i] = frand();
     qhx_acts acts = {0};
-    qhx_exec one = {best, NULL, NULL}, three = {best, pool, &acts};
+    qhx_exec one = {.ks = best}, three = {.ks = best, .pool = pool, .acts = &acts};
     for (int rep = 0; rep < 50; rep++) {
         qhx_matmul(&one, &m.t, X, 5, a);
         qhx_matmul(&three, &m.t, X, 5, b);

@@ -190,7 +190,7 @@ void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx
         if (W[m]->cols != W[0]->cols) abort(); /* one input: a caller's bug otherwise */
         any_i8 |= W[m]->dtype == QHX_I8;
     }
-    if (any_i8 && ex->ks->matmul_acts && T > 1) {
+    if (any_i8 && ex->ks->matmul_acts && T > 1 && !ex->per_token) {
         qhx_acts *a = ex->acts ? ex->acts : &local;
         if (acts_reserve(ex->ks, a, (size_t)W[0]->cols, T)) abort(); /* activation scratch: nothing sensible to do without it */
         if (a->bf) acts_zero_tail(a, T);

@@ -75,6 +75,9 @@ typedef struct qhx_exec {
     const qhx_kernel_set *ks;
     qhx_pool *pool;        /* NULL: run on the calling thread */
     qhx_acts *acts;        /* rounded-activation scratch kept between calls; NULL: one per call */
+    int per_token;         /* decode's numerics for every token of a call: fp32 activations, no
+                              multi-token tiles, so n tokens at once give bit for bit what n
+                              one-token calls give (weights still stream once) */
 } qhx_exec;
 
 /* The kernel set called `name` ("auto" = the best this CPU runs; the environment variable

@@ -54,7 +54,9 @@ qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32
         hs->tokens = t;
         hs->tokens_cap = cap;
     }
-    const qhx_exec *ex = &m->rt->ex;
+    qhx_exec step = m->rt->ex;
+    step.per_token = stepwise;
+    const qhx_exec *ex = &step;
     qhx_qwen35_embed(c, m->w, tokens, n, hs->x);
     for (int i = 0; i < m->n_shards; i++) {
         qhx_status rc = qhx_qwen35_layers(ex, c, m->w, &hs->shards[i], hs->x, n, stepwise);

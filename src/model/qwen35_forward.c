@@ -341,7 +341,7 @@ static void gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_l
                             int pos0, const float *h, float *out, int T, carver cv) {
     const int hq = c->n_heads, hkv = c->n_kv_heads, hd = c->head_dim;
     const int group = hq / hkv, kvdim = hkv * hd;
-    const int blocked = T >= ATTN_BLOCKED_FROM;
+    const int blocked = T >= ATTN_BLOCKED_FROM && !ex->per_token;
     const size_t scores_floats = attention_block_floats(hd, pos0 + T); /* room for either way */
     float *qg = carve(&cv, (size_t)T * hq * hd * 2), *att = carve(&cv, (size_t)T * hq * hd);
     float *scores = carve(&cv, scores_floats * (size_t)qhx_pool_size(ex->pool));
