@@ -162,6 +162,10 @@ qhx_status qhx_session_eval(qhx_session *s, const int32_t *tokens, int n, qhx_ev
 typedef struct qhx_snapshot qhx_snapshot;
 
 qhx_status qhx_session_snapshot(qhx_session *s, qhx_snapshot **out);
+/* Takes the session's state into an existing snapshot of the same model, reusing its memory (for
+ * a snapshot taken over and over, as speculative decoding does each step; only for one that no
+ * other thread is restoring). */
+qhx_status qhx_session_snapshot_into(qhx_session *s, qhx_snapshot *snap);
 /* Puts the session exactly where the snapshot was taken: evaluating the same tokens from there
  * gives bit for bit the logits the session gave after it. Fails (the session unchanged) on a
  * snapshot of another model. KV rows the session still holds from the snapshot's chain are not
@@ -227,7 +231,22 @@ typedef struct {
     const char *const *stop;   /* stop strings: generation ends where one appears in the text, even across
                                   tokens; the stop string and anything after it are never emitted */
     int n_stop;
+    int draft;                 /* speculative decoding: QHX_DRAFT_NONE (0) or QHX_DRAFT_NGRAM */
+    int draft_max;             /* tokens drafted per step at most (0: 8; at most QHX_MAX_DRAFT) */
 } qhx_generate_opts;
+
+/* Speculative decoding drafts a few tokens, evaluates them after the current one in one pass
+ * (the weights stream once for all), keeps the longest prefix the model agrees with and rolls
+ * the session back past the rest. The output is what decoding without it gives: greedy, the
+ * same tokens (the verify pass computes every token as decode does, bit for bit); sampled, the
+ * same distribution (a draft is kept with the probability the sampler gives it). The session is
+ * left as if the tokens had been decoded one by one. The draft length adapts to the acceptance. */
+enum {
+    QHX_DRAFT_NONE = 0,
+    QHX_DRAFT_NGRAM = 1        /* prompt lookup: the tokens that followed the latest earlier occurrence
+                                  of the context's last 2-4 tokens (quotes, edits, code, retrieval) */
+};
+#define QHX_MAX_DRAFT 16
 
 typedef enum {
     QHX_FINISH_LENGTH = 0,     /* max_tokens reached */
@@ -238,6 +257,8 @@ typedef enum {
 typedef struct {
     int n_prompt, n_generated; /* tokens evaluated from the prompt; tokens reported through the callback */
     qhx_finish finish;
+    int n_drafted, n_accepted; /* speculative decoding: tokens drafted, and kept */
+    int n_verify;              /* verify passes (each evaluates the current token and its drafts) */
 } qhx_generate_result;
 
 /* Evaluates the prompt (after whatever the session already holds), then samples up to max_tokens

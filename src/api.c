@@ -258,6 +258,11 @@ qhx_status qhx_session_snapshot(qhx_session *s, qhx_snapshot **out) {
     return qhx_hostop_snapshot(s->model, &s->hs, out);
 }
 
+qhx_status qhx_session_snapshot_into(qhx_session *s, qhx_snapshot *snap) {
+    if (!snap) return qhx_fail(QHX_ERR_ARG, "session_snapshot_into: no snapshot");
+    return qhx_hostop_snapshot_into(s->model, &s->hs, snap);
+}
+
 qhx_status qhx_session_restore(qhx_session *s, const qhx_snapshot *snap) {
     if (!snap) return qhx_fail(QHX_ERR_ARG, "session_restore: no snapshot");
     return qhx_hostop_restore(s->model, &s->hs, snap);

@@ -77,6 +77,107 @@ static int push_text(text_state *ts, const char *text, size_t n) {
     return 0;
 }
 
+/* ---- speculative decoding (qhexrt.h: qhx_generate_opts.draft) ----------------------------------
+ * A window is one verify pass: v[0] the token just sampled, v[1..] its drafts, evaluated stepwise
+ * in one call (bit for bit what one-token calls give), rows[i] the logits after v[0..i]. Sampling
+ * walks the window while its tokens match the drafts; where one does not, or at the end, the
+ * session goes back to the snapshot taken before the pass and evaluates the kept prefix again. */
+typedef struct {
+    int on, max, len;          /* len: the draft length now */
+    int cooldown, backoff;     /* after a window whose first draft failed: decode plainly a while */
+    qhx_session *s;
+    qhx_snapshot *before;
+    int32_t v[QHX_MAX_DRAFT + 1];
+    int n_v, j;                /* tokens in the open window (0: none); v[0..j] are kept */
+    float *rows;               /* [QHX_MAX_DRAFT + 1][vocab] */
+    size_t vocab;
+    int32_t *ctx;              /* every token so far, for the lookup */
+    int n_ctx, cap_ctx;
+    qhx_generate_result *res;
+} spec_state;
+
+/* The tokens after the latest earlier occurrence of the context's last 4, 3 or 2 tokens. */
+static int ngram_draft(const int32_t *c, int n, int32_t *out, int max) {
+    for (int g = 4; g >= 2; g--) {
+        if (n <= g) continue;
+        for (int i = n - g - 1; i >= 0; i--) {
+            if (memcmp(c + i, c + n - g, sizeof(int32_t) * g)) continue;
+            int k = 0;
+            while (k < max && i + g + k < n) out[k] = c[i + g + k], k++;
+            if (k) return k;
+        }
+    }
+    return 0;
+}
+
+static qhx_status ctx_push(spec_state *sp, int32_t tok) {
+    if (sp->n_ctx == sp->cap_ctx) {
+        int cap = sp->cap_ctx ? 2 * sp->cap_ctx : 1024;
+        int32_t *c = realloc(sp->ctx, sizeof(int32_t) * cap);
+        if (!c) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+        sp->ctx = c;
+        sp->cap_ctx = cap;
+    }
+    sp->ctx[sp->n_ctx++] = tok;
+    return QHX_OK;
+}
+
+/* The draft for the position being sampled, or -1. */
+static int32_t spec_draft(const spec_state *sp) { return sp->n_v && sp->j + 1 < sp->n_v ? sp->v[sp->j + 1] : -1; }
+
+/* Closes the open window: the session back to just after its kept tokens; the draft length adapts. */
+static qhx_status spec_settle(spec_state *sp) {
+    if (!sp->n_v) return QHX_OK;
+    const int kept = sp->j, drafted = sp->n_v - 1;
+    qhx_status rc = QHX_OK;
+    if (kept < drafted && !(rc = qhx_session_restore(sp->s, sp->before)))
+        rc = qhx_session_eval(sp->s, sp->v, kept + 1, QHX_EVAL_STEPWISE, NULL, NULL);
+    sp->n_v = 0;
+    if (kept == drafted) sp->len = sp->len + 2 < sp->max ? sp->len + 2 : sp->max;
+    else sp->len = kept + 1;
+    if (kept == 0) {
+        sp->cooldown = sp->backoff;
+        sp->backoff = sp->backoff < 32 ? 2 * sp->backoff : 32;
+    } else {
+        sp->backoff = 1;
+    }
+    return rc;
+}
+
+/* tok has been sampled and reported: logits after it, from the open window or a new pass. */
+static qhx_status spec_advance(spec_state *sp, int32_t tok, float *logits) {
+    qhx_status rc;
+    if (sp->n_v) {
+        if (tok == spec_draft(sp)) {
+            sp->j++;
+            sp->res->n_accepted++;
+            memcpy(logits, sp->rows + (size_t)sp->j * sp->vocab, sizeof(float) * sp->vocab);
+            return ctx_push(sp, tok);
+        }
+        if ((rc = spec_settle(sp))) return rc;
+    }
+    if ((rc = ctx_push(sp, tok))) return rc;
+    int n = 0;
+    if (sp->cooldown > 0) sp->cooldown--;
+    else n = ngram_draft(sp->ctx, sp->n_ctx, sp->v + 1, sp->len);
+    qhx_model_info mi;
+    qhx_model_get_info(qhx_session_model(sp->s), &mi);
+    if (n > mi.max_context - qhx_session_pos(sp->s) - 1) n = mi.max_context - qhx_session_pos(sp->s) - 1;
+    if (n <= 0) return qhx_session_eval(sp->s, &tok, 1, QHX_EVAL_STEPWISE, NULL, logits);
+    sp->v[0] = tok;
+    sp->n_v = n + 1;
+    sp->j = 0;
+    if ((rc = sp->before ? qhx_session_snapshot_into(sp->s, sp->before) : qhx_session_snapshot(sp->s, &sp->before)) ||
+        (rc = qhx_session_eval(sp->s, sp->v, sp->n_v, QHX_EVAL_STEPWISE, sp->rows, NULL))) {
+        sp->n_v = 0;
+        return rc;
+    }
+    sp->res->n_verify++;
+    sp->res->n_drafted += n;
+    memcpy(logits, sp->rows, sizeof(float) * sp->vocab);
+    return QHX_OK;
+}
+
 static qhx_status check_opts(const qhx_generate_opts *o) {
     if (o->max_tokens < 0) return qhx_fail(QHX_ERR_ARG, "generate: max_tokens %d is negative", o->max_tokens);
     if (o->n_stop < 0 || o->n_stop > QHX_MAX_STOP || (o->n_stop && !o->stop))
@@ -88,6 +189,10 @@ static qhx_status check_opts(const qhx_generate_opts *o) {
     }
     if (o->n_stop_ids < 0 || o->n_stop_ids > 1024 || (o->n_stop_ids && !o->stop_ids))
         return qhx_fail(QHX_ERR_ARG, "generate: %d stop ids (at most 1024)", o->n_stop_ids);
+    if (o->draft != QHX_DRAFT_NONE && o->draft != QHX_DRAFT_NGRAM)
+        return qhx_fail(QHX_ERR_ARG, "generate: draft %d is not a drafter (QHX_DRAFT_NONE or QHX_DRAFT_NGRAM)", o->draft);
+    if (o->draft_max < 0 || o->draft_max > QHX_MAX_DRAFT)
+        return qhx_fail(QHX_ERR_ARG, "generate: draft_max %d is not in [0, %d]", o->draft_max, QHX_MAX_DRAFT);
     return QHX_OK;
 }
 
@@ -135,13 +240,24 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
         free(ts.piece);
         return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     }
+    spec_state spec = {.on = o->draft != QHX_DRAFT_NONE, .max = o->draft_max ? o->draft_max : 8, .backoff = 1, .s = s,
+                       .vocab = (size_t)mi.vocab_size, .res = &res};
+    spec.len = spec.max;
     if ((rc = qhx_sampler_init(&sp, o, mi.vocab_size))) goto done;
     for (int i = 0; i < n_prompt && !rc; i++) rc = qhx_sampler_accept(&sp, prompt[i]);
     if (!rc) rc = qhx_session_eval(s, prompt, n_prompt, QHX_EVAL_SEQUENCE, NULL, logits);
     if (rc) goto done;
+    if (spec.on) {
+        const int n = qhx_session_pos(s);
+        const int32_t *held = qhx_session_tokens(s);
+        if (!(spec.rows = malloc(sizeof(float) * spec.vocab * (spec.max + 1)))) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
+        for (int i = 0; i < n && !rc; i++) rc = ctx_push(&spec, held[i]);
+        if (rc) goto done;
+    }
     res.n_prompt = n_prompt;
     for (int i = 0; i < o->max_tokens; i++) {
-        int32_t tok = qhx_sampler_sample(&sp, logits);
+        const int32_t draft = spec_draft(&spec);
+        int32_t tok = draft >= 0 ? qhx_sampler_sample_draft(&sp, logits, draft) : qhx_sampler_sample(&sp, logits);
         if (is_stop_id(o, &mi, tok)) { res.finish = QHX_FINISH_STOP; break; }
         int stopped = 0;
         if (ts.tok) {
@@ -161,7 +277,7 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
         if (stopped) { res.finish = QHX_FINISH_STOP; goto done; }
         if (i + 1 == o->max_tokens) break;
         if ((rc = qhx_sampler_accept(&sp, tok)) ||
-            (rc = qhx_session_eval(s, &tok, 1, QHX_EVAL_STEPWISE, NULL, logits)))
+            (rc = spec.on ? spec_advance(&spec, tok, logits) : qhx_session_eval(s, &tok, 1, QHX_EVAL_STEPWISE, NULL, logits)))
             goto done;
     }
     if (ts.tok) { /* the end: whatever was held back is text after all */
@@ -174,6 +290,13 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
         if (ts.n_out && cb) cb(-1, ts.out, ts.n_out, user);
     }
 done:
+    if (spec.on) { /* the session as if every kept token had been decoded one by one */
+        qhx_status settled = spec_settle(&spec);
+        if (!rc) rc = settled;
+    }
+    qhx_snapshot_free(spec.before);
+    free(spec.rows);
+    free(spec.ctx);
     if (result) *result = res;
     qhx_sampler_free(&sp);
     free(logits);

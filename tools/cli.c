@@ -171,6 +171,18 @@ int parse_common(int argc, char **argv, opts *o) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], -1, 1 << 24, &v)) return -1;
             o->gen.penalty_window = v == 0 ? 1 : (int)v;
         }
+        else if (!strcmp(a, "--draft")) {
+            if (want_value(argc, argv, &i)) return -1;
+            if (!strcmp(argv[i], "ngram")) o->gen.draft = QHX_DRAFT_NGRAM;
+            else if (!strcmp(argv[i], "none")) o->gen.draft = QHX_DRAFT_NONE;
+            else if (!strcmp(argv[i], "mtp")) return die("--draft mtp: the MTP drafter is not built yet; use --draft ngram"), -1;
+            else return die("--draft: '%s' is not a drafter (ngram or none)", argv[i]), -1;
+        }
+        else if (!strcmp(a, "--draft-max")) {
+            long long v;
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, QHX_MAX_DRAFT, &v)) return -1;
+            o->gen.draft_max = (int)v;
+        }
         else if (!strcmp(a, "--seed")) {
             long long v;
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 0, LLONG_MAX, &v)) return -1;

@@ -179,11 +179,14 @@ int cmd_generate(int argc, char **argv) {
         json_decref(j);
     } else {
         gen_end_line(&g);
-        char cache_note[64] = "";
+        char cache_note[64] = "", draft_note[96] = "";
         if (o.prompt_cache) snprintf(cache_note, sizeof cache_note, " (%d from the prompt cache)", reused);
+        if (o.gen.draft)
+            snprintf(draft_note, sizeof draft_note, "; drafted %d, accepted %d in %d verify passes", res.n_drafted, res.n_accepted,
+                     res.n_verify);
         if (!o.ids)
-            fprintf(stderr, "prompt %zu tokens%s, generated %d (%s); time to first token %.1f ms; prefill %.1f tok/s; decode %.1f tok/s\n",
-                    n, cache_note, g.count, finish_name(res.finish), ttft * 1e3, (n - reused) / ttft, decode);
+            fprintf(stderr, "prompt %zu tokens%s, generated %d (%s); time to first token %.1f ms; prefill %.1f tok/s; decode %.1f tok/s%s\n",
+                    n, cache_note, g.count, finish_name(res.finish), ttft * 1e3, (n - reused) / ttft, decode, draft_note);
     }
     rc = 0;
 done:

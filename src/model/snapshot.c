@@ -100,6 +100,27 @@ qhx_status qhx_snapshot_alloc(const qhx_model *m, int pos, qhx_snapshot **out) {
     return QHX_OK;
 }
 
+/* Takes the session's state into snap, whose recurrent buffer is already allocated. */
+static qhx_status snapshot_fill(const qhx_model *m, qhx_hostop_state *hs, qhx_snapshot *snap) {
+    qhx_kv_segment *tip = hs->kv_tip;
+    int own = 0;
+    if (hs->pos > 0 && (!tip || tip->row1 < hs->pos)) { /* the rows since the session's last snapshot */
+        qhx_kv_segment *seg = segment_new(&m->cfg, tip, tip ? tip->row1 : 0, hs->pos);
+        if (!seg) return qhx_fail(QHX_ERR_NOMEM, "snapshot: out of memory for %d KV rows", hs->pos);
+        segment_copy(m, hs, seg, 1);
+        qhx_kv_segment_unref(tip);
+        hs->kv_tip = tip = seg;
+        own = 1;
+    }
+    qhx_kv_segment_unref(snap->kv);
+    snap->kv = segment_ref(hs->pos > 0 ? tip : NULL);
+    snap->own_kv = own;
+    snap->model = m;
+    snap->pos = hs->pos;
+    recurrent_copy(m, hs, snap->recurrent, 1);
+    return QHX_OK;
+}
+
 qhx_status qhx_hostop_snapshot(const qhx_model *m, qhx_hostop_state *hs, qhx_snapshot **out) {
     *out = NULL;
     qhx_snapshot *snap = calloc(1, sizeof *snap);
@@ -107,24 +128,15 @@ qhx_status qhx_hostop_snapshot(const qhx_model *m, qhx_hostop_state *hs, qhx_sna
         qhx_snapshot_free(snap);
         return qhx_fail(QHX_ERR_NOMEM, "snapshot: out of memory");
     }
-    snap->model = m;
-    snap->pos = hs->pos;
-    qhx_kv_segment *tip = hs->kv_tip;
-    if (hs->pos > 0 && (!tip || tip->row1 < hs->pos)) { /* the rows since the session's last snapshot */
-        qhx_kv_segment *seg = segment_new(&m->cfg, tip, tip ? tip->row1 : 0, hs->pos);
-        if (!seg) {
-            qhx_snapshot_free(snap);
-            return qhx_fail(QHX_ERR_NOMEM, "snapshot: out of memory for %d KV rows", hs->pos);
-        }
-        segment_copy(m, hs, seg, 1);
-        qhx_kv_segment_unref(tip);
-        hs->kv_tip = tip = seg;
-        snap->own_kv = 1;
-    }
-    snap->kv = segment_ref(hs->pos > 0 ? tip : NULL);
-    recurrent_copy(m, hs, snap->recurrent, 1);
+    qhx_status rc = snapshot_fill(m, hs, snap);
+    if (rc) { qhx_snapshot_free(snap); return rc; }
     *out = snap;
     return QHX_OK;
+}
+
+qhx_status qhx_hostop_snapshot_into(const qhx_model *m, qhx_hostop_state *hs, qhx_snapshot *snap) {
+    if (snap->model != m) return qhx_fail(QHX_ERR_ARG, "snapshot: it was taken on another model");
+    return snapshot_fill(m, hs, snap);
 }
 
 static int in_chain(const qhx_kv_segment *chain, const qhx_kv_segment *seg) {

@@ -25,6 +25,7 @@ struct qhx_snapshot {
 
 /* qhx_session_snapshot / qhx_session_restore on a host-op state */
 qhx_status qhx_hostop_snapshot(const qhx_model *m, qhx_hostop_state *hs, qhx_snapshot **out);
+qhx_status qhx_hostop_snapshot_into(const qhx_model *m, qhx_hostop_state *hs, qhx_snapshot *snap);
 qhx_status qhx_hostop_restore(const qhx_model *m, qhx_hostop_state *hs, const qhx_snapshot *snap);
 
 void qhx_kv_segment_unref(qhx_kv_segment *seg);

@@ -120,10 +120,12 @@ static int cmp_desc(const void *a, const void *b, void *prob) {
     return before(prob, x, y) ? -1 : before(prob, y, x) ? 1 : 0;
 }
 
-int32_t qhx_sampler_sample(qhx_sampler *s, float *x) {
+/* Penalties, temperature, top-k, top-p and min-p: the tokens kept are idx[0..n) with unnormalised
+ * probabilities in prob[]; returns n, or 0 for greedy decoding (the argmax in *greedy). */
+static int keep_set(qhx_sampler *s, float *x, int32_t *greedy) {
     const int V = s->vocab;
     if (penalties_on(s)) apply_penalties(s, x);
-    if (s->temperature <= 0 || s->top_k == 1) return argmax(x, V);
+    if (s->temperature <= 0 || s->top_k == 1) return *greedy = argmax(x, V), 0;
 
     float *p = s->prob;
     int32_t *idx = s->idx;
@@ -167,12 +169,42 @@ int32_t qhx_sampler_sample(qhx_sampler *s, float *x) {
             if (p[idx[i]] >= s->min_p) idx[keep++] = idx[i];
         n = keep;
     }
+    return n;
+}
+
+/* A draw from idx[0..n) in proportion to prob[], leaving out `skip` (-1: none) */
+static int32_t draw(qhx_sampler *s, int n, int32_t skip) {
+    const float *p = s->prob;
+    const int32_t *idx = s->idx;
     double total = 0;
-    for (int i = 0; i < n; i++) total += p[idx[i]];
+    int32_t last = -1;
+    for (int i = 0; i < n; i++)
+        if (idx[i] != skip) total += p[idx[i]], last = idx[i];
     double r = uniform01(s->rng) * total;
     for (int i = 0; i < n; i++) {
+        if (idx[i] == skip) continue;
         r -= p[idx[i]];
         if (r < 0) return idx[i];
     }
-    return idx[n - 1];
+    return last;
+}
+
+int32_t qhx_sampler_sample(qhx_sampler *s, float *x) {
+    int32_t greedy;
+    const int n = keep_set(s, x, &greedy);
+    return n ? draw(s, n, -1) : greedy;
+}
+
+int32_t qhx_sampler_sample_draft(qhx_sampler *s, float *x, int32_t draft) {
+    int32_t greedy;
+    const int n = keep_set(s, x, &greedy);
+    if (!n) return greedy;
+    double total = 0, pd = 0;
+    for (int i = 0; i < n; i++) {
+        total += s->prob[s->idx[i]];
+        if (s->idx[i] == draft) pd = s->prob[draft];
+    }
+    /* accept with probability p(draft); else draw from p without it, (p - q)+ for a one-hot q */
+    if (uniform01(s->rng) * total < pd) return draft;
+    return n > 1 || pd == 0 ? draw(s, n, draft) : draft;
 }
