@@ -163,6 +163,17 @@ printf 'not a state' >"$tmp/pc-junk.state"
 expect_err 1 "pc-junk.state: not a qhexrt state file" "$qhx" generate models/q35-kjv "$short" --prompt-cache "$tmp/pc-junk.state"
 expect_err 2 "--prompt-cache: needs a value" "$qhx" generate models/q35-kjv "$short" --prompt-cache
 
+# --draft ngram: the same greedy ids, with the drafter's counts in --json; bad drafters refused
+"$qhx" generate models/q35-kjv "$long $long" -n 64 --ids --ignore-eos >"$tmp/sp0" 2>/dev/null
+"$qhx" generate models/q35-kjv "$long $long" -n 64 --ids --ignore-eos --draft ngram --draft-max 5 >"$tmp/sp1" 2>/dev/null
+cmp -s "$tmp/sp0" "$tmp/sp1" && ok || bad "--draft ngram changed the ids: $(cat "$tmp/sp1") vs $(cat "$tmp/sp0")"
+"$qhx" generate models/q35-kjv "In the beginning" -n 128 --ignore-eos --draft ngram --json 2>/dev/null |
+    node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const j=JSON.parse(s); process.exit(j.drafted>0 && j.accepted>0 && j.accepted<=j.drafted && j.verify_passes>0 ? 0 : 1)})' \
+    && ok || bad "--draft ngram --json counts"
+expect_err 2 "--draft: 'bogus' is not a drafter" "$qhx" generate models/q35-kjv x --draft bogus
+expect_err 2 "--draft mtp: the MTP drafter is not built yet" "$qhx" generate models/q35-kjv x --draft mtp
+expect_err 2 "--draft-max" "$qhx" generate models/q35-kjv x --draft ngram --draft-max 17
+
 # examples/minimal, on the public API alone, prints what qhx generate prints
 "$build/examples/minimal" models/q35-kjv "In the beginning" 12 >"$tmp/ex" 2>&1
 [[ "$(head -n -1 "$tmp/ex")" == "$(cat "$tmp/gen")" ]] && tail -1 "$tmp/ex" | grep -q "^\[4 prompt tokens, 12 generated\]$" \

@@ -120,9 +120,10 @@ node -e 'const fs=require("fs"), r=JSON.parse(fs.readFileSync(process.argv[1])),
     && ok || bad "padded vocabulary: $(head -c 300 "$tmp/padr") vs $(head -c 300 "$tmp/pad.json")"
 kill -INT "$server_pid"; wait "$server_pid"
 
-# the prefix cache: a cached server, an uncached one and one with a budget of almost nothing give the
-# same answers (tests/oracle/prefix_cache_client.js); the tiny one must have evicted
-start_server "$tmp/logc" --parallel 4 && cport=$port && cpid=$server_pid &&
+# the prefix cache: a cached server (speculative decoding on too), an uncached one and one with a
+# budget of almost nothing give the same answers (tests/oracle/prefix_cache_client.js); the tiny one
+# must have evicted
+start_server "$tmp/logc" --parallel 4 --draft ngram && cport=$port && cpid=$server_pid &&
     start_server "$tmp/logn" --parallel 4 --cache-mb 0 && nport=$port && npid=$server_pid &&
     start_server "$tmp/logt" --parallel 2 --cache-mb 1 && tport=$port && tpid=$server_pid ||
     { echo "server: $pass passed, $((fail + 1)) failed"; exit 1; }

@@ -21,7 +21,52 @@ static const char bench_help[] =
     "Prefill of each prompt size from a fresh session, then N decode steps (default 128) after a\n"
     "128-token prompt, on seeded random token ids. Reports tok/s, the weight bytes decode reads per\n"
     "second against this machine's read bandwidth measured in the same run, time to first token\n"
-    "(the 512-token prompt, or the largest below it) and peak RSS.\n" RUNTIME_HELP;
+    "(the 512-token prompt, or the largest below it) and peak RSS.\n"
+    "  --draft ngram  also time speculative decoding's verify pass: 1 + N tokens in one stepwise call\n"
+    "                 against N + 1 one-token calls from the same state, N = 1 .. --draft-max (default 8),\n"
+    "                 and the snapshot taken before each pass and restored after a rejection\n" RUNTIME_HELP;
+
+/* Speculative decoding's costs after a 128-token prompt: a verify pass of 1 + N tokens against
+ * N + 1 decode steps (best of 3, alternating), and a snapshot's take and restore. */
+static int bench_verify(qhx_model *m, qhx_session *s, const int32_t *ids, int max, int json) {
+    qhx_snapshot *snap = NULL;
+    qhx_session_reset(s);
+    if (qhx_session_eval(s, ids, 128, QHX_EVAL_SEQUENCE, NULL, NULL) || qhx_session_snapshot(s, &snap)) return api_error();
+    double take = 1e30, restore = 1e30;
+    for (int r = 0; r < 3; r++) {
+        double t0 = now_s();
+        if (qhx_session_snapshot_into(s, snap)) return qhx_snapshot_free(snap), api_error();
+        double t1 = now_s();
+        if (qhx_session_restore(s, snap)) return qhx_snapshot_free(snap), api_error();
+        double t2 = now_s();
+        take = t1 - t0 < take ? t1 - t0 : take;
+        restore = t2 - t1 < restore ? t2 - t1 : restore;
+    }
+    if (json) printf("{\"snapshot_ms\": %.2f, \"restore_ms\": %.2f, \"verify\": [", take * 1e3, restore * 1e3);
+    else fprintf(stderr, "  speculative decoding: snapshot %.2f ms, restore %.2f ms\n", take * 1e3, restore * 1e3);
+    for (int n = 1; n <= max; n++) {
+        double one = 1e30, steps = 1e30;
+        for (int r = 0; r < 3; r++) {
+            if (qhx_session_restore(s, snap)) return qhx_snapshot_free(snap), api_error();
+            double t0 = now_s();
+            if (qhx_session_eval(s, ids + 128 - n - 1, n + 1, QHX_EVAL_STEPWISE, NULL, NULL)) return qhx_snapshot_free(snap), api_error();
+            double t1 = now_s();
+            if (qhx_session_restore(s, snap)) return qhx_snapshot_free(snap), api_error();
+            double t2 = now_s();
+            for (int k = 0; k <= n; k++)
+                if (qhx_session_eval(s, ids + 128 - n - 1 + k, 1, QHX_EVAL_STEPWISE, NULL, NULL)) return qhx_snapshot_free(snap), api_error();
+            double t3 = now_s();
+            one = t1 - t0 < one ? t1 - t0 : one;
+            steps = t3 - t2 < steps ? t3 - t2 : steps;
+        }
+        if (json) printf("%s{\"drafts\": %d, \"verify_ms\": %.2f, \"steps_ms\": %.2f}", n > 1 ? ", " : "", n, one * 1e3, steps * 1e3);
+        else fprintf(stderr, "    verify 1 + %d tokens: %8.1f ms; %d decode steps: %8.1f ms; verify / steps %.3f\n", n, one * 1e3, n + 1,
+                     steps * 1e3, one / steps);
+    }
+    if (json) printf("]}\n");
+    qhx_snapshot_free(snap);
+    return 0;
+}
 
 int cmd_bench(int argc, char **argv) {
     opts o = {.decode = 128, .prompts = "128,512,1024"};
@@ -113,6 +158,7 @@ int cmd_bench(int argc, char **argv) {
                 ttft * 1e3, rss_mb, in.weight_bytes / 1e6);
     }
     free(pre);
+    if (o.gen.draft && bench_verify(m, s, ids, o.gen.draft_max ? o.gen.draft_max : 8, json)) goto done;
     rc = 0;
 done:
     free(sizes);

@@ -168,10 +168,11 @@ int cmd_generate(int argc, char **argv) {
     double ttft = g.count ? g.t_first - t0 : t1 - t0;
     double decode = g.count > 1 ? (g.count - 1) / (t1 - g.t_first) : 0.0;
     if (o.json) {
-        json_t *j = json_pack("{s:s%, s:O, s:i, s:i, s:i, s:s, s:I, s:f, s:f, s:f}", "text", g.text ? g.text : "", g.len,
+        json_t *j = json_pack("{s:s%, s:O, s:i, s:i, s:i, s:s, s:I, s:f, s:f, s:f, s:i, s:i, s:i}", "text", g.text ? g.text : "", g.len,
                               "ids", g.id_list, "prompt_tokens", (int)n, "cached_tokens", reused, "completion_tokens", res.n_generated,
                               "finish_reason", finish_name(res.finish), "seed", (json_int_t)o.gen.seed, "ttft_ms",
-                              ttft * 1e3, "prefill_tok_s", (n - reused) / ttft, "decode_tok_s", decode);
+                              ttft * 1e3, "prefill_tok_s", (n - reused) / ttft, "decode_tok_s", decode, "drafted", res.n_drafted,
+                              "accepted", res.n_accepted, "verify_passes", res.n_verify);
         char *out = j ? json_dumps(j, JSON_COMPACT) : NULL;
         if (!out) { die("the generated text is not valid UTF-8"); json_decref(j); goto done; }
         printf("%s\n", out);

@@ -442,6 +442,7 @@ static const char serve_help[] =
     "printed on stderr. Stops on SIGINT or SIGTERM.\n"
     "  --parallel N   sessions generating at once, taking turns token by token (default 4)\n"
     "  -n N           the largest max_tokens a request may ask for (default 4096)\n"
+    "  --draft ngram  speculative decoding for every request (same answers; --draft-max N drafts at most)\n"
     "  --cache-mb N   memory for the prefix cache (default 2048; 0: off): snapshots at every chat\n"
     "                 message, prompt end and reply, so a request sharing a prefix with an earlier\n"
     "                 one evaluates only the rest, with the same answer as without the cache\n" RUNTIME_HELP;
@@ -464,7 +465,7 @@ int cmd_serve(int argc, char **argv) {
     else { a4->sin_family = AF_INET; a4->sin_port = htons((uint16_t)o.port); alen = sizeof *a4; }
     (void)alen;
 
-    server sv = {.max_tokens = (int)o.n, .n_slots = (int)o.parallel};
+    server sv = {.max_tokens = (int)o.n, .n_slots = (int)o.parallel, .draft = o.gen.draft, .draft_max = o.gen.draft_max};
     qhx_runtime *rt = NULL;
     int rc = 1;
     struct MHD_Daemon *d = NULL;

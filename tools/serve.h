@@ -23,6 +23,7 @@ typedef struct {
     volatile sig_atomic_t stopping;
     unsigned long n_requests;
     prefix_cache cache;         /* snapshots at the split points of earlier prompts and replies */
+    int draft, draft_max;       /* speculative decoding for every request (--draft): the same answers */
 } server;
 
 typedef struct {

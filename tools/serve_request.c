@@ -119,6 +119,7 @@ request *parse_request(server *sv, const char *body, size_t len, int chat, refus
     json_t *model = json_object_get(j, "model");
     if (model && !json_is_string(model)) { param = "model"; snprintf(err, cap, "'model' must be a string"); goto fail; }
     if ((param = parse_sampling(sv, j, rq, err, cap))) goto fail;
+    rq->gen.draft = sv->draft, rq->gen.draft_max = sv->draft_max;
     if (chat) {
         json_t *msgs = json_object_get(j, "messages"), *tools = json_object_get(j, "tools");
         if (!json_is_array(msgs) || !json_array_size(msgs)) {

@@ -71,6 +71,12 @@ typedef struct {
     int (*supported)(void);
 } qhx_kernel_set;
 
+/* Up to this many tokens a call, the SIMD sets' fp32 matmuls run their decode kernels, one token
+ * after another over each row group while it sits in L1: the weights stream once, each token
+ * gets the arithmetic it gets alone, and a speculative verify pass costs little more than one
+ * decode step. Above it, multi-token register tiles take over (prefill with fp32 activations). */
+#define QHX_DECODE_MAX_T 16
+
 typedef struct qhx_exec {
     const qhx_kernel_set *ks;
     qhx_pool *pool;        /* NULL: run on the calling thread */

@@ -204,7 +204,7 @@ TARGET static void mm_w8(const qhx_tensor *W, const float *X, int T, float *Y, i
 }
 
 static void avx2_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
-    if (T >= 4) { prefill(W, X, T, Y, r0, r1); return; }
+    if (T > QHX_DECODE_MAX_T) { prefill(W, X, T, Y, r0, r1); return; }
     switch (W->dtype) {
     case QHX_I8: mm_w8(W, X, T, Y, r0, r1); break;
     case QHX_F16: mm_f16(W, X, T, Y, r0, r1); break;

@@ -130,7 +130,7 @@ TARGET static void mm_w8(const qhx_tensor *W, const float *X, int T, float *Y, i
 
 void qhx_avx512_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
     switch (W->dtype) {
-    case QHX_I8: T < 4 ? mm_w8(W, X, T, Y, r0, r1) : mm_i8(W, X, T, Y, r0, r1); break;
+    case QHX_I8: T <= QHX_DECODE_MAX_T ? mm_w8(W, X, T, Y, r0, r1) : mm_i8(W, X, T, Y, r0, r1); break;
     case QHX_F16: mm_f16(W, X, T, Y, r0, r1); break;
     case QHX_BF16: mm_bf16(W, X, T, Y, r0, r1); break;
     default: mm_f32(W, X, T, Y, r0, r1); break;
