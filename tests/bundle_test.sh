@@ -28,6 +28,10 @@ check "node -e 'const j=JSON.parse(require(\"fs\").readFileSync(process.argv[1],
     [\"bandwidth_gb_s\",\"bandwidth_frac\",\"bandwidth_peak_gb_s\",\"bandwidth_peak_frac\",\"ttft_ms\",\"peak_rss_mb\",\"weight_gb_s\"].every(k=>pos(j[k]))&&
     Math.abs(j.weight_gb_s/j.bandwidth_gb_s-j.bandwidth_frac)<2e-3*j.bandwidth_frac+1e-3 ? 0 : 1)' $tmp/bench.json" "bench --json: $(cat "$tmp/bench.json" "$tmp/bench.err")"
 expect_err 2 "--prompts" "$qhx" bench "$tmp/two" --prompts 8,x
+"$qhx" bench "$tmp/two" --json --prompts 8 --decode 4 --draft ngram --draft-max 3 >"$tmp/bench2.json" 2>"$tmp/bench2.err"
+check "node -e 'const j=JSON.parse(require(\"fs\").readFileSync(process.argv[1],\"utf8\")), s=j.speculative, pos=v=>typeof v===\"number\"&&v>0;
+    process.exit(s&&s.verify.length===3&&s.verify[2].drafts===3&&s.verify.every(v=>pos(v.verify_ms)&&pos(v.steps_ms))&&s.snapshot_ms>=0&&s.restore_ms>=0 ? 0 : 1)' $tmp/bench2.json" \
+    "bench --draft --json: $(cat "$tmp/bench2.json" "$tmp/bench2.err")"
 
 ids=$(seq -s, 1 97 4000 | head -c 400)
 for mode in "" --stepwise; do

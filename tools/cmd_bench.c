@@ -42,7 +42,7 @@ static int bench_verify(qhx_model *m, qhx_session *s, const int32_t *ids, int ma
         take = t1 - t0 < take ? t1 - t0 : take;
         restore = t2 - t1 < restore ? t2 - t1 : restore;
     }
-    if (json) printf("{\"snapshot_ms\": %.2f, \"restore_ms\": %.2f, \"verify\": [", take * 1e3, restore * 1e3);
+    if (json) printf(", \"speculative\": {\"snapshot_ms\": %.2f, \"restore_ms\": %.2f, \"verify\": [", take * 1e3, restore * 1e3);
     else fprintf(stderr, "  speculative decoding: snapshot %.2f ms, restore %.2f ms\n", take * 1e3, restore * 1e3);
     for (int n = 1; n <= max; n++) {
         double one = 1e30, steps = 1e30;
@@ -63,7 +63,7 @@ static int bench_verify(qhx_model *m, qhx_session *s, const int32_t *ids, int ma
         else fprintf(stderr, "    verify 1 + %d tokens: %8.1f ms; %d decode steps: %8.1f ms; verify / steps %.3f\n", n, one * 1e3, n + 1,
                      steps * 1e3, one / steps);
     }
-    if (json) printf("]}\n");
+    if (json) printf("]}");
     qhx_snapshot_free(snap);
     return 0;
 }
@@ -147,7 +147,7 @@ int cmd_bench(int argc, char **argv) {
         printf("], \"decode\": {\"tokens\": %lld, \"tok_s\": %.2f}, \"weight_bytes_per_token\": %llu, \"weight_gb_s\": %.2f, "
                "\"bandwidth_gb_s\": %.2f, \"bandwidth_frac\": %.3f, \"bandwidth_peak_gb_s\": %.2f, \"bandwidth_peak_frac\": %.3f, "
                "\"ttft_ms\": %.1f, \"ttft_prompt_tokens\": %d, "
-               "\"peak_rss_mb\": %.1f, \"mapped_weights_mb\": %.1f}\n",
+               "\"peak_rss_mb\": %.1f, \"mapped_weights_mb\": %.1f",
                n_decode, dec, (unsigned long long)in.decode_bytes_per_token, gbs, bw, gbs / bw, peak, gbs / peak, ttft * 1e3, ttft_size, rss_mb,
                in.weight_bytes / 1e6);
     } else {
@@ -159,6 +159,7 @@ int cmd_bench(int argc, char **argv) {
     }
     free(pre);
     if (o.gen.draft && bench_verify(m, s, ids, o.gen.draft_max ? o.gen.draft_max : 8, json)) goto done;
+    if (json) printf("}\n");
     rc = 0;
 done:
     free(sizes);
