@@ -244,7 +244,7 @@ typedef struct {
 enum {
     QHX_DRAFT_NONE = 0,
     QHX_DRAFT_NGRAM = 1        /* prompt lookup: the tokens that followed the latest earlier occurrence
-                                  of the context's last 2-4 tokens (quotes, edits, code, retrieval) */
+                                  of the context's last 3-4 tokens (quotes, edits, code, retrieval) */
 };
 #define QHX_MAX_DRAFT 16
 

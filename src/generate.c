@@ -96,9 +96,10 @@ typedef struct {
     qhx_generate_result *res;
 } spec_state;
 
-/* The tokens after the latest earlier occurrence of the context's last 4, 3 or 2 tokens. */
+/* The tokens after the latest earlier occurrence of the context's last 4 or 3 tokens (2-token
+ * matches are mostly chance on text that does not repeat, and a failed window costs a pass). */
 static int ngram_draft(const int32_t *c, int n, int32_t *out, int max) {
-    for (int g = 4; g >= 2; g--) {
+    for (int g = 4; g >= 3; g--) {
         if (n <= g) continue;
         for (int i = n - g - 1; i >= 0; i--) {
             if (memcmp(c + i, c + n - g, sizeof(int32_t) * g)) continue;
@@ -133,7 +134,7 @@ static qhx_status spec_settle(spec_state *sp) {
     if (kept < drafted && !(rc = qhx_session_restore(sp->s, sp->before)))
         rc = qhx_session_eval(sp->s, sp->v, kept + 1, QHX_EVAL_STEPWISE, NULL, NULL);
     sp->n_v = 0;
-    if (kept == drafted) sp->len = sp->len + 2 < sp->max ? sp->len + 2 : sp->max;
+    if (kept == drafted) sp->len = 2 * sp->len < sp->max ? 2 * sp->len : sp->max;
     else sp->len = kept + 1;
     if (kept == 0) {
         sp->cooldown = sp->backoff;
@@ -242,7 +243,7 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
     }
     spec_state spec = {.on = o->draft != QHX_DRAFT_NONE, .max = o->draft_max ? o->draft_max : 8, .backoff = 1, .s = s,
                        .vocab = (size_t)mi.vocab_size, .res = &res};
-    spec.len = spec.max;
+    spec.len = spec.max < 2 ? spec.max : 2; /* a failed window costs the pass: start short, double while kept */
     if ((rc = qhx_sampler_init(&sp, o, mi.vocab_size))) goto done;
     for (int i = 0; i < n_prompt && !rc; i++) rc = qhx_sampler_accept(&sp, prompt[i]);
     if (!rc) rc = qhx_session_eval(s, prompt, n_prompt, QHX_EVAL_SEQUENCE, NULL, logits);
