@@ -143,7 +143,9 @@ int qhx_session_pos(const qhx_session *s);
 
 typedef enum {
     QHX_EVAL_SEQUENCE = 0,  /* the tokens as one sequence (chunked delta rule), as a prefill would */
-    QHX_EVAL_STEPWISE = 1   /* one token at a time (recurrent delta rule), as decode does */
+    QHX_EVAL_STEPWISE = 1   /* one token at a time (recurrent delta rule), as decode does: n tokens in
+                               one call give bit for bit what n one-token calls give, while the
+                               weights stream once for up to 16 of them */
 } qhx_eval_mode;
 
 /* Feeds n tokens. If logits is not NULL it receives fp32 logits for every one of the n positions,

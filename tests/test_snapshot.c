@@ -119,16 +119,15 @@ static void check_model(const char *path, const char *kernels, qhx_model *other)
 
     /* a stepwise call of several tokens (what a speculative verify runs) is bit for bit that many
      * one-token calls: logits of every position, and the state after them */
-    {
-        enum { K = 9 };
+    for (int K = 9; K <= 20; K += 11) { /* 20: past the 16 tokens the decode kernels take at once */
         float *lk = malloc(sizeof(float) * f.V * (K + R)), *l1 = malloc(sizeof(float) * f.V * (K + R));
         qhx_session *x, *y;
         qhx_session_new(f.m, &x), qhx_session_new(f.m, &y);
         eval(x, 0, P, QHX_EVAL_SEQUENCE, NULL), eval(y, 0, P, QHX_EVAL_SEQUENCE, NULL);
-        eval(x, P, K, QHX_EVAL_STEPWISE, lk);
-        for (int t = 0; t < K; t++) eval(y, P + t, 1, QHX_EVAL_STEPWISE, l1 + (size_t)t * f.V);
+        qhx_session_eval(x, tok + P, K, QHX_EVAL_STEPWISE, lk, NULL);
+        for (int t = 0; t < K; t++) qhx_session_eval(y, tok + P + t, 1, QHX_EVAL_STEPWISE, l1 + (size_t)t * f.V, NULL);
         CHECK(same(lk, l1, (size_t)f.V * K), "%s: %d tokens in one stepwise call differ from %d one-token calls", what, K, K);
-        eval(x, P + K, R, QHX_EVAL_SEQUENCE, lk), eval(y, P + K, R, QHX_EVAL_SEQUENCE, l1);
+        qhx_session_eval(x, tok + P + K, R, QHX_EVAL_SEQUENCE, lk, NULL), qhx_session_eval(y, tok + P + K, R, QHX_EVAL_SEQUENCE, l1, NULL);
         CHECK(same(lk, l1, (size_t)f.V * R), "%s: the state after a %d-token stepwise call differs", what, K);
         qhx_session_free(x), qhx_session_free(y);
         free(lk), free(l1);
