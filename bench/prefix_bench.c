@@ -27,11 +27,11 @@ static int32_t next_id(int vocab) {
     return (int32_t)((rng >> 33) % (uint64_t)(vocab - 100)) + 100;
 }
 
-/* appends an <|im_start|> message of n tokens */
-static int message(int32_t *ids, int at, int n, int vocab) {
-    ids[at++] = IM_START;
-    for (int i = 1; i < n; i++) ids[at++] = next_id(vocab);
-    return at;
+/* writes an <|im_start|> message of n tokens, its body from body, at ids + at; returns its end */
+static int message(int32_t *ids, int at, int n, const int32_t *body) {
+    ids[at] = IM_START;
+    memcpy(ids + at + 1, body, sizeof(int32_t) * (n - 1));
+    return at + n;
 }
 
 int main(int argc, char **argv) {
@@ -47,9 +47,11 @@ int main(int argc, char **argv) {
     qhx_model_get_info(m, &mi);
     const int cap = sys + turns * (2 * msg + 3) + 8;
     int32_t *conv = malloc(sizeof(int32_t) * cap);
-    int n = message(conv, 0, sys, mi.vocab_size);
     int32_t *replies = malloc(sizeof(int32_t) * turns * msg), *users = malloc(sizeof(int32_t) * turns * msg);
+    int32_t *system = malloc(sizeof(int32_t) * sys);
+    for (int i = 0; i < sys; i++) system[i] = next_id(mi.vocab_size);
     for (int i = 0; i < turns * msg; i++) replies[i] = next_id(mi.vocab_size), users[i] = next_id(mi.vocab_size);
+    const int n = message(conv, 0, sys, system);
     printf("%s, %s, %d threads: system prompt %d tokens, %d turns of %d-token messages and replies\n", argv[1],
            qhx_runtime_kernels(rt), qhx_runtime_threads(rt), sys, turns, msg);
     double ttft[2][64] = {{0}};
@@ -57,13 +59,12 @@ int main(int argc, char **argv) {
     int resumed[64] = {0};
     for (int cached = 0; cached < 2; cached++) {
         prefix_cache pc;
-        pc_init(&pc, cached ? (uint64_t)1 << 40 : 0, NULL);
+        pc_init(&pc, cached ? (uint64_t)1 << 40 : 0);
         pc.im_start = IM_START, pc.assistant[0] = ASSISTANT, pc.n_assistant = 1;
         int len = n;
         for (int t = 0; t < turns && t < 64; t++) {
             const int user = len;
-            int at = message(conv, len, msg, mi.vocab_size); /* the user message */
-            memcpy(conv + user + 1, users + t * msg, sizeof(int32_t) * (msg - 1));
+            const int at = message(conv, len, msg, users + t * msg);
             conv[at] = IM_START, conv[at + 1] = ASSISTANT, conv[at + 2] = 78; /* the generation prompt */
             const int prompt = at + 3;
             qhx_generate_opts go = {.max_tokens = 1, .ignore_eos = 1};
@@ -96,7 +97,7 @@ int main(int argc, char **argv) {
                ttft[1][t] / ttft[0][t], resumed[t]);
     printf("cache: %.1f MB for %d turns (state %.1f MB a snapshot, KV %.1f KB a token)\n", mem / 1048576.0, turns,
            mi.state_bytes / 1048576.0, mi.kv_bytes_per_token / 1024.0);
-    free(conv), free(replies), free(users);
+    free(conv), free(replies), free(users), free(system);
     qhx_session_free(s);
     qhx_model_close(m);
     qhx_runtime_free(rt);

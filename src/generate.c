@@ -91,36 +91,24 @@ typedef struct {
     int n_v, j;                /* tokens in the open window (0: none); v[0..j] are kept */
     float *rows;               /* [QHX_MAX_DRAFT + 1][vocab] */
     size_t vocab;
-    int32_t *ctx;              /* every token so far, for the lookup */
-    int n_ctx, cap_ctx;
+    int context;               /* the model's positions: no window reaches past them */
     qhx_generate_result *res;
 } spec_state;
 
 /* The tokens after the latest earlier occurrence of the context's last 4 or 3 tokens (2-token
- * matches are mostly chance on text that does not repeat, and a failed window costs a pass). */
-static int ngram_draft(const int32_t *c, int n, int32_t *out, int max) {
+ * matches are mostly chance on text that does not repeat, and a failed window costs a pass). The
+ * context is what the session holds, h[0..n), then `last`, the token about to be evaluated. */
+static int ngram_draft(const int32_t *h, int n, int32_t last, int32_t *out, int max) {
     for (int g = 4; g >= 3; g--) {
-        if (n <= g) continue;
-        for (int i = n - g - 1; i >= 0; i--) {
-            if (memcmp(c + i, c + n - g, sizeof(int32_t) * g)) continue;
+        if (n < g) continue;
+        for (int i = n - g; i >= 0; i--) { /* an occurrence ending before `last`: it lies in h */
+            if (h[i + g - 1] != last || memcmp(h + i, h + n - g + 1, sizeof(int32_t) * (g - 1))) continue;
             int k = 0;
-            while (k < max && i + g + k < n) out[k] = c[i + g + k], k++;
+            while (k < max && i + g + k <= n) out[k] = i + g + k < n ? h[i + g + k] : last, k++;
             if (k) return k;
         }
     }
     return 0;
-}
-
-static qhx_status ctx_push(spec_state *sp, int32_t tok) {
-    if (sp->n_ctx == sp->cap_ctx) {
-        int cap = sp->cap_ctx ? 2 * sp->cap_ctx : 1024;
-        int32_t *c = realloc(sp->ctx, sizeof(int32_t) * cap);
-        if (!c) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
-        sp->ctx = c;
-        sp->cap_ctx = cap;
-    }
-    sp->ctx[sp->n_ctx++] = tok;
-    return QHX_OK;
 }
 
 /* The draft for the position being sampled, or -1. */
@@ -153,17 +141,14 @@ static qhx_status spec_advance(spec_state *sp, int32_t tok, float *logits) {
             sp->j++;
             sp->res->n_accepted++;
             memcpy(logits, sp->rows + (size_t)sp->j * sp->vocab, sizeof(float) * sp->vocab);
-            return ctx_push(sp, tok);
+            return QHX_OK;
         }
         if ((rc = spec_settle(sp))) return rc;
     }
-    if ((rc = ctx_push(sp, tok))) return rc;
-    int n = 0;
+    int n = 0; /* the session now holds exactly the tokens before tok */
     if (sp->cooldown > 0) sp->cooldown--;
-    else n = ngram_draft(sp->ctx, sp->n_ctx, sp->v + 1, sp->len);
-    qhx_model_info mi;
-    qhx_model_get_info(qhx_session_model(sp->s), &mi);
-    if (n > mi.max_context - qhx_session_pos(sp->s) - 1) n = mi.max_context - qhx_session_pos(sp->s) - 1;
+    else n = ngram_draft(qhx_session_tokens(sp->s), qhx_session_pos(sp->s), tok, sp->v + 1, sp->len);
+    if (n > sp->context - qhx_session_pos(sp->s) - 1) n = sp->context - qhx_session_pos(sp->s) - 1;
     if (n <= 0) return qhx_session_eval(sp->s, &tok, 1, QHX_EVAL_STEPWISE, NULL, logits);
     sp->v[0] = tok;
     sp->n_v = n + 1;
@@ -242,18 +227,15 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
         return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     }
     spec_state spec = {.on = o->draft != QHX_DRAFT_NONE, .max = o->draft_max ? o->draft_max : 8, .backoff = 1, .s = s,
-                       .vocab = (size_t)mi.vocab_size, .res = &res};
+                       .vocab = (size_t)mi.vocab_size, .context = mi.max_context, .res = &res};
     spec.len = spec.max < 2 ? spec.max : 2; /* a failed window costs the pass: start short, double while kept */
     if ((rc = qhx_sampler_init(&sp, o, mi.vocab_size))) goto done;
     for (int i = 0; i < n_prompt && !rc; i++) rc = qhx_sampler_accept(&sp, prompt[i]);
     if (!rc) rc = qhx_session_eval(s, prompt, n_prompt, QHX_EVAL_SEQUENCE, NULL, logits);
     if (rc) goto done;
-    if (spec.on) {
-        const int n = qhx_session_pos(s);
-        const int32_t *held = qhx_session_tokens(s);
-        if (!(spec.rows = malloc(sizeof(float) * spec.vocab * (spec.max + 1)))) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
-        for (int i = 0; i < n && !rc; i++) rc = ctx_push(&spec, held[i]);
-        if (rc) goto done;
+    if (spec.on && !(spec.rows = malloc(sizeof(float) * spec.vocab * (spec.max + 1)))) {
+        rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
+        goto done;
     }
     res.n_prompt = n_prompt;
     for (int i = 0; i < o->max_tokens; i++) {
@@ -297,7 +279,6 @@ done:
     }
     qhx_snapshot_free(spec.before);
     free(spec.rows);
-    free(spec.ctx);
     if (result) *result = res;
     qhx_sampler_free(&sp);
     free(logits);

@@ -141,7 +141,7 @@ int cmd_chat(int argc, char **argv) {
     int32_t *ids = NULL; /* the latest rendering */
     size_t n_ids = 0;
     prefix_cache cache;
-    pc_init(&cache, 0, NULL);
+    pc_init(&cache, (uint64_t)o.cache_mb << 20);
     int thinking = 0;
     char line[1 << 16];
     int rc = 1;
@@ -149,8 +149,7 @@ int cmd_chat(int argc, char **argv) {
         if (m && !s) api_error();
         goto done;
     }
-    pc_free(&cache);
-    pc_init(&cache, (uint64_t)o.cache_mb << 20, tok);
+    pc_markers(&cache, tok);
     qhx_model_info mi;
     qhx_model_get_info(m, &mi);
     const int ctx = o.ctx && o.ctx < mi.max_context ? (int)o.ctx : mi.max_context;

@@ -6,11 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-void pc_init(prefix_cache *pc, uint64_t budget_bytes, qhx_tokenizer *tok) {
+void pc_init(prefix_cache *pc, uint64_t budget_bytes) {
     memset(pc, 0, sizeof *pc);
     pthread_mutex_init(&pc->lock, NULL);
     pc->budget = budget_bytes;
-    pc->im_start = tok ? qhx_tokenizer_find_added(tok, "<|im_start|>") : -1;
+    pc->im_start = -1;
+}
+
+void pc_markers(prefix_cache *pc, qhx_tokenizer *tok) {
+    pc->im_start = qhx_tokenizer_find_added(tok, "<|im_start|>");
+    pc->n_assistant = 0;
     int32_t *ids = NULL;
     size_t n = 0;
     if (pc->im_start >= 0 && qhx_tokenizer_encode(tok, "assistant", 9, 0, &ids, &n) == QHX_OK && n >= 1 && n <= 8) {
@@ -80,8 +85,7 @@ int pc_resume(prefix_cache *pc, qhx_session *s, const int32_t *ids, const int *s
             pc->e[i].used = ++pc->clock;
         }
     }
-    got ? pc->hits++ : pc->misses++;
-    if (!got) qhx_session_reset(s);
+    got ? pc->hits++ : pc->misses++; /* a failed restore leaves the session as reset */
     pthread_mutex_unlock(&pc->lock);
     return got;
 }

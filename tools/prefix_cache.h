@@ -36,8 +36,10 @@ typedef struct {
     unsigned long clock, hits, misses, evictions;
 } prefix_cache;
 
-/* markers from tok: <|im_start|> and the encoding of "assistant" (tok NULL: no chat markers) */
-void pc_init(prefix_cache *pc, uint64_t budget_bytes, qhx_tokenizer *tok);
+/* A cache of budget_bytes (0: off) that knows no chat markers until pc_markers. */
+void pc_init(prefix_cache *pc, uint64_t budget_bytes);
+/* The chat markers from tok: <|im_start|> and the encoding of "assistant". */
+void pc_markers(prefix_cache *pc, qhx_tokenizer *tok);
 void pc_free(prefix_cache *pc);
 
 /* The split points of a prompt of n ids (ascending, each in (0, n)). Returns the count; *out is

@@ -471,13 +471,14 @@ int cmd_serve(int argc, char **argv) {
     struct MHD_Daemon *d = NULL;
     pthread_mutex_init(&sv.lock, NULL);
     pthread_cond_init(&sv.cv, NULL);
+    pc_init(&sv.cache, (uint64_t)o.cache_mb << 20);
     sv.slot = calloc((size_t)sv.n_slots, sizeof *sv.slot);
     sv.slot_busy = calloc((size_t)sv.n_slots, sizeof *sv.slot_busy);
     if (!sv.slot || !sv.slot_busy) { die("out of memory"); goto done; }
     if (open_model(&o, &rt, &sv.m)) goto done;
     qhx_model_get_info(sv.m, &sv.mi);
     if (qhx_model_tokenizer(sv.m, &sv.tok)) { api_error(); goto done; }
-    pc_init(&sv.cache, (uint64_t)o.cache_mb << 20, sv.tok);
+    pc_markers(&sv.cache, sv.tok);
     for (int i = 0; i < sv.n_slots; i++)
         if (qhx_session_new(sv.m, &sv.slot[i])) { api_error(); goto done; }
     if (sv.max_tokens > sv.mi.max_context) sv.max_tokens = sv.mi.max_context;

@@ -122,16 +122,12 @@ static qhx_status snapshot_fill(const qhx_model *m, qhx_hostop_state *hs, qhx_sn
 }
 
 qhx_status qhx_hostop_snapshot(const qhx_model *m, qhx_hostop_state *hs, qhx_snapshot **out) {
-    *out = NULL;
-    qhx_snapshot *snap = calloc(1, sizeof *snap);
-    if (!snap || !(snap->recurrent = malloc(sizeof(float) * (qhx_snapshot_recurrent_floats(&m->cfg) + 1)))) {
-        qhx_snapshot_free(snap);
-        return qhx_fail(QHX_ERR_NOMEM, "snapshot: out of memory");
+    qhx_status rc = qhx_snapshot_alloc(m, 0, out);
+    if (!rc && (rc = snapshot_fill(m, hs, *out))) {
+        qhx_snapshot_free(*out);
+        *out = NULL;
     }
-    qhx_status rc = snapshot_fill(m, hs, snap);
-    if (rc) { qhx_snapshot_free(snap); return rc; }
-    *out = snap;
-    return QHX_OK;
+    return rc;
 }
 
 qhx_status qhx_hostop_snapshot_into(const qhx_model *m, qhx_hostop_state *hs, qhx_snapshot *snap) {
