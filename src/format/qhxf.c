@@ -50,7 +50,8 @@ static qhx_status parse_dir(qhxf_file *f, const char *path) {
                           f->n_tensors);
             break;
         }
-        qhxf_tensor *t = &f->tensors[f->n_tensors];
+        qhxf_tensor *ft = &f->tensors[f->n_tensors];
+        qhx_tensor *t = &ft->t;
         int d = 0;
         while (d < 4 && strcmp(dtype_names[d], dt->valuestring)) d++;
         const double rows = cJSON_GetArrayItem(shape, 0)->valuedouble, cols = cJSON_GetArrayItem(shape, 1)->valuedouble;
@@ -80,8 +81,8 @@ static qhx_status parse_dir(qhxf_file *f, const char *path) {
             }
             t->scale = (const float *)(f->map.data + (uint64_t)so);
         }
-        t->name = strdup(name->valuestring);
-        if (!t->name) { rc = qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path); break; }
+        ft->name = strdup(name->valuestring);
+        if (!ft->name) { rc = qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path); break; }
         f->n_tensors++;
     }
     cJSON_Delete(root);

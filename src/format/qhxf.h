@@ -12,8 +12,8 @@
 #define QHX_QHXF_H
 #include <stdint.h>
 #include "format/safetensors.h"
-#include "model/qwen35.h"
 #include "util/mapfile.h"
+#include "util/tensor.h"
 
 #define QHXF_MAGIC "QHXF\r\n\x1a\n" /* PNG-style: catches text-mode mangling and truncation */
 #define QHXF_VERSION 1
@@ -37,10 +37,7 @@ _Static_assert(sizeof(qhxf_header) == QHXF_HEADER_BYTES, "QHXF header is 128 byt
 
 typedef struct {
     char *name;
-    qhx_dtype dtype;
-    int rows, cols;
-    const void *data;
-    const float *scale;     /* I8 only: one fp32 per row */
+    qhx_tensor t;           /* I8: with its fp32 scale per row */
 } qhxf_tensor;
 
 typedef struct {

@@ -13,15 +13,6 @@ static const struct { const char *name; qhx_dtype dt; size_t size; } dtypes[] = 
     {"BOOL", QHX_DT_OTHER, 1}, {"F8_E4M3", QHX_DT_OTHER, 1}, {"F8_E5M2", QHX_DT_OTHER, 1},
 };
 
-size_t qhx_dtype_size(qhx_dtype dt) {
-    switch (dt) {
-    case QHX_F32: return 4;
-    case QHX_BF16: case QHX_F16: return 2;
-    case QHX_I8: return 1;
-    default: return 0;
-    }
-}
-
 static qhx_status parse_entry(const char *path, const cJSON *e, qhx_st_tensor *t, size_t data_size,
                               const unsigned char *data) {
     const char *name = e->string;

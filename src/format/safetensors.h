@@ -6,9 +6,7 @@
 #include <stdint.h>
 #include "qhexrt.h"
 #include "util/mapfile.h"
-
-/* QHX_I8 only appears in bundles (W8 weights with per-row fp32 scales), never read from safetensors. */
-typedef enum { QHX_F32, QHX_BF16, QHX_F16, QHX_I8, QHX_DT_OTHER } qhx_dtype;
+#include "util/tensor.h"
 
 #define QHX_MAX_DIMS 8
 
@@ -38,6 +36,5 @@ qhx_status qhx_st_parse(qhx_safetensors *st, const char *path, const char *json,
                         const unsigned char *data, size_t data_size);
 void qhx_st_close(qhx_safetensors *st);
 const qhx_st_tensor *qhx_st_find(const qhx_safetensors *st, const char *name);
-size_t qhx_dtype_size(qhx_dtype dt);
 
 #endif

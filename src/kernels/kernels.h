@@ -3,7 +3,8 @@
  * business of the qhx_exec it is handed. Every variant has the scalar twin as its oracle. */
 #ifndef QHX_KERNELS_H
 #define QHX_KERNELS_H
-#include "model/qwen35.h"
+#include "util/tensor.h"
+#include <stdint.h>
 
 typedef struct qhx_pool qhx_pool;
 

@@ -4,7 +4,7 @@
 #include "kernels/kernels.h"
 #include "format/w8.h"
 #include "kernels/q8.h"
-#include "model/ops.h"
+#include <math.h>
 #include "util/half.h"
 
 #include <stdlib.h>

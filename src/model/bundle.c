@@ -114,16 +114,13 @@ static qhx_status open_file(qhx_model *m, const manifest *mf, const char *name, 
 
 static qhx_status bind(const manifest *mf, const qhxf_file *f, const char *name, qhx_dtype want_dt, int rows, int cols,
                        qhx_tensor *dst) {
-    const qhxf_tensor *t = qhxf_find(f, name);
-    if (!t) return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' is missing", f->map.path, name);
+    const qhxf_tensor *e = qhxf_find(f, name);
+    if (!e) return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' is missing", f->map.path, name);
+    const qhx_tensor *t = &e->t;
     if (t->dtype != want_dt || t->rows != rows || t->cols != cols)
         return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' is [%d, %d], the model needs [%d, %d] %s", f->map.path, name, t->rows,
                         t->cols, rows, cols, want_dt == QHX_I8 ? "int8" : want_dt == QHX_F16 ? "fp16" : "fp32");
-    dst->dtype = t->dtype;
-    dst->rows = t->rows;
-    dst->cols = t->cols;
-    dst->data = t->data;
-    dst->scale = t->scale;
+    *dst = *t;
     return QHX_OK;
 }
 

@@ -3,7 +3,7 @@
  * from its manifest. */
 #ifndef QHX_MODEL_H
 #define QHX_MODEL_H
-#include "format/checkpoint.h"
+#include "model/checkpoint.h"
 #include "format/qhxf.h"
 #include "format/w8.h"
 #include "kernels/kernels.h"

@@ -4,15 +4,7 @@
 #include <stddef.h>
 #include "format/hfconfig.h"
 #include "format/safetensors.h"
-
-/* A weight as the forward pass sees it: a row-major matrix (a vector has rows == 1) of some dtype.
- * QHX_I8 weights (bundles) carry one fp32 scale per row: W[r][c] = data[r][c] * scale[r]. */
-typedef struct {
-    qhx_dtype dtype;
-    int rows, cols;
-    const void *data;
-    const float *scale;
-} qhx_tensor;
+#include "util/tensor.h"
 
 typedef struct {
     qhx_tensor in_norm, post_norm;                 /* zero-centred RMSNorm weights (scale 1 + w) */

@@ -1,4 +1,4 @@
-#include "format/checkpoint.h"
+#include "model/checkpoint.h"
 #include "util/error.h"
 #include "util/mapfile.h"
 
