@@ -149,7 +149,9 @@ typedef enum {
 } qhx_eval_mode;
 
 /* Feeds n tokens. If logits is not NULL it receives fp32 logits for every one of the n positions,
- * row-major [n][vocab_size]; if last_logits is not NULL it receives the last position's row. */
+ * row-major [n][vocab_size]; if last_logits is not NULL it receives the last position's row.
+ * A refused call (an id outside the vocabulary, past the context) leaves the session unchanged;
+ * running out of memory part-way (QHX_ERR_NOMEM) leaves it empty, as qhx_session_reset does. */
 qhx_status qhx_session_eval(qhx_session *s, const int32_t *tokens, int n, qhx_eval_mode mode,
                             float *logits, float *last_logits);
 

@@ -90,11 +90,11 @@ int main(void) {
         if (!strcmp(sets[s], "scalar")) continue; /* the twin itself */
         const qhx_acts_form form = ks->acts;
         const int own_twin = !strncmp(sets[s], "scalar-", 7);
-        const qhx_kernel_set *twin = own_twin                ? &qhx_kernels_scalar
-                                     : form == QHX_ACTS_Q16  ? &qhx_kernels_scalar_q16
-                                     : form == QHX_ACTS_Q8   ? &qhx_kernels_scalar_q8
-                                     : form == QHX_ACTS_BF16 ? &qhx_kernels_scalar_bf16
-                                                             : &qhx_kernels_scalar;
+        const qhx_kernel_set *twin = own_twin                ? qhx_kernels_find("scalar")
+                                     : form == QHX_ACTS_Q16  ? qhx_kernels_find("scalar-q16")
+                                     : form == QHX_ACTS_Q8   ? qhx_kernels_find("scalar-q8")
+                                     : form == QHX_ACTS_BF16 ? qhx_kernels_find("scalar-bf16")
+                                                             : qhx_kernels_find("scalar");
         /* the rounding's bounds: half a step of 32-column blocks (127 or 32512 steps), 2^-8 of each
          * value for bf16 */
         const double tol = !own_twin ? 1e-6 : form == QHX_ACTS_Q8 ? 2e-2 : form == QHX_ACTS_Q16 ? 1e-4 : 4e-3;
@@ -240,9 +240,9 @@ int main(void) {
      * decode and prefill */
     const qhx_kernel_set *q8 = qhx_kernels_find("auto");
     if (q8 && q8->matmul_acts && strncmp(q8->name, "scalar-", 7)) {
-        const qhx_kernel_set *twin = q8->acts == QHX_ACTS_Q16 ? &qhx_kernels_scalar_q16
-                                     : q8->acts == QHX_ACTS_Q8 ? &qhx_kernels_scalar_q8
-                                                               : &qhx_kernels_scalar_bf16;
+        const qhx_kernel_set *twin = q8->acts == QHX_ACTS_Q16 ? qhx_kernels_find("scalar-q16")
+                                     : q8->acts == QHX_ACTS_Q8 ? qhx_kernels_find("scalar-q8")
+                                                               : qhx_kernels_find("scalar-bf16");
         matrix m = make(QHX_I8, 602, 3001);
         const int Tq[] = {2, 7, 33}; /* 33: two whole AMX token tiles and a tail */
         for (size_t ti = 0; ti < sizeof Tq / sizeof *Tq; ti++) {
@@ -285,7 +285,7 @@ int main(void) {
         const float fast = x * y;
         unsigned modes[3] = {0};
         qhx_pool_run(pool, report_mode, modes);
-        const unsigned ref = qhx_fp_enter(&qhx_kernels_ref);
+        const unsigned ref = qhx_fp_enter(qhx_kernels_find("ref"));
         const float exact = x * y;
         qhx_fp_leave(ref);
         qhx_fp_leave(saved);
@@ -313,7 +313,7 @@ int main(void) {
         for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
             const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
             if (!ks || (ks->acts != QHX_ACTS_Q8 && ks->acts != QHX_ACTS_Q16)) continue;
-            const qhx_kernel_set *twin = ks->acts == QHX_ACTS_Q16 ? &qhx_kernels_scalar_q16 : &qhx_kernels_scalar_q8;
+            const qhx_kernel_set *twin = ks->acts == QHX_ACTS_Q16 ? qhx_kernels_find("scalar-q16") : qhx_kernels_find("scalar-q8");
             for (size_t ci = 0; ci < sizeof colsv / sizeof *colsv; ci++) {
                 const size_t ncols = colsv[ci], pad = (ncols + 31) / 32 * 32;
                 float x[257];

@@ -3,6 +3,7 @@
  * business of the qhx_exec it is handed. Every variant has the scalar twin as its oracle. */
 #ifndef QHX_KERNELS_H
 #define QHX_KERNELS_H
+#include "qhexrt.h"
 #include "util/tensor.h"
 #include <stdint.h>
 
@@ -10,8 +11,8 @@ typedef struct qhx_pool qhx_pool;
 
 /* Y[t][r] = sum_c W[r][c] * X[t][c] for t < T and rows r0 <= r < r1. X rows are W->cols floats,
  * Y rows W->rows floats. One call computes whole rows, so results never depend on the thread
- * count. */
-typedef void (*qhx_matmul_fn)(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1);
+ * count. QHX_ERR_NOMEM when a kernel's row scratch cannot be had. */
+typedef qhx_status (*qhx_matmul_fn)(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1);
 
 /* How a kernel set rounds prefill activations for W8 matrices. */
 typedef enum {
@@ -42,22 +43,13 @@ static inline size_t qhx_acts_bf16_at(const qhx_acts *a, size_t t, size_t c) {
     return (t / QHX_ACTS_TILE * a->pad + c / 32 * 32) * QHX_ACTS_TILE + t % QHX_ACTS_TILE * 32 + c % 32;
 }
 
-typedef void (*qhx_matmul_acts_fn)(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1);
+typedef qhx_status (*qhx_matmul_acts_fn)(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1);
 
+/* What one vector layer gives over fp32 activations: kernels/fp32_ops.h written once and
+ * instantiated per ISA (qhx_fp32_avx2, qhx_fp32_avx512), and the portable pair qhx_fp32_scalar (the
+ * twin the others are tested against) and qhx_fp32_ref (the oracle). */
 typedef struct {
-    /* "ref", "scalar", "avx2", "avx512", "amx"; "-q16" / "-q8" / "-bf16": how activations are
-     * rounded for W8 in prefill */
-    const char *name;
-    qhx_matmul_fn matmul;  /* handles every dtype: F32, BF16, F16 and I8 */
-    /* I8 weights x rounded activations (prefill); NULL: fp32 activations throughout */
-    qhx_matmul_acts_fn matmul_acts;
-    qhx_acts_form acts;
-    /* one activation row (cols values) into row t of a, in the set's form; q or v and s are bit
-     * for bit those of qhx_q8_quantize / qhx_q16_quantize, the pad columns zero */
-    void (*round_acts)(const float *x, size_t cols, const qhx_acts *a, size_t t);
-    /* prefill: the fewest rows a matmul_acts call should get (0: any), for a kernel that packs
-     * that many rows and passes every token over them */
-    int panel_rows;
+    qhx_matmul_fn matmul;  /* every dtype: F32, BF16, F16 and I8 */
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n);  /* y += a x */
     /* C[M][N] += alpha A[M][K] B[K][N], row-major with row strides: the chunked delta rule's
@@ -69,8 +61,55 @@ typedef struct {
                        float *o, float *kv);
     /* x = silu(x) * mul elementwise (mul NULL: silu(x)); silu(x) = x / (1 + e^-x) */
     void (*silu)(float *x, const float *mul, size_t n);
-    int (*supported)(void);
+} qhx_fp32_ops;
+
+/* An int8-dot specialisation: W8 weights x activations rounded to `form` (prefill). */
+typedef struct {
+    qhx_acts_form form;
+    qhx_matmul_acts_fn matmul;
+    /* one activation row (cols values) into row t of a, in the form; q or v and s are bit for bit
+     * those of qhx_q8_quantize / qhx_q16_quantize, the pad columns zero */
+    void (*round)(const float *x, size_t cols, const qhx_acts *a, size_t t);
+    /* the fewest rows a call should get (0: any), for a kernel that packs that many rows and
+     * passes every token over them */
+    int panel_rows;
+} qhx_acts_ops;
+
+extern const qhx_fp32_ops qhx_fp32_ref, qhx_fp32_scalar, qhx_fp32_avx2, qhx_fp32_avx512;
+extern const qhx_acts_ops qhx_acts_scalar_q8, qhx_acts_scalar_q16, qhx_acts_scalar_bf16, qhx_acts_avx2_q8,
+    qhx_acts_avx2_q16, qhx_acts_vnni_q8, qhx_acts_vnni_q16, qhx_acts_amx_bf16;
+
+/* A kernel set: a vector layer's fp32 ops x how prefill rounds activations for W8 (kernels/sets.c
+ * composes them). The forward calls it through these fields. */
+typedef struct {
+    /* "ref", "scalar", "avx2", "avx512", "amx"; "-q16" / "-q8" / "-bf16": how activations are
+     * rounded for W8 in prefill */
+    const char *name;
+    qhx_matmul_fn matmul;
+    /* I8 weights x rounded activations (prefill); NULL: fp32 activations throughout */
+    qhx_matmul_acts_fn matmul_acts;
+    qhx_acts_form acts;
+    void (*round_acts)(const float *x, size_t cols, const qhx_acts *a, size_t t);
+    int panel_rows;
+    float (*dot)(const float *a, const float *b, int n);
+    void (*axpy)(float *y, float a, const float *x, int n);
+    void (*gemm)(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
+    void (*delta_step)(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
+                       float *o, float *kv);
+    void (*silu)(float *x, const float *mul, size_t n);
+    int ieee;       /* computes without flush-to-zero (ref): see qhx_fp_enter */
+    int supported;  /* this CPU (and OS) runs it */
 } qhx_kernel_set;
+
+/* ---- the CPU (kernels/cpu.c: the one place that asks it) ----------------------------------- */
+
+enum {
+    QHX_CPU_AVX2 = 1 << 0,      /* with FMA and F16C */
+    QHX_CPU_AVX512 = 1 << 1,    /* F, with AVX2, FMA and F16C */
+    QHX_CPU_AVX512_VNNI = 1 << 2, /* with BW and VL */
+    QHX_CPU_AMX_BF16 = 1 << 3,  /* AMX-TILE, AMX-BF16 and AVX512-BF16, tile data granted by the OS */
+};
+unsigned qhx_cpu_features(void);
 
 /* Up to this many tokens a call, the SIMD sets' fp32 matmuls run their decode kernels, one token
  * after another over each row group while it sits in L1: the weights stream once, each token
@@ -93,33 +132,12 @@ const qhx_kernel_set *qhx_kernels_find(const char *name);
 /* Names of every kernel set compiled in, for help texts: "ref scalar avx2 avx512". */
 const char *qhx_kernels_names(void);
 
-/* the AVX2 vector ops, shared by the AVX2 sets */
-float qhx_avx2_dot(const float *a, const float *b, int n);
-void qhx_avx2_axpy(float *y, float a, const float *x, int n);
-void qhx_avx2_gemm(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
-void qhx_avx2_delta_step(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
-                         float *o, float *kv);
-void qhx_avx2_silu(float *x, const float *mul, size_t n);
-int qhx_avx2_supported(void);
-/* the avx512 set's fp32-activation matmul and vector ops, shared by the VNNI and AMX sets */
-void qhx_avx512_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1);
-float qhx_avx512_dot(const float *a, const float *b, int n);
-void qhx_avx512_axpy(float *y, float a, const float *x, int n);
-void qhx_avx512_gemm(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
-int qhx_avx512_supported(void);
-/* the rule as the spec writes it, step by step: the twin of every other delta_step */
-void qhx_scalar_delta_step(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
-                           float *o, float *kv);
-
-void qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, float *Y);
+qhx_status qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, float *Y);
 /* Y[m] = W[m] X for up to 4 matrices of the same width as one parallel-for: one wait for the
  * group instead of one a matrix, and small matrices run beside the large ones. */
-void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx_tensor *const W[], float *const Y[]);
+qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx_tensor *const W[], float *const Y[]);
 void qhx_acts_free(qhx_acts *a);
 
-extern const qhx_kernel_set qhx_kernels_ref, qhx_kernels_scalar, qhx_kernels_avx2, qhx_kernels_avx512,
-    qhx_kernels_scalar_q8, qhx_kernels_avx2_q8, qhx_kernels_avx512_q8, qhx_kernels_scalar_q16, qhx_kernels_avx2_q16,
-    qhx_kernels_avx512_q16, qhx_kernels_scalar_bf16, qhx_kernels_amx_bf16;
 
 /* ---- floating-point mode ------------------------------------------------------------------- */
 

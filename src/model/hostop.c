@@ -58,16 +58,19 @@ qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32
     step.per_token = stepwise;
     const qhx_exec *ex = &step;
     qhx_qwen35_embed(c, m->w, tokens, n, hs->x);
-    for (int i = 0; i < m->n_shards; i++) {
-        qhx_status rc = qhx_qwen35_layers(ex, c, m->w, &hs->shards[i], hs->x, n, stepwise);
-        if (rc) return rc; /* out of memory mid-way: the session is unusable until reset */
+    qhx_status rc = QHX_OK;
+    for (int i = 0; i < m->n_shards && !rc; i++) rc = qhx_qwen35_layers(ex, c, m->w, &hs->shards[i], hs->x, n, stepwise);
+    if (!rc) {
+        memcpy(hs->tokens + hs->pos, tokens, sizeof(int32_t) * n);
+        hs->pos += n;
+        if (logits_all) rc = qhx_qwen35_head(ex, c, m->w, hs->x, n, logits_all);
+        if (logits_last && !rc) {
+            if (logits_all) memcpy(logits_last, logits_all + (size_t)(n - 1) * c->vocab_size, sizeof(float) * c->vocab_size);
+            else rc = qhx_qwen35_head(ex, c, m->w, hs->x + (size_t)(n - 1) * c->hidden, 1, logits_last);
+        }
     }
-    memcpy(hs->tokens + hs->pos, tokens, sizeof(int32_t) * n);
-    hs->pos += n;
-    if (logits_all) qhx_qwen35_head(ex, c, m->w, hs->x, n, logits_all);
-    if (logits_last) {
-        if (logits_all) memcpy(logits_last, logits_all + (size_t)(n - 1) * c->vocab_size, sizeof(float) * c->vocab_size);
-        else qhx_qwen35_head(ex, c, m->w, hs->x + (size_t)(n - 1) * c->hidden, 1, logits_last);
-    }
-    return QHX_OK;
+    /* out of memory part-way: some shards moved on, others not; an empty session is the one
+     * state that is still true */
+    if (rc) qhx_hostop_reset(hs, m);
+    return rc;
 }

@@ -86,7 +86,8 @@ typedef struct qhx_exec qhx_exec;
 void qhx_qwen35_embed(const qhx_config *c, const qhx_weights *w, const int32_t *tokens, int n, float *x);
 
 /* Runs decoder layers [s->l0, s->l1) over the residual stream x[n][hidden] in place, at the
- * state's position, and advances it by n. The range that ends at the last layer also applies the
+ * state's position, and advances it by n. On failure (out of memory) the state is part-way
+ * through the call: reset it. The range that ends at the last layer also applies the
  * final norm. `stepwise` selects the recurrent delta rule (one token at a time) instead of the
  * chunked one. */
 qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, qhx_state *s,
@@ -97,7 +98,7 @@ qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_
 uint64_t qhx_weights_bytes_per_token(const qhx_config *c, const qhx_weights *w);
 
 /* logits[n][vocab] = lm_head · x for final-normed x. */
-void qhx_qwen35_head(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const float *x, int n,
-                     float *logits);
+qhx_status qhx_qwen35_head(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const float *x, int n,
+                           float *logits);
 
 #endif

@@ -234,7 +234,7 @@ static void deltanet_heads(void *arg, int th, int nth) {
     }
 }
 
-static void gated_deltanet(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls,
+static qhx_status gated_deltanet(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls,
                            const float *h, float *out, int T, int stepwise, carver cv) {
     const int C = qhx_config_conv_dim(c), hv = c->lin_v_heads, dv = c->lin_v_dim;
     float *mixed = carve(&cv, (size_t)T * C), *xc = carve(&cv, (size_t)T * C);
@@ -246,10 +246,11 @@ static void gated_deltanet(const qhx_exec *ex, const qhx_config *c, const qhx_la
 
     const qhx_tensor *const W[] = {&lw->qkv, &lw->z, &lw->b, &lw->a};
     float *const Y[] = {mixed, z, b, a};
-    qhx_matmul_many(ex, h, T, 4, W, Y);
+    qhx_status rc = qhx_matmul_many(ex, h, T, 4, W, Y);
+    if (rc) return rc;
     heads_job job = {ex->ks, c, lw, ls->conv, mixed, ls->ssm, xc, z, b, a, beta, g, o, work, work_floats, T, stepwise};
     qhx_pool_run(ex->pool, deltanet_heads, &job);
-    qhx_matmul(ex, &lw->out, o, T, out);
+    return qhx_matmul(ex, &lw->out, o, T, out);
 }
 
 /* ---- gated softmax attention (spec §3.6) ---------------------------------------------------- */
@@ -337,7 +338,7 @@ static void attention_blocks(void *arg, int th, int nth) {
     }
 }
 
-static void gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls,
+static qhx_status gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls,
                             int pos0, const float *h, float *out, int T, carver cv) {
     const int hq = c->n_heads, hkv = c->n_kv_heads, hd = c->head_dim;
     const int group = hq / hkv, kvdim = hkv * hd;
@@ -348,7 +349,8 @@ static void gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_l
 
     const qhx_tensor *const W[] = {&lw->q, &lw->k, &lw->v}; /* q per head: [query hd | gate hd] */
     float *const Y[] = {qg, ls->k_cache + (size_t)pos0 * kvdim, ls->v_cache + (size_t)pos0 * kvdim};
-    qhx_matmul_many(ex, h, T, 3, W, Y);
+    const qhx_status rc = qhx_matmul_many(ex, h, T, 3, W, Y);
+    if (rc) return rc;
     for (int t = 0; t < T; t++) {
         float *k = ls->k_cache + (size_t)(pos0 + t) * kvdim;
         float *qgt = qg + (size_t)t * hq * hd * 2;
@@ -365,7 +367,7 @@ static void gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_l
     attn_job job = {ex->ks, qg, ls->k_cache, ls->v_cache, att, scores, scores_floats, T, pos0, hq, hd, kvdim, group,
                     1.0f / sqrtf((float)hd)};
     qhx_pool_run(ex->pool, blocked ? attention_blocks : attention_pairs, &job);
-    qhx_matmul(ex, &lw->o, att, T, out);
+    return qhx_matmul(ex, &lw->o, att, T, out);
 }
 
 /* ---- SwiGLU MLP (spec §3.4) ----------------------------------------------------------------- */
@@ -383,16 +385,17 @@ static void swiglu_part(void *arg, int th, int nth) {
     J->ks->silu(J->gt + i0, J->up + i0, i1 - i0);
 }
 
-static void mlp(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, const float *h, float *out, int T,
+static qhx_status mlp(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, const float *h, float *out, int T,
                 carver cv) {
     const size_t n = (size_t)T * c->ffn;
     float *gt = carve(&cv, n), *up = carve(&cv, n);
     const qhx_tensor *const W[] = {&lw->gate, &lw->up};
     float *const Y[] = {gt, up};
-    qhx_matmul_many(ex, h, T, 2, W, Y);
+    const qhx_status rc = qhx_matmul_many(ex, h, T, 2, W, Y);
+    if (rc) return rc;
     swiglu_job job = {ex->ks, gt, up, n}; /* 9216 exps a token: worth both cores */
     qhx_pool_run(ex->pool, swiglu_part, &job);
-    qhx_matmul(ex, &lw->down, gt, T, out);
+    return qhx_matmul(ex, &lw->down, gt, T, out);
 }
 
 /* ---- the model ------------------------------------------------------------------------------ */
@@ -440,26 +443,29 @@ qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_
     for (int l = s->l0; l < s->l1; l++) {
         const qhx_layer_weights *lw = &w->layers[l];
         for (int t = 0; t < n; t++) qhx_rmsnorm1p(h + (size_t)t * D, x + (size_t)t * D, &lw->in_norm, D, c->eps);
-        if (c->full_attn[l]) gated_attention(ex, c, lw, &s->layers[l], s->pos, h, delta, n, cv);
-        else gated_deltanet(ex, c, lw, &s->layers[l], h, delta, n, stepwise, cv);
+        rc = c->full_attn[l] ? gated_attention(ex, c, lw, &s->layers[l], s->pos, h, delta, n, cv)
+                             : gated_deltanet(ex, c, lw, &s->layers[l], h, delta, n, stepwise, cv);
+        if (rc) break;
         for (size_t i = 0; i < (size_t)n * D; i++) x[i] += delta[i];
 
         for (int t = 0; t < n; t++) qhx_rmsnorm1p(h + (size_t)t * D, x + (size_t)t * D, &lw->post_norm, D, c->eps);
-        mlp(ex, c, lw, h, delta, n, cv);
+        if ((rc = mlp(ex, c, lw, h, delta, n, cv))) break;
         for (size_t i = 0; i < (size_t)n * D; i++) x[i] += delta[i];
     }
-    if (s->l1 == c->n_layers)
+    if (!rc && s->l1 == c->n_layers)
         for (int t = 0; t < n; t++) qhx_rmsnorm1p(x + (size_t)t * D, x + (size_t)t * D, &w->final_norm, D, c->eps);
     qhx_fp_leave(fp);
+    if (rc) return rc; /* layers before l moved on: the caller resets the state */
     s->pos += n;
     return QHX_OK;
 }
 
-void qhx_qwen35_head(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const float *x, int n,
-                     float *logits) {
+qhx_status qhx_qwen35_head(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const float *x, int n,
+                           float *logits) {
     const unsigned fp = qhx_fp_enter(ex->ks);
-    qhx_matmul(ex, &w->lm_head, x, n, logits);
+    const qhx_status rc = qhx_matmul(ex, &w->lm_head, x, n, logits);
     qhx_fp_leave(fp);
+    return rc;
 }
 
 static uint64_t tensor_bytes(const qhx_tensor *t) {

@@ -1,97 +1,11 @@
-/* Run-time choice of the kernel set, and the parallel-for that splits a matmul by rows. */
+/* The parallel-for that splits matmuls by rows, and the rounded-activation scratch. */
 #include "kernels/kernels.h"
 #include "kernels/q8.h"
 #include "util/error.h"
 
 #include <stdatomic.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <xmmintrin.h>
-#define MXCSR_FTZ_DAZ 0x8040u
-#endif
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* In the order "auto" tries them: the first this CPU runs is the default. Only sets whose prefill
- * keeps the greedy parity of fp32 activations qualify (int16 activations; bench/README.md has the
- * measurements): int8 (-q8) and bf16 (amx-bf16) activations are faster opt-ins, listed after the
- * ground floor so auto never reaches them. */
-static const qhx_kernel_set *const all_sets[] = {
-#ifdef QHX_HAVE_AVX512
-    &qhx_kernels_avx512_q16,
-#endif
-#ifdef QHX_HAVE_AVX2
-    &qhx_kernels_avx2_q16,
-#endif
-    &qhx_kernels_scalar,
-#ifdef QHX_HAVE_AVX512
-    &qhx_kernels_avx512, &qhx_kernels_avx512_q8,
-#endif
-#ifdef QHX_HAVE_AVX2
-    &qhx_kernels_avx2, &qhx_kernels_avx2_q8,
-#endif
-#if defined(QHX_HAVE_AVX512) && defined(__linux__)
-    &qhx_kernels_amx_bf16,
-#endif
-    &qhx_kernels_scalar_q16, &qhx_kernels_scalar_q8, &qhx_kernels_scalar_bf16, &qhx_kernels_ref,
-};
-#define N_SETS (sizeof all_sets / sizeof all_sets[0])
-
-const char *qhx_kernels_names(void) {
-    static char names[256];
-    if (!names[0])
-        for (size_t i = N_SETS; i-- > 0;)
-            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? " " : "", all_sets[i]->name);
-    return names;
-}
-
-const qhx_kernel_set *qhx_kernels_find(const char *name) {
-    if (!name || !strcmp(name, "auto")) {
-        const char *env = getenv("QHX_KERNELS");
-        if (env && *env && strcmp(env, "auto")) return qhx_kernels_find(env);
-        for (size_t i = 0; i < N_SETS; i++)
-            if (all_sets[i]->supported()) return all_sets[i]; /* scalar runs everywhere */
-    }
-    for (size_t i = 0; i < N_SETS; i++) {
-        if (strcmp(all_sets[i]->name, name)) continue;
-        if (!all_sets[i]->supported())
-            return qhx_fail(QHX_ERR_UNSUPPORTED, "kernels '%s': this CPU lacks the instructions they need", name), NULL;
-        return all_sets[i];
-    }
-    qhx_fail(QHX_ERR_ARG, "kernels '%s': unknown (have: auto %s)", name, qhx_kernels_names());
-    return NULL;
-}
-
-unsigned qhx_fp_mode(void) {
-#ifdef MXCSR_FTZ_DAZ
-    return _mm_getcsr();
-#else
-    return 0;
-#endif
-}
-
-void qhx_fp_set(unsigned mode) {
-#ifdef MXCSR_FTZ_DAZ
-    _mm_setcsr(mode);
-#else
-    (void)mode;
-#endif
-}
-
-unsigned qhx_fp_enter(const qhx_kernel_set *ks) {
-    const unsigned saved = qhx_fp_mode();
-#ifdef MXCSR_FTZ_DAZ
-    const unsigned want = ks == &qhx_kernels_ref ? saved & ~MXCSR_FTZ_DAZ : saved | MXCSR_FTZ_DAZ;
-    if (want != saved) qhx_fp_set(want);
-#else
-    (void)ks;
-#endif
-    return saved;
-}
-
-void qhx_fp_leave(unsigned saved) {
-    if (qhx_fp_mode() != saved) qhx_fp_set(saved);
-}
 
 #define MAX_GROUP 4
 
@@ -107,6 +21,7 @@ typedef struct {
     int T;
     int chunk_rows[MAX_GROUP], first[MAX_GROUP + 1];
     atomic_int next;          /* the next chunk to take */
+    atomic_int status;        /* the first failure, or QHX_OK */
 } matmul_job;
 
 /* Threads take chunks of rows until none is left: memory bandwidth is not shared evenly between
@@ -121,8 +36,12 @@ static void matmul_part(void *arg, int i, int n) {
         while (k >= j->first[m + 1]) m++;
         const qhx_tensor *W = j->W[m];
         const int r0 = (k - j->first[m]) * j->chunk_rows[m], r1 = r0 + j->chunk_rows[m] < W->rows ? r0 + j->chunk_rows[m] : W->rows;
-        if (j->acts && W->dtype == QHX_I8) j->ks->matmul_acts(W, j->acts, j->T, j->Y[m], r0, r1);
-        else j->ks->matmul(W, j->X, j->T, j->Y[m], r0, r1);
+        const qhx_status rc = j->acts && W->dtype == QHX_I8 ? j->ks->matmul_acts(W, j->acts, j->T, j->Y[m], r0, r1)
+                                                            : j->ks->matmul(W, j->X, j->T, j->Y[m], r0, r1);
+        if (rc) {
+            int ok = QHX_OK;
+            atomic_compare_exchange_strong(&j->status, &ok, (int)rc);
+        }
     }
 }
 
@@ -177,8 +96,8 @@ void qhx_acts_free(qhx_acts *a) {
     a->cap = 0;
 }
 
-void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx_tensor *const W[], float *const Y[]) {
-    if (n < 1 || n > MAX_GROUP) abort(); /* a caller's bug: group sizes are fixed in the graph */
+qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx_tensor *const W[], float *const Y[]) {
+    if (n < 1 || n > MAX_GROUP) return qhx_fail(QHX_ERR_ARG, "matmul: %d matrices in a group (1 to %d)", n, MAX_GROUP);
     matmul_job j = {.ks = ex->ks, .W = W, .Y = Y, .n = n, .X = X, .T = T};
     qhx_acts local = {0};
     /* Int8 activations pay where each weight serves several tokens (prefill: 1.2-1.5x). One token
@@ -187,12 +106,14 @@ void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx
      * fp32 activations are exact against the W8 weights, so decode keeps them. */
     int any_i8 = 0;
     for (int m = 0; m < n; m++) {
-        if (W[m]->cols != W[0]->cols) abort(); /* one input: a caller's bug otherwise */
+        if (W[m]->cols != W[0]->cols)
+            return qhx_fail(QHX_ERR_ARG, "matmul: a group's matrices take %d and %d columns", W[0]->cols, W[m]->cols);
         any_i8 |= W[m]->dtype == QHX_I8;
     }
     if (any_i8 && ex->ks->matmul_acts && T > 1 && !ex->per_token) {
         qhx_acts *a = ex->acts ? ex->acts : &local;
-        if (acts_reserve(ex->ks, a, (size_t)W[0]->cols, T)) abort(); /* activation scratch: nothing sensible to do without it */
+        if (acts_reserve(ex->ks, a, (size_t)W[0]->cols, T))
+            return qhx_fail(QHX_ERR_NOMEM, "matmul: out of memory for %d rounded activation rows", T);
         if (a->bf) acts_zero_tail(a, T);
         j.acts = a;
         qhx_pool_run(ex->pool, round_part, &j);
@@ -212,8 +133,10 @@ void qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx
     if (ex->pool && j.first[n] > 1) qhx_pool_run(ex->pool, matmul_part, &j);
     else matmul_part(&j, 0, 1);
     qhx_acts_free(&local);
+    if (j.status) return qhx_fail((qhx_status)j.status, "matmul: out of memory for a kernel's row scratch");
+    return QHX_OK;
 }
 
-void qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, float *Y) {
-    qhx_matmul_many(ex, X, T, 1, &W, &Y);
+qhx_status qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, float *Y) {
+    return qhx_matmul_many(ex, X, T, 1, &W, &Y);
 }

@@ -25,12 +25,9 @@
 #include "kernels/q8.h"
 
 #if defined(QHX_HAVE_AVX512) && defined(__linux__)
-#include <cpuid.h>
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c,amx-tile,amx-bf16")))
 #define VNNI_PACK_TARGET TARGET
@@ -121,11 +118,11 @@ TARGET static void token_tiles(const int8_t *panel, size_t nb, const uint16_t *a
  * all the prompt's activations from L3 again for every 32 rows, which bounded the kernel. */
 #define SUPER 128
 
-TARGET static void amx_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+TARGET static qhx_status amx_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
     const size_t groups = ((size_t)W->rows + QHX_W8_GROUP - 1) / QHX_W8_GROUP, sub_bytes = nb * 2 * BTILE;
     int8_t *panel = aligned_alloc(64, sub_bytes * (SUPER / PANEL));
-    if (!panel) abort(); /* packed weights: nothing sensible to do without them */
+    if (!panel) return QHX_ERR_NOMEM;
     float out[2][2][LANES][LANES] __attribute__((aligned(64)));
     configure();
     for (int super0 = r0; super0 < r1; super0 += SUPER) {
@@ -155,6 +152,7 @@ TARGET static void amx_matmul(const qhx_tensor *W, const qhx_acts *X, int T, flo
     }
     _tile_release();
     free(panel);
+    return QHX_OK;
 }
 
 /* row t into its tile rows, bf16 nearest even (vcvtneps2bf16; it flushes subnormal inputs to
@@ -166,29 +164,5 @@ TARGET static void to_bf16(const float *x, size_t cols, const qhx_acts *a, size_
     }
 }
 
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
-
-/* CPUID leaf 7: AMX-BF16 and AMX-TILE (subleaf 0, EDX bits 22 and 24), AVX512-BF16 (subleaf 1,
- * EAX bit 5); not every compiler's __builtin_cpu_supports knows them */
-static int has_amx_bf16(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 22 & 1) || !(d >> 24 & 1)) return 0;
-    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
-}
-
-static int amx_supported(void) {
-    static _Atomic int ok = -1; /* asking twice is harmless, so a race to the first answer is too */
-    if (ok < 0) {
-        __builtin_cpu_init();
-        ok = qhx_avx512_supported() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-             has_amx_bf16() && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-    }
-    return ok;
-}
-
-const qhx_kernel_set qhx_kernels_amx_bf16 = {.name = "amx-bf16", .matmul = qhx_avx512_matmul, .matmul_acts = amx_matmul,
-                                             .acts = QHX_ACTS_BF16, .round_acts = to_bf16, .dot = qhx_avx512_dot, .axpy = qhx_avx512_axpy,
-                                             .gemm = qhx_avx512_gemm, .delta_step = qhx_avx2_delta_step, .silu = qhx_avx2_silu,
-                                             .panel_rows = SUPER, .supported = amx_supported};
+const qhx_acts_ops qhx_acts_amx_bf16 = {.form = QHX_ACTS_BF16, .matmul = amx_matmul, .round = to_bf16, .panel_rows = SUPER};
 #endif

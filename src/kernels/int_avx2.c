@@ -11,22 +11,16 @@
 #include "kernels/q8.h"
 
 #ifdef QHX_HAVE_AVX2
-#include <immintrin.h>
+#include "kernels/vec_avx2.h"
 #include <string.h>
 
-#define TARGET __attribute__((target("avx2,fma")))
+#define TARGET QV_TARGET
 
 /* Bytes ahead of the block being read: far enough to cover memory latency at this stream's
  * rate, measured best on the 4B shape's matrices (bench/kernel_bench). */
 #define PREFETCH 2048
 /* Weights of a row block that stay in L2 while every token pair passes over them. */
 #define L2_WEIGHTS (512 << 10)
-
-TARGET static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
-}
 
 /* 32 int32 (4 registers) -> 32 int8; the packs interleave 128-bit lanes, the permute restores the order */
 TARGET static inline __m256i pack32(const __m256i r[4]) {
@@ -131,11 +125,11 @@ static inline __attribute__((always_inline)) TARGET void tile(const int8_t *grou
         }
     }
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
-        _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) out[i][j] = hsum(acc[i][j]);
+        _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) out[i][j] = qv_reduce(acc[i][j]);
 }
 
 /* Rows in blocks whose weights stay in L2; over each block, token pairs, then its row groups. */
-TARGET static void avx2_int_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+TARGET static qhx_status avx2_int_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
     int block = (int)(L2_WEIGHTS / gbytes) * QHX_W8_GROUP;
     if (block < QHX_W8_GROUP) block = QHX_W8_GROUP;
@@ -159,18 +153,9 @@ TARGET static void avx2_int_matmul(const qhx_tensor *W, const qhx_acts *X, int T
             }
         }
     }
+    return QHX_OK;
 }
 
-static void fp32_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
-    qhx_kernels_avx2.matmul(W, X, T, Y, r0, r1);
-}
-
-const qhx_kernel_set qhx_kernels_avx2_q8 = {
-    .name = "avx2-q8", .matmul = fp32_matmul, .matmul_acts = avx2_int_matmul, .acts = QHX_ACTS_Q8, .round_acts = round_q8,
-    .dot = qhx_avx2_dot, .axpy = qhx_avx2_axpy, .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step,
-    .silu = qhx_avx2_silu, .supported = qhx_avx2_supported};
-const qhx_kernel_set qhx_kernels_avx2_q16 = {
-    .name = "avx2-q16", .matmul = fp32_matmul, .matmul_acts = avx2_int_matmul, .acts = QHX_ACTS_Q16, .round_acts = round_q16,
-    .dot = qhx_avx2_dot, .axpy = qhx_avx2_axpy, .gemm = qhx_avx2_gemm, .delta_step = qhx_avx2_delta_step,
-    .silu = qhx_avx2_silu, .supported = qhx_avx2_supported};
+const qhx_acts_ops qhx_acts_avx2_q8 = {.form = QHX_ACTS_Q8, .matmul = avx2_int_matmul, .round = round_q8};
+const qhx_acts_ops qhx_acts_avx2_q16 = {.form = QHX_ACTS_Q16, .matmul = avx2_int_matmul, .round = round_q16};
 #endif

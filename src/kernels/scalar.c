@@ -1,4 +1,4 @@
-/* The two portable kernel sets. "ref" is the oracle: double accumulation, any dtype. "scalar" is
+/* The portable kernels. "ref" is the oracle: double accumulation, any dtype. "scalar" is
  * the twin every SIMD variant is tested against: fp32 accumulation in the same blocked order the
  * SIMD kernels use (8 lanes, summed pairwise at the end), so the comparison tolerance stays tight. */
 #include "kernels/kernels.h"
@@ -34,16 +34,11 @@ static void widen_row(const qhx_tensor *W, int r, float *out) {
     }
 }
 
-/* One widened row; per call, so worker threads own nothing between calls. */
-static float *row_buffer(int cols) {
-    float *p = malloc(sizeof(float) * (size_t)cols);
-    if (!p) abort(); /* a few KB; nothing sensible to do without it */
-    return p;
-}
-
-static void scalar_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+/* One widened row a call, so worker threads own nothing between calls. */
+static qhx_status scalar_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols;
-    float *w = row_buffer(W->cols);
+    float *w = malloc(sizeof(float) * cols);
+    if (!w) return QHX_ERR_NOMEM;
     for (int r = r0; r < r1; r++) {
         widen_row(W, r, w);
         for (int t = 0; t < T; t++) {
@@ -58,11 +53,13 @@ static void scalar_matmul(const qhx_tensor *W, const float *X, int T, float *Y, 
         }
     }
     free(w);
+    return QHX_OK;
 }
 
-static void ref_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+static qhx_status ref_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols;
-    float *w = row_buffer(W->cols);
+    float *w = malloc(sizeof(float) * cols);
+    if (!w) return QHX_ERR_NOMEM;
     for (int r = r0; r < r1; r++) {
         widen_row(W, r, w);
         for (int t = 0; t < T; t++) {
@@ -73,6 +70,7 @@ static void ref_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int
         }
     }
     free(w);
+    return QHX_OK;
 }
 
 static float ref_dot(const float *a, const float *b, int n) {
@@ -96,10 +94,10 @@ static void scalar_axpy(float *y, float a, const float *x, int n) {
 
 /* the twin of the -q8 and -q16 SIMD sets: the same rounded activations, exact integer block sums
  * each scaled once */
-static void scalar_int_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+static qhx_status scalar_int_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, pad = X->pad, nb = pad / QHX_Q8_BLOCK;
     int8_t *w = malloc(cols);
-    if (!w) abort();
+    if (!w) return QHX_ERR_NOMEM;
     for (int r = r0; r < r1; r++) {
         qhx_w8_get_row(W->data, cols, (size_t)r, w);
         for (int t = 0; t < T; t++) {
@@ -116,6 +114,7 @@ static void scalar_int_matmul(const qhx_tensor *W, const qhx_acts *X, int T, flo
         }
     }
     free(w);
+    return QHX_OK;
 }
 
 static void scalar_round_q8(const float *x, size_t cols, const qhx_acts *a, size_t t) {
@@ -128,10 +127,10 @@ static void scalar_round_q16(const float *x, size_t cols, const qhx_acts *a, siz
 
 /* the twin of the -bf16 sets: activations rounded to bf16 (int8 weights are exact in bf16), fp32
  * products and sums */
-static void scalar_bf16_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+static qhx_status scalar_bf16_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols;
     int8_t *w = malloc(cols);
-    if (!w) abort();
+    if (!w) return QHX_ERR_NOMEM;
     for (int r = r0; r < r1; r++) {
         qhx_w8_get_row(W->data, cols, (size_t)r, w);
         for (int t = 0; t < T; t++) {
@@ -141,6 +140,7 @@ static void scalar_bf16_matmul(const qhx_tensor *W, const qhx_acts *X, int T, fl
         }
     }
     free(w);
+    return QHX_OK;
 }
 
 static void scalar_to_bf16(const float *x, size_t cols, const qhx_acts *a, size_t t) {
@@ -162,7 +162,7 @@ static void ref_gemm(int M, int N, int K, float alpha, const float *A, int lda, 
         }
 }
 
-void qhx_scalar_delta_step(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
+static void scalar_delta_step(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
                            float *o, float *kv) {
     for (int i = 0; i < dk * dv; i++) S[i] *= decay;
     for (int j = 0; j < dv; j++) kv[j] = 0.0f;
@@ -173,27 +173,14 @@ void qhx_scalar_delta_step(float *S, const float *q, const float *k, const float
     for (int i = 0; i < dk; i++) scalar_axpy(o, q[i], S + (size_t)i * dv, dv);         /* o = S^T q */
 }
 
-static int always(void) { return 1; }
-
 static void scalar_silu(float *x, const float *mul, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i])) * (mul ? mul[i] : 1.0f);
 }
 
-const qhx_kernel_set qhx_kernels_ref = {
-    .name = "ref", .matmul = ref_matmul, .dot = ref_dot, .axpy = scalar_axpy, .gemm = ref_gemm,
-    .delta_step = qhx_scalar_delta_step, .silu = scalar_silu, .supported = always};
-const qhx_kernel_set qhx_kernels_scalar = {
-    .name = "scalar", .matmul = scalar_matmul, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
-    .delta_step = qhx_scalar_delta_step, .silu = scalar_silu, .supported = always};
-const qhx_kernel_set qhx_kernels_scalar_bf16 = {
-    .name = "scalar-bf16", .matmul = scalar_matmul, .matmul_acts = scalar_bf16_matmul, .acts = QHX_ACTS_BF16,
-    .round_acts = scalar_to_bf16, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
-    .delta_step = qhx_scalar_delta_step, .silu = scalar_silu, .supported = always};
-const qhx_kernel_set qhx_kernels_scalar_q8 = {
-    .name = "scalar-q8", .matmul = scalar_matmul, .matmul_acts = scalar_int_matmul, .acts = QHX_ACTS_Q8,
-    .round_acts = scalar_round_q8, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
-    .delta_step = qhx_scalar_delta_step, .silu = scalar_silu, .supported = always};
-const qhx_kernel_set qhx_kernels_scalar_q16 = {
-    .name = "scalar-q16", .matmul = scalar_matmul, .matmul_acts = scalar_int_matmul, .acts = QHX_ACTS_Q16,
-    .round_acts = scalar_round_q16, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
-    .delta_step = qhx_scalar_delta_step, .silu = scalar_silu, .supported = always};
+const qhx_fp32_ops qhx_fp32_ref = {.matmul = ref_matmul, .dot = ref_dot, .axpy = scalar_axpy, .gemm = ref_gemm,
+                                   .delta_step = scalar_delta_step, .silu = scalar_silu};
+const qhx_fp32_ops qhx_fp32_scalar = {.matmul = scalar_matmul, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
+                                      .delta_step = scalar_delta_step, .silu = scalar_silu};
+const qhx_acts_ops qhx_acts_scalar_q8 = {.form = QHX_ACTS_Q8, .matmul = scalar_int_matmul, .round = scalar_round_q8};
+const qhx_acts_ops qhx_acts_scalar_q16 = {.form = QHX_ACTS_Q16, .matmul = scalar_int_matmul, .round = scalar_round_q16};
+const qhx_acts_ops qhx_acts_scalar_bf16 = {.form = QHX_ACTS_BF16, .matmul = scalar_bf16_matmul, .round = scalar_to_bf16};

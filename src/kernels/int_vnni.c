@@ -166,11 +166,11 @@ INLINE void tile(const __m512i *panel, size_t nb, const qhx_acts *X, int t, int 
         }                                                                                                              \
     }
 
-TARGET static void vnni_int_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+TARGET static qhx_status vnni_int_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
     const size_t groups = ((size_t)W->rows + QHX_W8_GROUP - 1) / QHX_W8_GROUP;
     __m512i *panel = aligned_alloc(64, nb * 2 * UNITS * sizeof(__m512i));
-    if (!panel) abort(); /* 32 rows of packed weights: nothing sensible to do without them */
+    if (!panel) return QHX_ERR_NOMEM;
     for (int row0 = r0; row0 < r1; row0 += PANEL) {
         const int nvalid = r1 - row0 < PANEL ? r1 - row0 : PANEL, nr = nvalid > LANES ? 2 : 1;
         for (size_t b = 0; b < nb; b++)
@@ -185,20 +185,9 @@ TARGET static void vnni_int_matmul(const qhx_tensor *W, const qhx_acts *X, int T
         }
     }
     free(panel);
+    return QHX_OK;
 }
 
-static int vnni_supported(void) {
-    __builtin_cpu_init();
-    return qhx_avx512_supported() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512vnni");
-}
-
-const qhx_kernel_set qhx_kernels_avx512_q8 = {
-    .name = "avx512-q8", .matmul = qhx_avx512_matmul, .matmul_acts = vnni_int_matmul, .acts = QHX_ACTS_Q8, .round_acts = round_q8,
-    .dot = qhx_avx512_dot, .axpy = qhx_avx512_axpy, .gemm = qhx_avx512_gemm, .delta_step = qhx_avx2_delta_step,
-    .silu = qhx_avx2_silu, .supported = vnni_supported};
-const qhx_kernel_set qhx_kernels_avx512_q16 = {
-    .name = "avx512-q16", .matmul = qhx_avx512_matmul, .matmul_acts = vnni_int_matmul, .acts = QHX_ACTS_Q16, .round_acts = round_q16,
-    .dot = qhx_avx512_dot, .axpy = qhx_avx512_axpy, .gemm = qhx_avx512_gemm, .delta_step = qhx_avx2_delta_step,
-    .silu = qhx_avx2_silu, .supported = vnni_supported};
+const qhx_acts_ops qhx_acts_vnni_q8 = {.form = QHX_ACTS_Q8, .matmul = vnni_int_matmul, .round = round_q8};
+const qhx_acts_ops qhx_acts_vnni_q16 = {.form = QHX_ACTS_Q16, .matmul = vnni_int_matmul, .round = round_q16};
 #endif

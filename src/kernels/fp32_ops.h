@@ -1,0 +1,391 @@
+/* The fp32-activation kernels, written once over a vector layer (kernels/vec_<isa>.h, included
+ * first) and instantiated once per ISA (kernels/fp32_<isa>.c). Every dtype's weights widen to
+ * fp32 in registers (exact), so results match the scalar twin up to FMA rounding and the layer's
+ * lane order. Ragged tails go through zero-filled lanes: every element of every shape gets the
+ * same arithmetic as the body.
+ *
+ *   decode (T <= QHX_DECODE_MAX_T): W8 streams its packed row groups (format/w8.h) in one
+ *     sequential read, each token in turn over a group while it sits in L1; other dtypes run
+ *     tiles of 4 rows x up to 4 tokens.
+ *   prefill: with QV_PREFILL_WIDEN, 4 rows widened once, every token swept over them
+ *     QV_PREFILL_TOKENS at a time, so the FMAs run from registers and the widening is shared by
+ *     all T tokens; without, decode's tiles over plain rows (W8 groups unpacked), widening in
+ *     registers: the layer says which its registers and caches favour.
+ *   the delta rule's small products (gemm), its one-token step, dot, axpy, silu. */
+#include "format/w8.h"
+#include "kernels/kernels.h"
+#include <stdlib.h>
+#include <string.h>
+
+#define QV_PASTE_(a, b) a##_##b
+#define QV_PASTE(a, b) QV_PASTE_(a, b)
+#define QV_NAME(f) QV_PASTE(QV_ISA, f)
+
+/* Bytes ahead of the W8 block being read. 8 KiB streamed 1.12-1.19x faster than 2 KiB with the
+ * AVX-512 layer on a Zen 5 VM (distances alternated 15 times in one process, 2 threads, 4B MLP
+ * matrices); 16 KiB measured the same as 8. */
+#define QV_PREFETCH 8192
+
+/* One tile: NR rows x NT tokens of one dtype, all columns. */
+#define QV_TILE(NAME, LOAD, ES)                                                                                        \
+    QV_INLINE void NAME(const unsigned char *w, size_t wstride, const float *x, size_t xstride, size_t cols, int NR,   \
+                        int NT, float out[4][4]) {                                                                     \
+        qv_f32 acc[4][4];                                                                                              \
+        _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++)                                                           \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[i][j] = qv_zero();                                \
+        size_t c = 0;                                                                                                  \
+        for (; c + QV_LANES <= cols; c += QV_LANES) {                                                                  \
+            qv_f32 wv[4], xv[4];                                                                                       \
+            _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++) wv[i] = LOAD(w + i * wstride + c * ES);               \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) xv[j] = qv_load(x + j * xstride + c);                 \
+            _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++)                                                       \
+                _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[i][j] = qv_fma(wv[i], xv[j], acc[i][j]);      \
+        }                                                                                                              \
+        if (c < cols) {                                                                                                \
+            unsigned char wt[4][QV_LANES * 4] = {{0}};                                                                 \
+            _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++) memcpy(wt[i], w + i * wstride + c * ES, (cols - c) * ES); \
+            _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++)                                                       \
+                _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++)                                                   \
+                    acc[i][j] = qv_fma(LOAD(wt[i]), qv_load_n(x + j * xstride + c, (int)(cols - c)), acc[i][j]);       \
+        }                                                                                                              \
+        _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++)                                                           \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) out[i][j] = qv_reduce(acc[i][j]);                     \
+    }
+
+QV_INLINE qv_f32 load_f32(const void *p) { return qv_load((const float *)p); }
+
+QV_TILE(tile_i8, qv_load_i8, 1)
+QV_TILE(tile_f16, qv_load_f16, 2)
+QV_TILE(tile_bf16, qv_load_bf16, 2)
+QV_TILE(tile_f32, load_f32, 4)
+#undef QV_TILE
+
+/* Output rows [r, r + nr) for T tokens from rows at w, ws bytes apart: tiles of 4 rows x up to 4
+ * tokens, each tile's sizes compile-time constants so its accumulators stay in registers. */
+#define QV_ROWS(NAME, TILEFN, ES)                                                                                      \
+    QV_INLINE void NAME(const unsigned char *w, size_t cols, const float *X, int T, float *Y, size_t ystride, int r,   \
+                        int nr, const float *scale) {                                                                  \
+        const size_t ws = cols * ES;                                                                                   \
+        float out[4][4];                                                                                               \
+        for (int t = 0; t < T; t += 4) {                                                                               \
+            const int nt = T - t < 4 ? T - t : 4;                                                                      \
+            const float *x = X + (size_t)t * cols;                                                                     \
+            if (nr == 4 && nt == 4) TILEFN(w, ws, x, cols, cols, 4, 4, out);                                           \
+            else if (nr == 4 && nt == 1) TILEFN(w, ws, x, cols, cols, 4, 1, out);                                      \
+            else if (nr == 4 && nt == 2) TILEFN(w, ws, x, cols, cols, 4, 2, out);                                      \
+            else if (nr == 4 && nt == 3) TILEFN(w, ws, x, cols, cols, 4, 3, out);                                      \
+            else                                                                                                       \
+                for (int i = 0; i < nr; i++)                                                                           \
+                    for (int j = 0; j < nt; j++) {                                                                     \
+                        float o[4][4];                                                                                 \
+                        TILEFN(w + i * ws, ws, x + j * cols, cols, cols, 1, 1, o);                                     \
+                        out[i][j] = o[0][0];                                                                           \
+                    }                                                                                                  \
+            for (int i = 0; i < nr; i++)                                                                               \
+                for (int j = 0; j < nt; j++) Y[(size_t)(t + j) * ystride + r + i] = scale ? out[i][j] * scale[r + i] : out[i][j]; \
+        }                                                                                                              \
+    }
+
+QV_ROWS(rows_i8, tile_i8, 1)
+QV_ROWS(rows_f16, tile_f16, 2)
+QV_ROWS(rows_bf16, tile_bf16, 2)
+QV_ROWS(rows_f32, tile_f32, 4)
+#undef QV_ROWS
+
+/* A row-major dtype, 4 rows at a time. */
+QV_TARGET static void tiled(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, ws = cols * qhx_dtype_size(W->dtype);
+    for (int r = r0; r < r1; r += 4) {
+        const int nr = r1 - r < 4 ? r1 - r : 4;
+        const unsigned char *w = (const unsigned char *)W->data + (size_t)r * ws;
+        switch (W->dtype) {
+        case QHX_F16: rows_f16(w, cols, X, T, Y, (size_t)W->rows, r, nr, NULL); break;
+        case QHX_BF16: rows_bf16(w, cols, X, T, Y, (size_t)W->rows, r, nr, NULL); break;
+        default: rows_f32(w, cols, X, T, Y, (size_t)W->rows, r, nr, NULL); break;
+        }
+    }
+}
+
+QV_INLINE void w8_block(const int8_t *wb, const float *x, qv_f32 acc[4]) {
+    __builtin_prefetch(wb + QV_PREFETCH, 0, 3);
+    __builtin_prefetch(wb + QV_PREFETCH + 64, 0, 3);
+    _Pragma("GCC unroll 4") for (int k = 0; k < QHX_W8_BLOCK / QV_LANES; k++) {
+        const qv_f32 xv = qv_load(x + QV_LANES * k);
+        _Pragma("GCC unroll 4") for (int i = 0; i < QHX_W8_GROUP; i++)
+            acc[i] = qv_fma(qv_load_i8(wb + i * QHX_W8_BLOCK + QV_LANES * k), xv, acc[i]);
+    }
+}
+
+/* Decode over the W8 layout: a row group's 4 rows at a time straight from the packed blocks (the
+ * layout's zero padding makes the ragged block plain arithmetic). */
+QV_TARGET static void decode_w8(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, full = cols / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
+    for (int r = r0; r < r1; r += QHX_W8_GROUP) {
+        const int8_t *g = (const int8_t *)W->data + (size_t)r / QHX_W8_GROUP * gbytes;
+        const int nr = r1 - r < QHX_W8_GROUP ? r1 - r : QHX_W8_GROUP;
+        for (int t = 0; t < T; t++) {
+            const float *x = X + (size_t)t * cols;
+            qv_f32 acc[4] = {qv_zero(), qv_zero(), qv_zero(), qv_zero()};
+            for (size_t b = 0; b < full; b++) w8_block(g + b * QHX_W8_GROUP * QHX_W8_BLOCK, x + b * QHX_W8_BLOCK, acc);
+            if (cols > full * QHX_W8_BLOCK) { /* the ragged block */
+                float xt[QHX_W8_BLOCK] = {0};
+                memcpy(xt, x + full * QHX_W8_BLOCK, sizeof(float) * (cols - full * QHX_W8_BLOCK));
+                w8_block(g + full * QHX_W8_GROUP * QHX_W8_BLOCK, xt, acc);
+            }
+            for (int i = 0; i < nr; i++) Y[(size_t)t * W->rows + r + i] = qv_reduce(acc[i]) * W->scale[r + i];
+        }
+    }
+}
+
+#if QV_PREFILL_WIDEN
+/* row r of W (plain rows for W8: `plain` holds its unpacked group) widened into out, the
+ * columns past cols zero up to whole lanes */
+QV_TARGET static void widen_row(const qhx_tensor *W, const int8_t *plain, int r, float *out) {
+    const size_t cols = (size_t)W->cols, es = qhx_dtype_size(W->dtype);
+    const unsigned char *w = plain ? (const unsigned char *)plain + (size_t)(r % QHX_W8_GROUP) * cols
+                                   : (const unsigned char *)W->data + (size_t)r * cols * es;
+    size_t c = 0;
+    for (;; c += QV_LANES) {
+        unsigned char t[QV_LANES * 4] = {0};
+        const unsigned char *p = w + c * es;
+        if (c + QV_LANES > cols) {
+            if (c >= cols) break;
+            memcpy(t, p, (cols - c) * es);
+            p = t;
+        }
+        switch (W->dtype) {
+        case QHX_I8: qv_store(out + c, qv_load_i8(p)); break;
+        case QHX_F16: qv_store(out + c, qv_load_f16(p)); break;
+        case QHX_BF16: qv_store(out + c, qv_load_bf16(p)); break;
+        default: qv_store(out + c, load_f32(p)); break;
+        }
+    }
+}
+
+/* 4 widened rows (cpad floats apart, zero past cols) x NT tokens */
+QV_INLINE void prefill_tile(const float *wf, size_t cpad, size_t cols, const float *x, int NT, float out[4][QV_PREFILL_TOKENS]) {
+    qv_f32 acc[4][QV_PREFILL_TOKENS];
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[i][j] = qv_zero();
+    size_t c = 0;
+    for (; c + QV_LANES <= cols; c += QV_LANES) {
+        qv_f32 xv[QV_PREFILL_TOKENS];
+        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) xv[j] = qv_load(x + j * cols + c);
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+            const qv_f32 w = qv_load(wf + i * cpad + c);
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[i][j] = qv_fma(w, xv[j], acc[i][j]);
+        }
+    }
+    if (c < cols) {
+        qv_f32 xv[QV_PREFILL_TOKENS];
+        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) xv[j] = qv_load_n(x + j * cols + c, (int)(cols - c));
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[i][j] = qv_fma(qv_load(wf + i * cpad + c), xv[j], acc[i][j]);
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) out[i][j] = qv_reduce(acc[i][j]);
+}
+
+QV_TARGET static qhx_status prefill_widened(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, cpad = (cols + QV_LANES - 1) / QV_LANES * QV_LANES;
+    float *wf = aligned_alloc(64, (sizeof(float) * 4 * cpad + 63) & ~(size_t)63);
+    int8_t *plain = W->dtype == QHX_I8 ? malloc(QHX_W8_GROUP * cols) : NULL; /* W8: a row group unpacked */
+    if (!wf || (W->dtype == QHX_I8 && !plain)) {
+        free(wf), free(plain);
+        return QHX_ERR_NOMEM;
+    }
+    for (int r = r0; r < r1; r += 4) {
+        const int nr = r1 - r < 4 ? r1 - r : 4;
+        if (plain) qhx_w8_get_group(W->data, cols, (size_t)r, plain);
+        for (int i = 0; i < 4; i++) widen_row(W, plain, r + (i < nr ? i : 0), wf + i * cpad);
+        for (int t = 0; t < T; t += QV_PREFILL_TOKENS) {
+            const int nt = T - t < QV_PREFILL_TOKENS ? T - t : QV_PREFILL_TOKENS;
+            const float *x = X + (size_t)t * cols;
+            float out[4][QV_PREFILL_TOKENS];
+            switch (nt) {
+            case 1: prefill_tile(wf, cpad, cols, x, 1, out); break;
+            case 2: prefill_tile(wf, cpad, cols, x, 2, out); break;
+#if QV_PREFILL_TOKENS > 3
+            case 3: prefill_tile(wf, cpad, cols, x, 3, out); break;
+#endif
+            default: prefill_tile(wf, cpad, cols, x, QV_PREFILL_TOKENS, out); break;
+            }
+            for (int i = 0; i < nr; i++)
+                for (int j = 0; j < nt; j++) {
+                    const float v = out[i][j];
+                    Y[(size_t)(t + j) * W->rows + r + i] = W->dtype == QHX_I8 ? v * W->scale[r + i] : v;
+                }
+        }
+    }
+    free(wf);
+    free(plain);
+    return QHX_OK;
+}
+
+#define prefill prefill_widened
+#else
+/* Prefill widening in registers, as decode's tiles do; W8 row groups unpacked to plain rows. */
+QV_TARGET static qhx_status prefill(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    if (W->dtype != QHX_I8) {
+        tiled(W, X, T, Y, r0, r1);
+        return QHX_OK;
+    }
+    const size_t cols = (size_t)W->cols;
+    int8_t *plain = malloc(QHX_W8_GROUP * cols);
+    if (!plain) return QHX_ERR_NOMEM;
+    for (int r = r0; r < r1; r += QHX_W8_GROUP) {
+        qhx_w8_get_group(W->data, cols, (size_t)r, plain);
+        rows_i8((const unsigned char *)plain, cols, X, T, Y, (size_t)W->rows, r, r1 - r < 4 ? r1 - r : 4, W->scale);
+    }
+    free(plain);
+    return QHX_OK;
+}
+#endif
+
+QV_TARGET static qhx_status QV_NAME(matmul)(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    if (T > QHX_DECODE_MAX_T) return prefill(W, X, T, Y, r0, r1);
+    if (W->dtype == QHX_I8) decode_w8(W, X, T, Y, r0, r1);
+    else tiled(W, X, T, Y, r0, r1);
+    return QHX_OK;
+}
+
+QV_TARGET static float QV_NAME(dot)(const float *a, const float *b, int n) {
+    qv_f32 acc = qv_zero();
+    int i = 0;
+    for (; i + QV_LANES <= n; i += QV_LANES) acc = qv_fma(qv_load(a + i), qv_load(b + i), acc);
+    float s = qv_reduce(acc);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+QV_TARGET static void QV_NAME(axpy)(float *y, float a, const float *x, int n) {
+    const qv_f32 av = qv_set1(a);
+    int i = 0;
+    for (; i + QV_LANES <= n; i += QV_LANES) qv_store(y + i, qv_fma(av, qv_load(x + i), qv_load(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* MR rows x (2 QV_LANES) columns of C, n of them in place: 2 MR accumulators, B's row loaded once
+ * per k for all MR rows */
+QV_INLINE void gemm_tile(int MR, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int n) {
+    qv_f32 acc[QV_GEMM_ROWS][2];
+    const int n0 = n < QV_LANES ? n : QV_LANES, n1 = n - n0;
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = qv_zero();
+    for (int k = 0; k < K; k++) {
+        const float *b = B + (size_t)k * ldb;
+        const qv_f32 b0 = n0 == QV_LANES ? qv_load(b) : qv_load_n(b, n0);
+        const qv_f32 b1 = n1 == QV_LANES ? qv_load(b + QV_LANES) : n1 ? qv_load_n(b + QV_LANES, n1) : qv_zero();
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {
+            const qv_f32 a = qv_set1(A[(size_t)r * lda + k]);
+            acc[r][0] = qv_fma(a, b0, acc[r][0]);
+            acc[r][1] = qv_fma(a, b1, acc[r][1]);
+        }
+    }
+    const qv_f32 al = qv_set1(alpha);
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {
+        float *c = C + (size_t)r * ldc;
+        if (n0 == QV_LANES) qv_store(c, qv_fma(al, acc[r][0], qv_load(c)));
+        else qv_store_n(c, qv_fma(al, acc[r][0], qv_load_n(c, n0)), n0);
+        if (n1 == QV_LANES) qv_store(c + QV_LANES, qv_fma(al, acc[r][1], qv_load(c + QV_LANES)));
+        else if (n1) qv_store_n(c + QV_LANES, qv_fma(al, acc[r][1], qv_load_n(c + QV_LANES, n1)), n1);
+    }
+}
+
+QV_TARGET static void QV_NAME(gemm)(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C,
+                                    int ldc) {
+    for (int j = 0; j < N; j += 2 * QV_LANES) {
+        const int n = N - j < 2 * QV_LANES ? N - j : 2 * QV_LANES;
+        int i = 0;
+        for (; i + QV_GEMM_ROWS <= M; i += QV_GEMM_ROWS)
+            gemm_tile(QV_GEMM_ROWS, K, alpha, A + (size_t)i * lda, lda, B + j, ldb, C + (size_t)i * ldc + j, ldc, n);
+#if QV_GEMM_ROWS > 4
+        if (M - i >= 4) gemm_tile(4, K, alpha, A + (size_t)i * lda, lda, B + j, ldb, C + (size_t)i * ldc + j, ldc, n), i += 4;
+#endif
+        for (; i < M; i++) gemm_tile(1, K, alpha, A + (size_t)i * lda, lda, B + j, ldb, C + (size_t)i * ldc + j, ldc, n);
+    }
+}
+
+/* The gated delta rule's step (spec §3.5.1) in one sweep of S from L2 instead of four, by
+ * linearity:  S^T k after the decay = decay (S^T k),  o = S'^T q = decay (S^T q) + (k . q) delta.
+ * One read of a 32-column block gathers S^T k and S^T q; the write of the updated block follows
+ * while it is still in L1 (32 columns x dk rows = 16 KB at dk = 128). */
+#define QV_DV (32 / QV_LANES) /* vectors in a 32-column block */
+QV_TARGET static void QV_NAME(delta_step)(float *S, const float *q, const float *k, const float *v, float beta, float decay,
+                                          int dk, int dv, float *o, float *kv) {
+    const float kq = QV_NAME(dot)(k, q, dk);
+    const qv_f32 dec = qv_set1(decay), bet = qv_set1(beta), kqv = qv_set1(kq);
+    int c0 = 0;
+    for (; c0 + 32 <= dv; c0 += 32) {
+        qv_f32 sk[QV_DV], sq[QV_DV], delta[QV_DV];
+        _Pragma("GCC unroll 4") for (int u = 0; u < QV_DV; u++) sk[u] = sq[u] = qv_zero();
+        for (int i = 0; i < dk; i++) {
+            const float *row = S + (size_t)i * dv + c0;
+            const qv_f32 ki = qv_set1(k[i]), qi = qv_set1(q[i]);
+            _Pragma("GCC unroll 4") for (int u = 0; u < QV_DV; u++) {
+                const qv_f32 sv = qv_load(row + QV_LANES * u);
+                sk[u] = qv_fma(ki, sv, sk[u]);
+                sq[u] = qv_fma(qi, sv, sq[u]);
+            }
+        }
+        _Pragma("GCC unroll 4") for (int u = 0; u < QV_DV; u++) {
+            delta[u] = qv_mul(qv_fnma(dec, sk[u], qv_load(v + c0 + QV_LANES * u)), bet);
+            qv_store(o + c0 + QV_LANES * u, qv_fma(kqv, delta[u], qv_mul(dec, sq[u])));
+        }
+        for (int i = 0; i < dk; i++) {
+            float *row = S + (size_t)i * dv + c0;
+            const qv_f32 ki = qv_set1(k[i]);
+            _Pragma("GCC unroll 4") for (int u = 0; u < QV_DV; u++)
+                qv_store(row + QV_LANES * u, qv_fma(ki, delta[u], qv_mul(dec, qv_load(row + QV_LANES * u))));
+        }
+    }
+    if (c0 < dv) { /* the last dv % 32 columns, one at a time */
+        for (int c = c0; c < dv; c++) {
+            float sk = 0.0f, sq = 0.0f;
+            for (int i = 0; i < dk; i++) sk += k[i] * S[(size_t)i * dv + c], sq += q[i] * S[(size_t)i * dv + c];
+            kv[c] = (v[c] - decay * sk) * beta;
+            o[c] = decay * sq + kq * kv[c];
+        }
+        for (int i = 0; i < dk; i++)
+            for (int c = c0; c < dv; c++) S[(size_t)i * dv + c] = decay * S[(size_t)i * dv + c] + k[i] * kv[c];
+    }
+}
+#undef QV_DV
+
+/* e^x: Cody-Waite reduction by ln 2 in two parts, then Cephes' expf polynomial on |r| <= ln 2 / 2
+ * (relative error a few 1e-8 against double). Below -87 it returns e^-87 (beside 1 in SiLU's
+ * denominator, both vanish); above 88.5, infinity (so SiLU goes to -0 as it should). */
+QV_INLINE qv_f32 qv_exp(qv_f32 x) {
+    const qv_mask over = qv_gt(x, qv_set1(88.5f));
+    x = qv_min(qv_max(x, qv_set1(-87.0f)), qv_set1(88.5f));
+    const qv_f32 n = qv_round(qv_mul(x, qv_set1(1.44269504088896341f)));
+    qv_f32 r = qv_fnma(n, qv_set1(0.693359375f), x);
+    r = qv_fnma(n, qv_set1(-2.12194440e-4f), r);
+    qv_f32 p = qv_set1(1.9875691500e-4f);
+    p = qv_fma(p, r, qv_set1(1.3981999507e-3f));
+    p = qv_fma(p, r, qv_set1(8.3334519073e-3f));
+    p = qv_fma(p, r, qv_set1(4.1665795894e-2f));
+    p = qv_fma(p, r, qv_set1(1.6666665459e-1f));
+    p = qv_fma(p, r, qv_set1(5.0000001201e-1f));
+    p = qv_fma(p, qv_mul(r, r), qv_add(r, qv_set1(1.0f)));
+    return qv_select(over, qv_set1(__builtin_inff()), qv_mul(p, qv_pow2(n)));
+}
+
+QV_INLINE qv_f32 qv_silu(qv_f32 x) { return qv_div(x, qv_add(qv_set1(1.0f), qv_exp(qv_sub(qv_zero(), x)))); }
+
+/* x = silu(x) * mul (mul NULL: silu(x)); the MLP's 9216 a token and the conv's and gated norm's
+ * SiLUs were one libm expf call each, 5-8 % of prefill */
+QV_TARGET static void QV_NAME(silu)(float *x, const float *mul, size_t n) {
+    size_t i = 0;
+    for (; i + QV_LANES <= n; i += QV_LANES) {
+        const qv_f32 y = qv_silu(qv_load(x + i));
+        qv_store(x + i, mul ? qv_mul(y, qv_load(mul + i)) : y);
+    }
+    if (i < n) { /* the tail through the same lanes, so every element gets the same arithmetic */
+        const int m = (int)(n - i);
+        const qv_f32 y = qv_silu(qv_load_n(x + i, m));
+        qv_store_n(x + i, mul ? qv_mul(y, qv_load_n(mul + i, m)) : y, m);
+    }
+}
+
+const qhx_fp32_ops QV_PASTE(qhx_fp32, QV_ISA) = {.matmul = QV_NAME(matmul), .dot = QV_NAME(dot), .axpy = QV_NAME(axpy),
+                                         .gemm = QV_NAME(gemm), .delta_step = QV_NAME(delta_step), .silu = QV_NAME(silu)};

@@ -1,0 +1,97 @@
+/* The kernel sets: each a vector layer's fp32 ops composed with how prefill rounds activations
+ * for W8 matrices (an int8-dot specialisation), and the CPU features it needs. A new ISA adds a
+ * vector layer (kernels/vec_<isa>.h + fp32_<isa>.c), its int8-dot specialisations, and lines
+ * here. */
+#include "kernels/kernels.h"
+#include "util/error.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *layer;          /* the name's first part */
+    const qhx_fp32_ops *fp32;
+    const qhx_acts_ops *acts;   /* NULL: fp32 activations throughout */
+    unsigned needs;             /* QHX_CPU_* */
+    /* The AVX-512 sets keep the AVX2 layer's delta-rule step and SiLU: what they ran before the
+     * vector layer was split out (the step's k.q in 8 lanes), so their logits stay bit for bit. */
+    const qhx_fp32_ops *step;
+} recipe;
+
+/* In the order "auto" tries them: the first this CPU runs is the default. Only sets whose prefill
+ * keeps the greedy parity of fp32 activations qualify (int16 activations; bench/README.md has the
+ * measurements): int8 (-q8) and bf16 (amx-bf16) activations are faster opt-ins, listed after the
+ * ground floor so auto never reaches them. */
+static const recipe recipes[] = {
+#ifdef QHX_HAVE_AVX512
+    {"avx512", &qhx_fp32_avx512, &qhx_acts_vnni_q16, QHX_CPU_AVX512 | QHX_CPU_AVX512_VNNI, &qhx_fp32_avx2},
+#endif
+#ifdef QHX_HAVE_AVX2
+    {"avx2", &qhx_fp32_avx2, &qhx_acts_avx2_q16, QHX_CPU_AVX2, NULL},
+#endif
+    {"scalar", &qhx_fp32_scalar, NULL, 0, NULL},
+#ifdef QHX_HAVE_AVX512
+    {"avx512", &qhx_fp32_avx512, NULL, QHX_CPU_AVX512, &qhx_fp32_avx2},
+    {"avx512", &qhx_fp32_avx512, &qhx_acts_vnni_q8, QHX_CPU_AVX512 | QHX_CPU_AVX512_VNNI, &qhx_fp32_avx2},
+#endif
+#ifdef QHX_HAVE_AVX2
+    {"avx2", &qhx_fp32_avx2, NULL, QHX_CPU_AVX2, NULL},
+    {"avx2", &qhx_fp32_avx2, &qhx_acts_avx2_q8, QHX_CPU_AVX2, NULL},
+#endif
+#if defined(QHX_HAVE_AVX512) && defined(__linux__)
+    {"amx", &qhx_fp32_avx512, &qhx_acts_amx_bf16, QHX_CPU_AVX512 | QHX_CPU_AMX_BF16, &qhx_fp32_avx2},
+#endif
+    {"scalar", &qhx_fp32_scalar, &qhx_acts_scalar_q16, 0, NULL},
+    {"scalar", &qhx_fp32_scalar, &qhx_acts_scalar_q8, 0, NULL},
+    {"scalar", &qhx_fp32_scalar, &qhx_acts_scalar_bf16, 0, NULL},
+    {"ref", &qhx_fp32_ref, NULL, 0, NULL},
+};
+#define N_SETS (sizeof recipes / sizeof recipes[0])
+
+static qhx_kernel_set sets[N_SETS];
+static char names[N_SETS][24];
+static char all_names[N_SETS * 24];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void compose(void) {
+    static const char *const suffix[] = {"", "-q8", "-q16", "-bf16"};
+    const unsigned cpu = qhx_cpu_features();
+    for (size_t i = 0; i < N_SETS; i++) {
+        const recipe *r = &recipes[i];
+        const qhx_fp32_ops *step = r->step ? r->step : r->fp32;
+        snprintf(names[i], sizeof names[i], "%s%s", r->layer, r->acts ? suffix[r->acts->form] : "");
+        sets[i] = (qhx_kernel_set){.name = names[i], .matmul = r->fp32->matmul, .dot = r->fp32->dot, .axpy = r->fp32->axpy,
+                                   .gemm = r->fp32->gemm, .delta_step = step->delta_step, .silu = step->silu,
+                                   .ieee = r->fp32 == &qhx_fp32_ref, .supported = (cpu & r->needs) == r->needs};
+        if (r->acts)
+            sets[i].matmul_acts = r->acts->matmul, sets[i].acts = r->acts->form, sets[i].round_acts = r->acts->round,
+            sets[i].panel_rows = r->acts->panel_rows;
+    }
+    for (size_t i = N_SETS; i-- > 0;)
+        snprintf(all_names + strlen(all_names), sizeof all_names - strlen(all_names), "%s%s", all_names[0] ? " " : "", names[i]);
+}
+
+const char *qhx_kernels_names(void) {
+    pthread_once(&once, compose);
+    return all_names;
+}
+
+const qhx_kernel_set *qhx_kernels_find(const char *name) {
+    pthread_once(&once, compose);
+    if (!name || !strcmp(name, "auto")) {
+        const char *env = getenv("QHX_KERNELS");
+        if (env && *env && strcmp(env, "auto")) return qhx_kernels_find(env);
+        for (size_t i = 0; i < N_SETS; i++)
+            if (sets[i].supported) return &sets[i]; /* scalar runs everywhere */
+    }
+    for (size_t i = 0; i < N_SETS; i++) {
+        if (strcmp(sets[i].name, name)) continue;
+        if (!sets[i].supported)
+            return qhx_fail(QHX_ERR_UNSUPPORTED, "kernels '%s': this CPU lacks the instructions they need", name), NULL;
+        return &sets[i];
+    }
+    qhx_fail(QHX_ERR_ARG, "kernels '%s': unknown (have: auto %s)", name, all_names);
+    return NULL;
+}
