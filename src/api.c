@@ -123,20 +123,6 @@ static int is_file(const char *p) {
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-static qhx_status open_checkpoint(qhx_model *m, const char *dir) {
-    qhx_status rc = qhx_checkpoint_open(&m->ck, dir);
-    if (rc) return rc;
-    m->cfg = m->ck.cfg;
-    m->w = m->ck.w;
-    if (m->cfg.tie_embeddings) m->w->lm_head = m->w->embed;
-    m->n_shards = 1;
-    m->shards[0].l0 = 0;
-    m->shards[0].l1 = m->cfg.n_layers;
-    m->context = m->cfg.max_pos;
-    for (int i = 0; i < m->ck.n_files; i++) m->weight_bytes += m->ck.files[i].map.size;
-    return QHX_OK;
-}
-
 qhx_status qhx_model_open(qhx_runtime *rt, const char *path, qhx_model **out) {
     *out = NULL;
     if (!path) return qhx_fail(QHX_ERR_ARG, "model path is NULL");
@@ -149,9 +135,10 @@ qhx_status qhx_model_open(qhx_runtime *rt, const char *path, qhx_model **out) {
     } else {
         m->rt = rt;
     }
-    char manifest[1100];
-    snprintf(manifest, sizeof manifest, "%s/manifest.json", path);
+    char *manifest = qhx_path_join(path, "manifest.json");
     if (rc) {
+    } else if (!manifest) {
+        rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
     } else if (is_file(path)) {
         rc = qhx_bundle_open(m, path);
     } else if (!is_dir(path)) {
@@ -159,9 +146,9 @@ qhx_status qhx_model_open(qhx_runtime *rt, const char *path, qhx_model **out) {
     } else if (is_file(manifest)) {
         rc = qhx_bundle_open(m, manifest);
     } else {
-        snprintf(m->dir, sizeof m->dir, "%s", path);
-        rc = open_checkpoint(m, path);
+        rc = qhx_checkpoint_model_open(m, path);
     }
+    free(manifest);
     if (rc) {
         qhx_model_close(m);
         return rc;
@@ -173,8 +160,12 @@ qhx_status qhx_model_open(qhx_runtime *rt, const char *path, qhx_model **out) {
 
 void qhx_model_close(qhx_model *m) {
     if (!m) return;
-    if (m->manifest) qhx_bundle_close(m);
-    else qhx_checkpoint_close(&m->ck);
+    if (m->src) m->src->close(m->src);
+    qhx_weights_free(m->w);
+    for (int i = 0; i < m->n_shards; i++) free(m->shards[i].file);
+    free(m->shards);
+    free(m->manifest);
+    free(m->dir);
     qhx_tokenizer_free(m->tok);
     if (m->owns_rt) qhx_runtime_free(m->rt);
     free(m);
@@ -205,10 +196,11 @@ qhx_status qhx_model_tokenizer(qhx_model *m, qhx_tokenizer **out) {
     pthread_mutex_lock(&lock);
     qhx_status rc = QHX_OK;
     if (!m->tok) { /* a bundle's compact form when there is one: it loads without parsing JSON */
-        char path[1100];
-        snprintf(path, sizeof path, "%s/tokenizer.qhxtok", m->dir);
-        if (!m->manifest || !is_file(path)) snprintf(path, sizeof path, "%s/tokenizer.json", m->dir);
-        rc = qhx_tokenizer_load(path, &m->tok);
+        char *compact = qhx_path_join(m->dir, "tokenizer.qhxtok"), *json = qhx_path_join(m->dir, "tokenizer.json");
+        if (!compact || !json) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
+        else rc = qhx_tokenizer_load(m->manifest && is_file(compact) ? compact : json, &m->tok);
+        free(compact);
+        free(json);
     }
     *out = m->tok;
     pthread_mutex_unlock(&lock);
@@ -281,9 +273,8 @@ qhx_status qhx_session_restore(qhx_session *s, const qhx_snapshot *snap) {
 
 qhx_read_probe qhx_model_read_weights(qhx_model *m) {
     qhx_read_probe r = {0, 0};
-    const int n = m->manifest ? m->n_files : m->ck.n_files;
-    for (int i = 0; i < n; i++) {
-        const qhx_mapfile *f = m->manifest ? &m->files[i].map : &m->ck.files[i].map;
+    for (int i = 0; i < m->src->n_files; i++) {
+        const qhx_mapfile *f = m->src->file(m->src, i);
         r.seconds += read_pass(m->rt, f->data, f->size);
         r.bytes += f->size & ~(uint64_t)4095;
     }

@@ -15,6 +15,22 @@ typedef struct {
     cJSON *root;
 } manifest;
 
+/* The bundle's QHXF files as the model's weight source. */
+typedef struct {
+    qhx_weight_source src;
+    qhxf_file *files;
+    int cap;
+} bundle;
+
+static const qhx_mapfile *file(const qhx_weight_source *src, int i) { return &((const bundle *)src)->files[i].map; }
+
+static void close_bundle(qhx_weight_source *src) {
+    bundle *b = (bundle *)src;
+    for (int i = 0; i < b->src.n_files; i++) qhxf_close(&b->files[i]);
+    free(b->files);
+    free(b);
+}
+
 /* dotted lookups ("plan.lm_head.file") with one message for every missing or mistyped field */
 static const cJSON *get(const manifest *mf, const char *dotted, int type) {
     const cJSON *o = mf->root;
@@ -84,28 +100,36 @@ static qhx_status open_file(qhx_model *m, const manifest *mf, const char *name, 
                             qhxf_file **out) {
     qhx_status rc = plain_name(mf, name);
     if (rc) return rc;
-    for (int i = 0; i < m->n_files; i++) {
-        const char *b = strrchr(m->files[i].map.path, '/');
+    bundle *bu = (bundle *)m->src;
+    for (int i = 0; i < bu->src.n_files; i++) {
+        const char *b = strrchr(bu->files[i].map.path, '/');
         if (!strcmp(b + 1, name)) {
-            if (m->files[i].h.kind != (uint32_t)kind && !(kind == QHXF_HEAD && m->files[i].h.kind == QHXF_EMBED))
+            if (bu->files[i].h.kind != (uint32_t)kind && !(kind == QHXF_HEAD && bu->files[i].h.kind == QHXF_EMBED))
                 return qhx_fail(QHX_ERR_FORMAT, "%s: %s is used for two different roles", mf->path, name);
-            *out = &m->files[i];
+            *out = &bu->files[i];
             return QHX_OK;
         }
     }
-    if (m->n_files >= QHX_MAX_SHARDS + 2) return qhx_fail(QHX_ERR_RANGE, "%s: too many files", mf->path);
-    char path[1400];
-    snprintf(path, sizeof path, "%s/%s", m->dir, name);
+    if (bu->src.n_files == bu->cap) { /* the shards, the embedding and the head: the plan says how many */
+        const int cap = bu->cap ? 2 * bu->cap : 4;
+        qhxf_file *grown = realloc(bu->files, sizeof *grown * (size_t)cap);
+        if (!grown) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+        bu->files = grown;
+        bu->cap = cap;
+    }
+    char *path = qhx_path_join(m->dir, name);
+    if (!path) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     qhxf_expect want = *base;
     want.kind = kind;
-    qhxf_file *f = &m->files[m->n_files];
-    if ((rc = qhxf_open(f, path, &want, !m->rt->map_weights))) {
-        /* the lm-head of a tied model is the embedding file */
-        if (kind != QHXF_HEAD) return rc;
+    qhxf_file *f = &bu->files[bu->src.n_files];
+    rc = qhxf_open(f, path, &want, !m->rt->map_weights);
+    if (rc && kind == QHXF_HEAD) { /* the lm-head of a tied model is the embedding file */
         want.kind = QHXF_EMBED;
-        if (qhxf_open(f, path, &want, !m->rt->map_weights)) return rc;
+        if (!qhxf_open(f, path, &want, !m->rt->map_weights)) rc = QHX_OK;
     }
-    m->n_files++;
+    free(path);
+    if (rc) return rc;
+    bu->src.n_files++;
     if ((rc = verify(m, mf, f, name))) return rc;
     m->weight_bytes += f->map.size;
     *out = f;
@@ -169,18 +193,23 @@ static qhx_status load(qhx_model *m, manifest *mf) {
         return qhx_fail(QHX_ERR_FORMAT, "%s: context_length %g is not in [1, %d]", mf->path, cl, m->cfg.max_pos);
     m->context = (int)cl;
 
-    m->w = calloc(1, sizeof *m->w);
+    m->w = qhx_weights_new(&m->cfg);
     const int n_specs = qhx_qwen35_specs(&m->cfg, "", m->w, NULL);
     qhx_tensor_spec *specs = calloc((size_t)n_specs, sizeof *specs);
     if (!m->w || !specs) { free(specs); return qhx_fail(QHX_ERR_NOMEM, "out of memory"); }
     qhx_qwen35_specs(&m->cfg, "", m->w, specs);
 
     /* decode shards: contiguous, in order, covering every layer */
-    m->n_shards = cJSON_GetArraySize(shards);
-    if (m->n_shards < 1 || m->n_shards > QHX_MAX_SHARDS) {
+    const int n_shards = cJSON_GetArraySize(shards);
+    if (n_shards < 1 || n_shards > QHX_MAX_SHARDS) {
         free(specs);
         return qhx_fail(QHX_ERR_FORMAT, "%s: plan.decode_shards must list 1 to %d shards", mf->path, QHX_MAX_SHARDS);
     }
+    if (!(m->shards = calloc((size_t)n_shards, sizeof *m->shards))) {
+        free(specs);
+        return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    }
+    m->n_shards = n_shards;
     int next = 0;
     for (int i = 0; i < m->n_shards && !rc; i++) {
         const cJSON *sh = cJSON_GetArrayItem(shards, i), *file = cJSON_GetObjectItemCaseSensitive(sh, "file");
@@ -198,7 +227,10 @@ static qhx_status load(qhx_model *m, manifest *mf) {
             break;
         }
         next = d->l1;
-        snprintf(d->file, sizeof d->file, "%s", file->valuestring);
+        if (!(d->file = strdup(file->valuestring))) {
+            rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
+            break;
+        }
         qhxf_file *f;
         if ((rc = open_file(m, mf, d->file, QHXF_SHARD, &base, &f))) break;
         d->bytes = f->map.size;
@@ -240,14 +272,16 @@ static qhx_status verify_other_files(qhx_model *m, const manifest *mf) {
     const cJSON *e;
     cJSON_ArrayForEach(e, get(mf, "files", cJSON_Object)) {
         int mapped = 0;
-        for (int i = 0; i < m->n_files && !mapped; i++) mapped = !strcmp(strrchr(m->files[i].map.path, '/') + 1, e->string);
+        for (int i = 0; i < m->src->n_files && !mapped; i++) mapped = !strcmp(strrchr(m->src->file(m->src, i)->path, '/') + 1, e->string);
         if (mapped) continue;
         qhx_status rc = plain_name(mf, e->string);
         if (rc) return rc;
-        char path[1400];
-        snprintf(path, sizeof path, "%s/%s", m->dir, e->string);
+        char *path = qhx_path_join(m->dir, e->string);
+        if (!path) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
         qhx_mapfile f;
-        if ((rc = qhx_map_open(&f, path))) return rc;
+        rc = qhx_map_open(&f, path);
+        free(path);
+        if (rc) return rc;
         qhxf_file view = {.map = f};
         rc = verify(m, mf, &view, e->string);
         qhx_map_close(&f);
@@ -258,8 +292,14 @@ static qhx_status verify_other_files(qhx_model *m, const manifest *mf) {
 
 qhx_status qhx_bundle_open(qhx_model *m, const char *manifest_path) {
     const char *slash = strrchr(manifest_path, '/');
-    if (slash) snprintf(m->dir, sizeof m->dir, "%.*s", (int)(slash - manifest_path), manifest_path);
-    else snprintf(m->dir, sizeof m->dir, ".");
+    bundle *b = calloc(1, sizeof *b);
+    m->dir = slash ? strndup(manifest_path, (size_t)(slash - manifest_path)) : strdup(".");
+    if (!b || !m->dir) {
+        free(b);
+        return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    }
+    b->src = (qhx_weight_source){.file = file, .close = close_bundle};
+    m->src = &b->src;
     size_t len;
     qhx_status rc = qhx_read_file(manifest_path, 16u << 20, &m->manifest, &len);
     if (rc) return rc;
@@ -268,13 +308,4 @@ qhx_status qhx_bundle_open(qhx_model *m, const char *manifest_path) {
     else if (!(rc = load(m, &mf))) rc = verify_other_files(m, &mf);
     cJSON_Delete(mf.root);
     return rc;
-}
-
-void qhx_bundle_close(qhx_model *m) {
-    for (int i = 0; i < m->n_files; i++) qhxf_close(&m->files[i]);
-    free(m->w);
-    free(m->manifest);
-    m->w = NULL;
-    m->manifest = NULL;
-    m->n_files = 0;
 }

@@ -1,4 +1,7 @@
-#include "model/checkpoint.h"
+/* A Hugging Face checkpoint directory as a model's weight source: config.json plus one or more
+ * safetensors files, mapped and bound to the decoder's weight table with every shape and dtype
+ * checked. A one-shard plan over its own (BF16) weights. */
+#include "model/model.h"
 #include "util/error.h"
 #include "util/mapfile.h"
 
@@ -9,6 +12,13 @@
 #include <sys/stat.h>
 
 #define MAX_SHARDS 4096
+
+typedef struct {
+    qhx_weight_source src;
+    const char *dir;
+    qhx_safetensors *files;
+    int n_files;
+} qhx_checkpoint;
 
 static int file_exists(const char *p) {
     struct stat st;
@@ -24,11 +34,12 @@ static qhx_status open_file(qhx_checkpoint *ck, const char *dir, const char *nam
         return qhx_fail(QHX_ERR_FORMAT, "%s/model.safetensors.index.json: shard name '%.200s' is not a plain file name", dir, name);
     if (ck->n_files >= MAX_SHARDS)
         return qhx_fail(QHX_ERR_RANGE, "%s/model.safetensors.index.json: more than %d shards", dir, MAX_SHARDS);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (!file_exists(path)) return qhx_fail(QHX_ERR_IO, "%s: shard listed in model.safetensors.index.json is missing", path);
-    qhx_status rc = qhx_st_open(&ck->files[ck->n_files], path);
+    char *path = qhx_path_join(dir, name);
+    if (!path) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    qhx_status rc = file_exists(path) ? qhx_st_open(&ck->files[ck->n_files], path)
+                                      : qhx_fail(QHX_ERR_IO, "%s: shard listed in model.safetensors.index.json is missing", path);
     if (rc == QHX_OK) ck->n_files++;
+    free(path);
     return rc;
 }
 
@@ -88,44 +99,68 @@ static qhx_status bind(qhx_checkpoint *ck, const qhx_tensor_spec *s) {
     return QHX_OK;
 }
 
-qhx_status qhx_checkpoint_open(qhx_checkpoint *ck, const char *dir) {
-    memset(ck, 0, sizeof *ck);
-    snprintf(ck->dir, sizeof ck->dir, "%s", dir);
-    qhx_status rc = qhx_config_load(&ck->cfg, dir);
-    if (rc) return rc;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    if (file_exists(path)) {
-        rc = open_index(ck, dir, path);
-    } else {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        if (!file_exists(path)) return qhx_fail(QHX_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json", dir);
-        ck->files = calloc(1, sizeof *ck->files);
-        if (!ck->files) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
-        rc = qhx_st_open(&ck->files[0], path);
-        if (rc == QHX_OK) ck->n_files = 1;
+static const qhx_mapfile *file(const qhx_weight_source *src, int i) { return &((const qhx_checkpoint *)src)->files[i].map; }
+
+static void close_checkpoint(qhx_weight_source *src) {
+    qhx_checkpoint *ck = (qhx_checkpoint *)src;
+    for (int i = 0; i < ck->n_files; i++) qhx_st_close(&ck->files[i]);
+    free(ck->files);
+    free(ck);
+}
+
+static qhx_status open_files(qhx_checkpoint *ck, const char *dir) {
+    char *index = qhx_path_join(dir, "model.safetensors.index.json"), *single = qhx_path_join(dir, "model.safetensors");
+    qhx_status rc = QHX_OK;
+    if (!index || !single) {
+        rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    } else if (file_exists(index)) {
+        rc = open_index(ck, dir, index);
+    } else if (!file_exists(single)) {
+        rc = qhx_fail(QHX_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json", dir);
+    } else if (!(ck->files = calloc(1, sizeof *ck->files))) {
+        rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    } else if (!(rc = qhx_st_open(&ck->files[0], single))) {
+        ck->n_files = 1;
     }
-    if (rc) { qhx_checkpoint_close(ck); return rc; }
+    free(index);
+    free(single);
+    return rc;
+}
+
+qhx_status qhx_checkpoint_model_open(qhx_model *m, const char *dir) {
+    qhx_checkpoint *ck = calloc(1, sizeof *ck);
+    if (!ck || !(m->dir = strdup(dir)) || !(m->shards = calloc(1, sizeof *m->shards))) {
+        free(ck);
+        return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    }
+    ck->src = (qhx_weight_source){.file = file, .close = close_checkpoint};
+    ck->dir = m->dir;
+    m->src = &ck->src;
+    qhx_status rc = qhx_config_load(&m->cfg, dir);
+    if (rc || (rc = open_files(ck, dir))) return rc;
+    ck->src.n_files = ck->n_files;
 
     /* Qwen3_5ForConditionalGeneration nests the decoder under model.language_model.; the text-only
      * Qwen3_5ForCausalLM under model. (model.visual.* and mtp.* are simply never looked up). */
     const char *prefix = find(ck, "model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
-    if (!ck->cfg.tie_embeddings && !find(ck, "lm_head.weight"))
-        return qhx_checkpoint_close(ck), qhx_fail(QHX_ERR_FORMAT, "%s: tie_word_embeddings is false but lm_head.weight is missing", dir);
-    ck->w = calloc(1, sizeof *ck->w);
-    int n = qhx_qwen35_specs(&ck->cfg, prefix, ck->w, NULL);
+    if (!m->cfg.tie_embeddings && !find(ck, "lm_head.weight"))
+        return qhx_fail(QHX_ERR_FORMAT, "%s: tie_word_embeddings is false but lm_head.weight is missing", dir);
+    m->w = qhx_weights_new(&m->cfg);
+    int n = qhx_qwen35_specs(&m->cfg, prefix, m->w, NULL);
     qhx_tensor_spec *specs = calloc((size_t)n, sizeof *specs);
-    if (!ck->w || !specs) { free(specs); qhx_checkpoint_close(ck); return qhx_fail(QHX_ERR_NOMEM, "out of memory"); }
-    qhx_qwen35_specs(&ck->cfg, prefix, ck->w, specs);
+    if (!m->w || !specs) {
+        free(specs);
+        return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    }
+    qhx_qwen35_specs(&m->cfg, prefix, m->w, specs);
     for (int i = 0; i < n && rc == QHX_OK; i++) rc = bind(ck, &specs[i]);
     free(specs);
-    if (rc) qhx_checkpoint_close(ck);
-    return rc;
-}
-
-void qhx_checkpoint_close(qhx_checkpoint *ck) {
-    for (int i = 0; i < ck->n_files; i++) qhx_st_close(&ck->files[i]);
-    free(ck->files);
-    free(ck->w);
-    memset(ck, 0, sizeof *ck);
+    if (rc) return rc;
+    if (m->cfg.tie_embeddings) m->w->lm_head = m->w->embed;
+    m->n_shards = 1;
+    m->shards[0].l0 = 0;
+    m->shards[0].l1 = m->cfg.n_layers;
+    m->context = m->cfg.max_pos;
+    for (int i = 0; i < ck->n_files; i++) m->weight_bytes += ck->files[i].map.size;
+    return QHX_OK;
 }

@@ -8,6 +8,8 @@
 
 qhx_status qhx_hostop_init(qhx_hostop_state *hs, const qhx_model *m) {
     memset(hs, 0, sizeof *hs);
+    hs->shards = calloc((size_t)m->n_shards, sizeof *hs->shards);
+    if (!hs->shards) return qhx_fail(QHX_ERR_NOMEM, "session state: out of memory");
     for (int i = 0; i < m->n_shards; i++) {
         qhx_status rc = qhx_state_init(&hs->shards[i], &m->cfg, m->shards[i].l0, m->shards[i].l1);
         if (rc) { qhx_hostop_free(hs, m); return rc; }
@@ -16,7 +18,8 @@ qhx_status qhx_hostop_init(qhx_hostop_state *hs, const qhx_model *m) {
 }
 
 void qhx_hostop_free(qhx_hostop_state *hs, const qhx_model *m) {
-    for (int i = 0; i < m->n_shards; i++) qhx_state_free(&hs->shards[i]);
+    for (int i = 0; i < m->n_shards && hs->shards; i++) qhx_state_free(&hs->shards[i]);
+    free(hs->shards);
     free(hs->x);
     free(hs->tokens);
     qhx_kv_segment_unref(hs->kv_tip);

@@ -3,13 +3,13 @@
  * from its manifest. */
 #ifndef QHX_MODEL_H
 #define QHX_MODEL_H
-#include "model/checkpoint.h"
+#include "model/qwen35.h"
 #include "format/qhxf.h"
 #include "format/w8.h"
 #include "kernels/kernels.h"
 #include "qhexrt.h"
 
-#define QHX_MAX_SHARDS 64
+#define QHX_MAX_SHARDS 64     /* a plan's decode shards: a sanity bound on manifests, not a size */
 #define QHX_BUNDLE_SCHEMA 1
 #define QHX_TARGET "cpu-x86_64"
 
@@ -24,31 +24,40 @@ struct qhx_runtime {
 
 typedef struct {
     int l0, l1;          /* layers [l0, l1) */
-    char file[256];      /* bundle file name, "" for checkpoints */
+    char *file;          /* bundle file name, NULL for checkpoints */
     uint64_t bytes;
 } qhx_shard_desc;
+
+/* Where a model's weights are mapped from (a checkpoint's safetensors files, a bundle's QHXF
+ * files): what the model needs of them after opening, without asking which it is. */
+typedef struct qhx_weight_source qhx_weight_source;
+struct qhx_weight_source {
+    int n_files;
+    const qhx_mapfile *(*file)(const qhx_weight_source *src, int i);
+    void (*close)(qhx_weight_source *src);
+};
 
 struct qhx_model {
     qhx_runtime *rt;
     int owns_rt;
     qhx_config cfg;
-    qhx_weights *w;
+    qhx_weights *w;                   /* views into src's files */
     int n_shards;
-    qhx_shard_desc shards[QHX_MAX_SHARDS];
+    qhx_shard_desc *shards;
     int context;                      /* positions a session may use */
     uint64_t weight_bytes;            /* bytes of weights mapped */
-    char dir[1024];
+    char *dir;
     char *manifest;                   /* bundle manifest text; NULL for checkpoints */
-    qhx_checkpoint ck;                /* checkpoint models */
-    qhxf_file files[QHX_MAX_SHARDS + 2];
-    int n_files;                      /* bundle models */
+    qhx_weight_source *src;
     qhx_tokenizer *tok;               /* loaded on first use */
     uint64_t identity;                /* what a state file names it by (model/state_file.c) */
 };
 
-/* Opens the bundle whose manifest is `manifest_path` into m (m->rt already set). */
+/* Open the bundle whose manifest is `manifest_path`, or the checkpoint directory `dir`, into m
+ * (m->rt already set): config, weights, shard plan, context and m->src. qhx_model_close undoes
+ * either, also part-way. */
 qhx_status qhx_bundle_open(qhx_model *m, const char *manifest_path);
-void qhx_bundle_close(qhx_model *m);
+qhx_status qhx_checkpoint_model_open(qhx_model *m, const char *dir);
 /* The dtype a bundle stores a decoder tensor in: int8 for matrices, fp32 for the rest. */
 qhx_dtype qhx_bundle_dtype(const qhx_tensor_spec *s);
 
@@ -58,7 +67,7 @@ qhx_dtype qhx_bundle_dtype(const qhx_tensor_spec *s);
 typedef struct qhx_kv_segment qhx_kv_segment; /* model/snapshot.h */
 
 typedef struct {
-    qhx_state shards[QHX_MAX_SHARDS];
+    qhx_state *shards;        /* one per decode shard of the model's plan */
     float *x;
     size_t x_floats;
     int pos;

@@ -17,8 +17,12 @@ typedef struct {
 
 typedef struct {
     qhx_tensor embed, lm_head, final_norm;
-    qhx_layer_weights layers[QHX_MAX_LAYERS];
+    qhx_layer_weights *layers;  /* n_layers of them */
 } qhx_weights;
+
+/* An empty weight table for c's layers (views bound by the loader); NULL when out of memory. */
+qhx_weights *qhx_weights_new(const qhx_config *c);
+void qhx_weights_free(qhx_weights *w);
 
 /* How a synthetic checkpoint initialises a tensor (see forge/synth.c). */
 typedef enum { QHX_INIT_MATRIX, QHX_INIT_EMBED, QHX_INIT_NORM, QHX_INIT_GNORM, QHX_INIT_CONV,
@@ -58,12 +62,14 @@ typedef struct {
 typedef struct {
     const qhx_config *cfg;
     int l0, l1;
-    qhx_layer_state layers[QHX_MAX_LAYERS];  /* indexed by the global layer number */
+    qhx_layer_state *layers;  /* l1 - l0 of them: qhx_state_layer() indexes by the global number */
     int pos;           /* tokens consumed */
     int kv_capacity;   /* tokens the KV caches hold before they grow */
     float *scratch;    /* per-call work buffers, grown on demand and reused */
     size_t scratch_floats;
 } qhx_state;
+
+static inline qhx_layer_state *qhx_state_layer(const qhx_state *s, int l) { return &s->layers[l - s->l0]; }
 
 qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, int l0, int l1);
 void qhx_state_free(qhx_state *s);

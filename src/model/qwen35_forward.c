@@ -407,7 +407,7 @@ qhx_status qhx_state_reserve_kv(qhx_state *s, int need) {
     const size_t kvdim = (size_t)s->cfg->n_kv_heads * s->cfg->head_dim;
     for (int l = s->l0; l < s->l1; l++) {
         if (!s->cfg->full_attn[l]) continue;
-        qhx_layer_state *ls = &s->layers[l];
+        qhx_layer_state *ls = qhx_state_layer(s, l);
         float *k = realloc(ls->k_cache, sizeof(float) * kvdim * cap);
         if (k) ls->k_cache = k;
         float *v = realloc(ls->v_cache, sizeof(float) * kvdim * cap);
@@ -443,8 +443,8 @@ qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_
     for (int l = s->l0; l < s->l1; l++) {
         const qhx_layer_weights *lw = &w->layers[l];
         for (int t = 0; t < n; t++) qhx_rmsnorm1p(h + (size_t)t * D, x + (size_t)t * D, &lw->in_norm, D, c->eps);
-        rc = c->full_attn[l] ? gated_attention(ex, c, lw, &s->layers[l], s->pos, h, delta, n, cv)
-                             : gated_deltanet(ex, c, lw, &s->layers[l], h, delta, n, stepwise, cv);
+        rc = c->full_attn[l] ? gated_attention(ex, c, lw, qhx_state_layer(s, l), s->pos, h, delta, n, cv)
+                             : gated_deltanet(ex, c, lw, qhx_state_layer(s, l), h, delta, n, stepwise, cv);
         if (rc) break;
         for (size_t i = 0; i < (size_t)n * D; i++) x[i] += delta[i];
 
@@ -513,11 +513,17 @@ qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, int l0, int l1) {
     s->l0 = l0;
     s->l1 = l1;
     const size_t conv = qhx_state_conv_floats(c), ssm = qhx_state_ssm_floats(c);
+    s->layers = calloc((size_t)(l1 - l0), sizeof *s->layers);
+    if (!s->layers) {
+        memset(s, 0, sizeof *s);
+        return qhx_fail(QHX_ERR_NOMEM, "session state: out of memory");
+    }
     for (int l = l0; l < l1; l++) {
         if (c->full_attn[l]) continue;
-        s->layers[l].conv = calloc(conv, sizeof(float));
-        s->layers[l].ssm = calloc(ssm, sizeof(float));
-        if (!s->layers[l].conv || !s->layers[l].ssm) {
+        qhx_layer_state *ls = qhx_state_layer(s, l);
+        ls->conv = calloc(conv, sizeof(float));
+        ls->ssm = calloc(ssm, sizeof(float));
+        if (!ls->conv || !ls->ssm) {
             qhx_state_free(s);
             return qhx_fail(QHX_ERR_NOMEM, "session state: out of memory");
         }
@@ -530,20 +536,22 @@ void qhx_state_reset(qhx_state *s) {
     const size_t conv = qhx_state_conv_floats(c), ssm = qhx_state_ssm_floats(c);
     for (int l = s->l0; l < s->l1; l++) {
         if (c->full_attn[l]) continue;
-        memset(s->layers[l].conv, 0, conv * sizeof(float));
-        memset(s->layers[l].ssm, 0, ssm * sizeof(float));
+        memset(qhx_state_layer(s, l)->conv, 0, conv * sizeof(float));
+        memset(qhx_state_layer(s, l)->ssm, 0, ssm * sizeof(float));
     }
     s->pos = 0;
 }
 
 void qhx_state_free(qhx_state *s) {
     if (!s->cfg) return;
-    for (int l = s->l0; l < s->l1; l++) {
-        free(s->layers[l].conv);
-        free(s->layers[l].ssm);
-        free(s->layers[l].k_cache);
-        free(s->layers[l].v_cache);
+    for (int l = s->l0; l < s->l1 && s->layers; l++) {
+        qhx_layer_state *ls = qhx_state_layer(s, l);
+        free(ls->conv);
+        free(ls->ssm);
+        free(ls->k_cache);
+        free(ls->v_cache);
     }
+    free(s->layers);
     free(s->scratch);
     memset(s, 0, sizeof *s);
 }

@@ -2,6 +2,7 @@
 #include "model/qwen35.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -28,6 +29,17 @@ static void add(lister *L, qhx_tensor *dst, qhx_dtype dt, qhx_init_kind init, in
         s->dst = dst;
     }
     L->n++;
+}
+
+qhx_weights *qhx_weights_new(const qhx_config *c) {
+    qhx_weights *w = calloc(1, sizeof *w);
+    if (w && !(w->layers = calloc((size_t)c->n_layers, sizeof *w->layers))) free(w), w = NULL;
+    return w;
+}
+
+void qhx_weights_free(qhx_weights *w) {
+    if (w) free(w->layers);
+    free(w);
 }
 
 #define W(field) (w ? &w->field : NULL)

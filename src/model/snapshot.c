@@ -63,7 +63,7 @@ static void segment_copy(const qhx_model *m, qhx_hostop_state *hs, qhx_kv_segmen
     float *at = seg->rows;
     for (int l = 0; l < c->n_layers; l++) {
         if (!c->full_attn[l]) continue;
-        qhx_layer_state *ls = &shard_of(hs, m, l)->layers[l];
+        qhx_layer_state *ls = qhx_state_layer(shard_of(hs, m, l), l);
         float *const cache[2] = {ls->k_cache + (size_t)seg->row0 * d, ls->v_cache + (size_t)seg->row0 * d};
         for (int kv = 0; kv < 2; kv++, at += block)
             save ? memcpy(at, cache[kv], sizeof(float) * block) : memcpy(cache[kv], at, sizeof(float) * block);
@@ -78,7 +78,7 @@ static void recurrent_copy(const qhx_model *m, qhx_hostop_state *hs, float *at, 
     const size_t conv = qhx_state_conv_floats(c), ssm = qhx_state_ssm_floats(c);
     for (int l = 0; l < c->n_layers; l++) {
         if (c->full_attn[l]) continue;
-        qhx_layer_state *ls = &shard_of(hs, m, l)->layers[l];
+        qhx_layer_state *ls = qhx_state_layer(shard_of(hs, m, l), l);
         if (save) memcpy(at, ls->conv, sizeof(float) * conv), memcpy(at + conv, ls->ssm, sizeof(float) * ssm);
         else memcpy(ls->conv, at, sizeof(float) * conv), memcpy(ls->ssm, at + conv, sizeof(float) * ssm);
         at += conv + ssm;

@@ -53,13 +53,13 @@ uint64_t qhx_model_identity(const qhx_model *m) {
     XXH3_state_t *st = XXH3_createState();
     if (!st) return 0;
     XXH3_64bits_reset(st);
-    char path[1100], *text = NULL;
+    char *path = qhx_path_join(m->dir, "config.json"), *text = NULL;
     size_t len = 0;
-    snprintf(path, sizeof path, "%s/config.json", m->dir);
-    if (qhx_read_file(path, 1u << 24, &text, &len) == QHX_OK) XXH3_64bits_update(st, text, len);
+    if (path && qhx_read_file(path, 1u << 24, &text, &len) == QHX_OK) XXH3_64bits_update(st, text, len);
+    free(path);
     free(text);
-    for (int i = 0; i < m->ck.n_files; i++) {
-        const qhx_mapfile *f = &m->ck.files[i].map;
+    for (int i = 0; i < m->src->n_files; i++) {
+        const qhx_mapfile *f = m->src->file(m->src, i);
         XXH3_64bits_update(st, &f->size, sizeof f->size);
         uint64_t head = 0;
         if (f->size >= 8) memcpy(&head, f->data, 8);

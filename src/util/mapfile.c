@@ -111,3 +111,8 @@ qhx_status qhx_read_file(const char *path, size_t max_bytes, char **out, size_t 
     if (len) *len = n;
     return QHX_OK;
 }
+
+char *qhx_path_join(const char *dir, const char *name) {
+    char *p;
+    return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
+}

@@ -22,4 +22,7 @@ void qhx_map_close(qhx_mapfile *f);
 /* Reads a whole (small) file into a NUL-terminated heap buffer; refuses files over max_bytes. */
 qhx_status qhx_read_file(const char *path, size_t max_bytes, char **out, size_t *len);
 
+/* "dir/name", malloc'd (NULL when out of memory): paths are as long as they are. */
+char *qhx_path_join(const char *dir, const char *name);
+
 #endif
