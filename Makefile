@@ -4,12 +4,15 @@ CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2
 SAN     ?=
-CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -Iinclude -Isrc $(SAN) -MMD -MP
+CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -Iinclude -Isrc $(SAN) -MMD -MP \
+           -fPIC -fvisibility=hidden
 # SIMD kernels are compiled in on x86-64 (through target attributes) and chosen at run time
 ifeq ($(shell uname -m),x86_64)
 CFLAGS  += -DQHX_HAVE_AVX2 -DQHX_HAVE_AVX512
 endif
-LDLIBS  += -lmicrohttpd -lcjson -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread
+SONAME  := libqhexrt.so.0
+LIB_LIBS := -lcjson -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread
+LDLIBS  += -lmicrohttpd $(LIB_LIBS)
 LDFLAGS += $(SAN)
 
 LIB_SRC  := $(wildcard src/*.c src/*/*.c)
@@ -21,14 +24,37 @@ FUZZ_REPLAY := $(FUZZERS:%=$(BUILD)/fuzz/%)
 
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
-all: $(BUILD)/qhx $(BUILD)/qhx_generate $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/pty_drive $(EXAMPLES)
+all: $(BUILD)/qhx $(BUILD)/qhx_generate $(BUILD)/$(SONAME) $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/pty_drive $(EXAMPLES)
 
-$(BUILD)/%.o: %.c
+# objects rebuild when the compiler or its flags change, not only their sources
+FLAGS_FILE := $(BUILD)/.cflags
+$(shell mkdir -p $(BUILD) && echo '$(CC) $(CFLAGS)' | cmp -s - $(FLAGS_FILE) || echo '$(CC) $(CFLAGS)' > $(FLAGS_FILE))
+
+$(BUILD)/%.o: %.c $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libqhexrt.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
+
+# the shared library: versioned, exporting qhexrt.h and qhexrt_tools.h alone (-fvisibility=hidden)
+VERSION := $(shell sed -n 's/^\#define QHX_VERSION "\(.*\)"/\1/p' include/qhexrt.h)
+$(BUILD)/$(SONAME): $(LIB_OBJ)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -o $@ $^ $(LIB_LIBS)
+
+# `make install PREFIX=/usr/local` (DESTDIR for staging): the headers, the shared library with its
+# links, the static one and a pkg-config file
+PREFIX  ?= /usr/local
+LIBDIR  ?= $(PREFIX)/lib
+install: $(BUILD)/libqhexrt.a $(BUILD)/$(SONAME)
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LIBDIR)/pkgconfig
+	install -m 644 include/qhexrt.h include/qhexrt_tools.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(BUILD)/$(SONAME) $(DESTDIR)$(LIBDIR)/$(SONAME).$(VERSION)
+	ln -sf $(SONAME).$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libqhexrt.so
+	install -m 644 $(BUILD)/libqhexrt.a $(DESTDIR)$(LIBDIR)/
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@VERSION@|$(VERSION)|; s|@LIBS@|$(LIB_LIBS)|' \
+	    qhexrt.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/qhexrt.pc
 
 # the command line as a library (every command, no main) that the fuzzers link as qhx runs it
 TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out tools/main.c,$(wildcard tools/*.c)))
@@ -90,7 +116,7 @@ test-valgrind: all
 clean:
 	rm -rf build build-asan build-fuzz
 
-.PHONY: all test test-asan test-valgrind clean fuzz
+.PHONY: all test test-asan test-valgrind clean fuzz install
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(BUILD)/tools/main.d $(TEST_BIN:%=$(BUILD)/tests/%.d) $(FUZZ_REPLAY:%=%.d)
 
 # The README's two commands: install what is missing, build, then run.

@@ -25,6 +25,12 @@
 extern "C" {
 #endif
 
+/* What the shared library exports: this header's functions and nothing else (it is built with
+ * -fvisibility=hidden). */
+#ifdef __GNUC__
+#pragma GCC visibility push(default)
+#endif
+
 #define QHX_VERSION "0.1.0"
 
 typedef enum {
@@ -327,6 +333,10 @@ int qhx_detok_flush(qhx_detok_stream *st, char *out, size_t cap);
  *  "add_generation_prompt"?: bool (default true), "enable_thinking"?: bool (default: thinking on)}.
  * *out is malloc'd and NUL-terminated; *out_len (may be NULL) is its length. */
 qhx_status qhx_chat_render(const char *request, size_t len, char **out, size_t *out_len);
+
+#ifdef __GNUC__
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

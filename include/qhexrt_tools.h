@@ -12,6 +12,10 @@
 extern "C" {
 #endif
 
+#ifdef __GNUC__
+#pragma GCC visibility push(default)
+#endif
+
 /* ---- benchmarks' probes ----------------------------------------------------------------------- */
 
 /* Measures this machine's memory read bandwidth in GB/s with the runtime's threads (best of a few
@@ -54,6 +58,10 @@ int qhx_synth_preset_info(int i, const char **name, const char **about);
  * (atomically; an existing dir only with force). */
 qhx_status qhx_synth(const char *preset, uint64_t seed, const char *dir, int force, qhx_progress_fn progress,
                      void *progress_user);
+
+#ifdef __GNUC__
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

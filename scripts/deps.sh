@@ -7,6 +7,7 @@ for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -
 [[ ${QHX_TEST_DEPS:-0} == 1 ]] && ! command -v npm >/dev/null && missing+=(npm)
 [[ ${QHX_TEST_DEPS:-0} == 1 ]] && ! command -v clang >/dev/null && missing+=(clang)  # libFuzzer
 [[ ${QHX_TEST_DEPS:-0} == 1 ]] && ! command -v curl >/dev/null && missing+=(curl)    # server tests
+[[ ${QHX_TEST_DEPS:-0} == 1 ]] && ! command -v pkg-config >/dev/null && missing+=(pkg-config) # install test
 if [[ ${#missing[@]} -gt 0 ]]; then
     echo "installing: ${missing[*]}" >&2
     sudo=; [[ $(id -u) -ne 0 ]] && sudo=sudo

@@ -32,5 +32,6 @@ run tests/fuzz_regress.sh "$build"
 run tests/oracle_test.sh "$build"
 run tests/server_test.sh "$build"
 run tests/chat_test.sh "$build"
+run tests/install_test.sh "$build"
 echo "$passed passed, $failed failed"
 exit $status
