@@ -1,4 +1,5 @@
 /* The public API (include/qhexrt.h): runtime, model, session, generation. */
+#include "util/tensor.h"
 #include "qhexrt.h"
 #include "qhexrt_tools.h"
 #include "model/model.h"
@@ -98,7 +99,7 @@ static double read_pass(qhx_runtime *rt, const unsigned char *buf, size_t bytes)
 
 double qhx_runtime_read_bandwidth(qhx_runtime *rt, size_t bytes) {
     if (!bytes) bytes = (size_t)1 << 30;
-    bytes = (bytes + 4095) & ~(size_t)4095;
+    bytes = qhx_round_up(bytes, 4096);
     unsigned char *buf = aligned_alloc(4096, bytes);
     if (!buf) return 0;
     memset(buf, 1, bytes); /* fault every page in before timing */

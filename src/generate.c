@@ -4,6 +4,7 @@
  * leaks out. Built on the public session API. */
 #include "qhexrt.h"
 #include "sample/sampler.h"
+#include "util/buf.h"
 #include "util/error.h"
 
 #include <stdlib.h>
@@ -17,22 +18,10 @@ typedef struct {
     size_t piece_cap;
     char held[4 * QHX_MAX_STOP_BYTES];  /* text that may start a stop string: < QHX_MAX_STOP_BYTES between calls */
     size_t n_held;
-    char *out;          /* what the current token releases */
-    size_t n_out, cap_out;
+    qhx_buf out;        /* what the current token releases */
 } text_state;
 
-static int release(text_state *ts, const char *p, size_t n) {
-    if (ts->n_out + n > ts->cap_out) {
-        size_t cap = (ts->n_out + n) * 2 + 64;
-        char *a = realloc(ts->out, cap);
-        if (!a) return -1;
-        ts->out = a;
-        ts->cap_out = cap;
-    }
-    if (n) memcpy(ts->out + ts->n_out, p, n);
-    ts->n_out += n;
-    return 0;
-}
+static int release(text_state *ts, const char *p, size_t n) { return qhx_buf_append(&ts->out, p, n); }
 
 /* Where the first stop string starts in held, or -1. */
 static long find_stop(const text_state *ts) {
@@ -59,7 +48,7 @@ static size_t could_stop(const text_state *ts) {
  * first). Returns 1 when a stop string appeared (out then ends just before it), -1 out of memory.
  * The text goes through in slices so held never overflows. */
 static int push_text(text_state *ts, const char *text, size_t n) {
-    ts->n_out = 0;
+    ts->out.len = 0;
     while (n) {
         size_t take = sizeof ts->held - ts->n_held;
         if (take > n) take = n;
@@ -252,7 +241,7 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
             if (stopped < 0) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
         }
         res.n_generated++;
-        if (cb && cb(tok, ts.out, ts.n_out, user)) {
+        if (cb && cb(tok, ts.out.s, ts.out.len, user)) {
             res.finish = QHX_FINISH_CANCELLED;
             rc = qhx_fail(QHX_ERR_CANCELLED, "generation cancelled by the callback");
             goto done;
@@ -270,7 +259,7 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
         if (stopped == 0) stopped = release(&ts, ts.held, ts.n_held);
         else if (stopped == 1) res.finish = QHX_FINISH_STOP;
         if (stopped < 0) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
-        if (ts.n_out && cb) cb(-1, ts.out, ts.n_out, user);
+        if (ts.out.len && cb) cb(-1, ts.out.s, ts.out.len, user);
     }
 done:
     if (spec.on) { /* the session as if every kept token had been decoded one by one */
@@ -283,6 +272,6 @@ done:
     qhx_sampler_free(&sp);
     free(logits);
     free(ts.piece);
-    free(ts.out);
+    qhx_buf_free(&ts.out);
     return rc;
 }

@@ -8,6 +8,7 @@
  * way. Resumed turns answer exactly as if the whole rendering were evaluated afresh. When the
  * conversation no longer fits the context, the oldest turns go first, and the user is told.
  */
+#include "util/buf.h"
 #include "cli.h"
 #include "prefix_cache.h"
 
@@ -50,7 +51,7 @@ typedef struct {
     think_split split;
     int tty;
     char *reasoning, *answer; /* the reply so far, apart */
-    size_t n_reasoning, n_answer, cap;
+    size_t n_reasoning, n_answer, cap_reasoning, cap_answer;
     size_t shown;             /* reasoning bytes printed: none until it holds more than whitespace */
     int n_tokens;
 } reply;
@@ -59,15 +60,10 @@ typedef struct {
 static int chat_on_token(int32_t tok, const char *text, size_t len, void *user) {
     reply *r = user;
     if (tok >= 0) r->n_tokens++;
-    const size_t need = (r->n_reasoning > r->n_answer ? r->n_reasoning : r->n_answer) + len + 1;
-    if (need > r->cap) {
-        size_t cap = need * 2 + 256;
-        char *a = realloc(r->reasoning, cap), *b = a ? realloc(r->answer, cap) : NULL;
-        if (a) r->reasoning = a;
-        if (b) r->answer = b;
-        if (!a || !b) return 1;
-        r->cap = cap;
-    }
+    /* the think splitter may put all of it in either */
+    if (qhx_reserve(&r->reasoning, &r->cap_reasoning, r->n_reasoning + len + 1, 1) ||
+        qhx_reserve(&r->answer, &r->cap_answer, r->n_answer + len + 1, 1))
+        return 1;
     const size_t a0 = r->n_answer;
     think_split_feed(&r->split, text, len, r->reasoning, &r->n_reasoning, r->answer, &r->n_answer);
     size_t from = r->shown;

@@ -1,4 +1,5 @@
 /* The helpers every qhx subcommand shares (tools/cli.h). */
+#include "util/buf.h"
 #include "cli.h"
 
 #include <errno.h>
@@ -242,21 +243,15 @@ char *read_text(const char *path, size_t *len) {
     const char *name = path && strcmp(path, "-") ? path : "stdin";
     FILE *f = path && strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!f) return die("%s: %s", name, strerror(errno)), NULL;
-    size_t cap = 1 << 16, n = 0, k;
-    char *buf = malloc(cap + 1);
-    while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += k;
-        if (n > QHX_MAX_TEXT_BYTES) break;
-        if (n == cap) {
-            cap = cap * 2 > (size_t)QHX_MAX_TEXT_BYTES + 1 ? (size_t)QHX_MAX_TEXT_BYTES + 1 : cap * 2;
-            char *p = realloc(buf, cap + 1);
-            if (!p) { free(buf); buf = NULL; }
-            buf = p;
-        }
-    }
+    qhx_buf b = {0};
+    char chunk[1 << 16];
+    for (size_t k; !b.oom && b.len <= QHX_MAX_TEXT_BYTES && (k = fread(chunk, 1, sizeof chunk, f)) > 0;) qhx_buf_append(&b, chunk, k);
     int err = f != stdin && ferror(f);
     if (f != stdin) fclose(f);
-    if (!buf) return die("%s: out of memory", name), NULL;
+    if (!b.s && !b.oom) qhx_buf_append(&b, "", 0);
+    if (b.oom) return qhx_buf_free(&b), die("%s: out of memory", name), NULL;
+    char *buf = b.s;
+    size_t n = b.len;
     if (err) return free(buf), die("%s: read error", name), NULL;
     if (n > QHX_MAX_TEXT_BYTES)
         return free(buf), die("%s: more than %u MiB of text (the limit of one prompt)", name, QHX_MAX_TEXT_BYTES >> 20), NULL;
@@ -276,9 +271,7 @@ int each_stdin_line(line_fn fn, void *user) {
         while ((c = getc_unlocked(stdin)) != EOF) { /* unlocked: one call per byte */
             if (n + 1 >= cap) {
                 if (cap > QHX_MAX_TEXT_BYTES) { rc = die("stdin line %ld: longer than %u MiB", lineno, QHX_MAX_TEXT_BYTES >> 20); break; }
-                char *p = realloc(line, cap *= 2);
-                if (!p) { rc = die("stdin: out of memory"); break; }
-                line = p;
+                if (qhx_reserve(&line, &cap, 2 * cap, 1)) { rc = die("stdin: out of memory"); break; }
             }
             line[n++] = (char)c;
             if (c == '\n') break;

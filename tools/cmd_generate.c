@@ -1,4 +1,5 @@
 /* qhx generate, and the seed's positional form qhx_generate: a prompt in, text (or ids, or one JSON object) out. */
+#include "util/buf.h"
 #include "cli.h"
 #include "qhexrt.h"
 
@@ -62,13 +63,7 @@ static int on_token(int32_t tok, const char *text, size_t len, void *user) {
     if (tok >= 0 && !g->count++) g->t_first = now_s();
     if (g->json) {
         if (tok >= 0) json_array_append_new(g->id_list, json_integer(tok));
-        if (g->len + len > g->cap) {
-            size_t cap = (g->len + len) * 2 + 256;
-            char *t = realloc(g->text, cap);
-            if (!t) return 1;
-            g->text = t;
-            g->cap = cap;
-        }
+        if (qhx_reserve(&g->text, &g->cap, g->len + len, 1)) return 1;
         if (len) memcpy(g->text + g->len, text, len);
         g->len += len;
         return 0;

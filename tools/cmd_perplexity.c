@@ -30,16 +30,9 @@ int cmd_perplexity(int argc, char **argv) {
     const long long ctx = o.ctx;
     if (!o.model || !o.prompt) return die("needs MODEL and FILE (see qhx perplexity --help)"), 2;
     const char *file = o.prompt;
-    FILE *fp = fopen(file, "rb");
-    if (!fp) return die("%s: %s", file, strerror(errno));
-    size_t len = 0, cap = 1 << 16;
-    char *text = malloc(cap);
-    for (size_t got; text && (got = fread(text + len, 1, cap - len, fp)) > 0;) {
-        len += got;
-        if (len == cap) { char *t = realloc(text, cap *= 2); if (!t) { free(text); text = NULL; } else text = t; }
-    }
-    fclose(fp);
-    if (!text) return die("%s: out of memory", file);
+    size_t len;
+    char *text = read_text(file, &len);
+    if (!text) return 1;
     qhx_runtime *rt = NULL;
     qhx_model *m = NULL;
     qhx_session *s = NULL;

@@ -1,6 +1,7 @@
 /* The prefix cache (tools/prefix_cache.h). Eviction follows Marconi's idea (Pan et al., 2024):
  * for hybrid models a snapshot's worth is the compute it saves per byte it holds, not recency
  * alone, since every snapshot carries the whole recurrent state however short its prefix. */
+#include "util/buf.h"
 #include "prefix_cache.h"
 
 #include <stdlib.h>
@@ -103,12 +104,7 @@ void pc_insert(prefix_cache *pc, qhx_session *s) {
     }
     pc_entry e = {0};
     qhx_snapshot_info info;
-    if (pc->n == pc->cap) {
-        pc_entry *g = realloc(pc->e, sizeof *g * (pc->cap ? 2 * pc->cap : 16));
-        if (!g) goto out;
-        pc->e = g;
-        pc->cap = pc->cap ? 2 * pc->cap : 16;
-    }
+    if (qhx_reserve(&pc->e, &pc->cap, (size_t)pc->n + 1, sizeof *pc->e)) goto out;
     if (qhx_session_snapshot(s, &e.snap) || !(e.tokens = malloc(sizeof(int32_t) * pos))) {
         entry_free(&e);
         goto out;

@@ -28,7 +28,8 @@ typedef struct {
 typedef struct {
     pthread_mutex_t lock;
     pc_entry *e;
-    int n, cap;
+    int n;
+    size_t cap;
     uint64_t budget, bytes;  /* budget 0: the cache is off */
     int32_t im_start;        /* the message opener, -1: none */
     int32_t assistant[8];    /* the tokens of "assistant" after it */

@@ -10,6 +10,7 @@
  * worker thread writes server-sent events into: when the client goes away, libmicrohttpd closes
  * the pipe, the next write fails, and the worker cancels and frees its slot.
  */
+#include "util/buf.h"
 #include "cli.h"
 #include "serve.h"
 
@@ -121,19 +122,15 @@ typedef struct {
     int cached;                   /* prompt tokens resumed from the prefix cache */
     int reply_cacheable;          /* a finished chat reply: worth a snapshot after it */
     char *reasoning, *content;    /* everything so far (non-streaming) */
-    size_t n_reasoning, n_content, cap;
+    size_t n_reasoning, n_content, cap_reasoning, cap_content;
 } job;
 
 static int grow(job *jb, size_t more) {
-    size_t need = (jb->n_reasoning > jb->n_content ? jb->n_reasoning : jb->n_content) + more + 16;
-    if (need <= jb->cap) return 0;
-    size_t cap = need * 2;
-    char *a = realloc(jb->reasoning, cap), *b = a ? realloc(jb->content, cap) : NULL;
-    if (a) jb->reasoning = a;
-    if (b) jb->content = b;
-    if (!a || !b) return -1;
-    jb->cap = cap;
-    return 0;
+    /* the think splitter may put all of it in either */
+    return qhx_reserve(&jb->reasoning, &jb->cap_reasoning, jb->n_reasoning + more + 16, 1) ||
+                   qhx_reserve(&jb->content, &jb->cap_content, jb->n_content + more + 16, 1)
+               ? -1
+               : 0;
 }
 
 static int write_all(int fd, const char *s, size_t n) {
@@ -309,7 +306,7 @@ static void *stream_worker(void *arg) {
 
 typedef struct {
     char *body;
-    size_t len;
+    size_t len, cap;
     int too_big;
 } upload;
 
@@ -398,10 +395,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (*data_size) {
         if (up->len + *data_size > MAX_BODY) up->too_big = 1;
         if (!up->too_big) {
-            char *b = realloc(up->body, up->len + *data_size + 1);
-            if (!b) return MHD_NO;
-            memcpy(b + up->len, data, *data_size);
-            up->body = b;
+            if (qhx_reserve(&up->body, &up->cap, up->len + *data_size + 1, 1)) return MHD_NO;
+            memcpy(up->body + up->len, data, *data_size);
             up->len += *data_size;
         }
         *data_size = 0;

@@ -1,5 +1,6 @@
 /* Forge stage 1: decode shards by contiguous layer range, as few as fit the per-shard byte
  * ceiling, then balanced (the largest shard as small as that count allows). */
+#include "util/tensor.h"
 #include "forge/forge_internal.h"
 #include "model/model.h"
 #include "model/ops.h"
@@ -18,7 +19,7 @@
 #include <xxhash.h>
 
 
-static uint64_t align64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
+static uint64_t align64(uint64_t x) { return qhx_round_up(x, 64); }
 
 uint64_t forge_spec_bytes(const qhx_tensor_spec *s) {
     const qhx_dtype dt = qhx_bundle_dtype(s);

@@ -12,7 +12,7 @@
 
 static const char *const dtype_names[] = {"f32", "bf16", "f16", "i8"};
 
-static uint64_t align_up(uint64_t x) { return (x + QHXF_ALIGN - 1) & ~(uint64_t)(QHXF_ALIGN - 1); }
+static uint64_t align_up(uint64_t x) { return qhx_round_up(x, QHXF_ALIGN); }
 
 uint64_t qhxf_data_bytes(qhx_dtype dt, uint64_t rows, uint64_t cols) {
     return dt == QHX_I8 ? qhx_w8_bytes(rows, cols) : rows * cols * qhx_dtype_size(dt);

@@ -35,7 +35,7 @@ qhx_status qhx_st_write(const char *path, const qhx_st_entry *t, size_t n, qhx_s
     char *json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     if (!json) return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path);
-    size_t hlen = strlen(json), padded = (hlen + 7) & ~(size_t)7; /* data stays 8-byte aligned */
+    size_t hlen = strlen(json), padded = qhx_round_up(hlen, 8); /* data stays 8-byte aligned */
     FILE *f = fopen(path, "wb");
     if (!f) { free(json); return qhx_fail(QHX_ERR_IO, "%s: %s", path, strerror(errno)); }
     unsigned char len8[8];

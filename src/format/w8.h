@@ -8,6 +8,7 @@
  * never test bounds inside a block. W[r][c] = data[qhx_w8_at(cols, r, c)] * scale[r]. */
 #ifndef QHX_W8_H
 #define QHX_W8_H
+#include "util/tensor.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -16,11 +17,11 @@
 #define QHX_W8_GROUP 4
 #define QHX_W8_BLOCK 32
 
-static inline size_t qhx_w8_padded_cols(size_t cols) { return (cols + QHX_W8_BLOCK - 1) / QHX_W8_BLOCK * QHX_W8_BLOCK; }
+static inline size_t qhx_w8_padded_cols(size_t cols) { return qhx_round_up(cols, QHX_W8_BLOCK); }
 
 /* bytes of a rows x cols matrix in this layout */
 static inline uint64_t qhx_w8_bytes(uint64_t rows, uint64_t cols) {
-    return (rows + QHX_W8_GROUP - 1) / QHX_W8_GROUP * QHX_W8_GROUP * qhx_w8_padded_cols(cols);
+    return (uint64_t)qhx_round_up(rows, QHX_W8_GROUP) * qhx_w8_padded_cols(cols);
 }
 
 /* bytes of one group of 4 rows */

@@ -187,8 +187,8 @@ QV_INLINE void prefill_tile(const float *wf, size_t cpad, size_t cols, const flo
 }
 
 QV_TARGET static qhx_status prefill_widened(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
-    const size_t cols = (size_t)W->cols, cpad = (cols + QV_LANES - 1) / QV_LANES * QV_LANES;
-    float *wf = aligned_alloc(64, (sizeof(float) * 4 * cpad + 63) & ~(size_t)63);
+    const size_t cols = (size_t)W->cols, cpad = qhx_round_up(cols, QV_LANES);
+    float *wf = aligned_alloc(64, qhx_round_up(sizeof(float) * 4 * cpad, 64));
     int8_t *plain = W->dtype == QHX_I8 ? malloc(QHX_W8_GROUP * cols) : NULL; /* W8: a row group unpacked */
     if (!wf || (W->dtype == QHX_I8 && !plain)) {
         free(wf), free(plain);

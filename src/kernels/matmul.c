@@ -56,8 +56,8 @@ static void round_part(void *arg, int i, int n) {
 static qhx_status acts_reserve(const qhx_kernel_set *ks, qhx_acts *a, size_t cols, int T) {
     a->pad = qhx_q8_padded(cols);
     const int bf16 = ks->acts == QHX_ACTS_BF16, q16 = ks->acts == QHX_ACTS_Q16;
-    const size_t rows = bf16 ? ((size_t)T + QHX_ACTS_TILE - 1) / QHX_ACTS_TILE * QHX_ACTS_TILE : (size_t)T;
-    const size_t need = (a->pad * rows + 63) & ~(size_t)63; /* aligned_alloc: a multiple of the alignment */
+    const size_t rows = bf16 ? qhx_round_up((size_t)T, QHX_ACTS_TILE) : (size_t)T;
+    const size_t need = qhx_round_up(a->pad * rows, 64); /* aligned_alloc: a multiple of the alignment */
     if (need <= a->cap && !a->bf == !bf16 && !a->v == !q16) return QHX_OK;
     qhx_acts_free(a);
     if (bf16) {

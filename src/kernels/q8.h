@@ -4,13 +4,14 @@
  * The rounding error is at most half a step of each block, ~0.4 % of its largest value. */
 #ifndef QHX_Q8_H
 #define QHX_Q8_H
+#include "util/tensor.h"
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define QHX_Q8_BLOCK 32
 
-static inline size_t qhx_q8_padded(size_t cols) { return (cols + QHX_Q8_BLOCK - 1) / QHX_Q8_BLOCK * QHX_Q8_BLOCK; }
+static inline size_t qhx_q8_padded(size_t cols) { return qhx_round_up(cols, QHX_Q8_BLOCK); }
 
 /* Round to nearest, ties to even, for |v| <= 127: adding 1.5 * 2^23 leaves no fraction bits, so
  * the FPU rounds in the add (what lrintf does, without the libm call). */

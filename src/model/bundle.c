@@ -1,6 +1,7 @@
 /* Opening a bundle: the manifest (the declarative run plan) and the files it names, every one
  * checked (checksum, magic, version, kind, target, layout, bundle id, model hash, tensor shapes)
  * before any compute can start. */
+#include "util/buf.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -19,7 +20,7 @@ typedef struct {
 typedef struct {
     qhx_weight_source src;
     qhxf_file *files;
-    int cap;
+    size_t cap;
 } bundle;
 
 static const qhx_mapfile *file(const qhx_weight_source *src, int i) { return &((const bundle *)src)->files[i].map; }
@@ -110,13 +111,7 @@ static qhx_status open_file(qhx_model *m, const manifest *mf, const char *name, 
             return QHX_OK;
         }
     }
-    if (bu->src.n_files == bu->cap) { /* the shards, the embedding and the head: the plan says how many */
-        const int cap = bu->cap ? 2 * bu->cap : 4;
-        qhxf_file *grown = realloc(bu->files, sizeof *grown * (size_t)cap);
-        if (!grown) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
-        bu->files = grown;
-        bu->cap = cap;
-    }
+    if (qhx_reserve(&bu->files, &bu->cap, (size_t)bu->src.n_files + 1, sizeof *bu->files)) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     char *path = qhx_path_join(m->dir, name);
     if (!path) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     qhxf_expect want = *base;

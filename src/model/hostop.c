@@ -1,6 +1,7 @@
 /* qwen3_5_generate, the host-op of the seed's runtime, over any shard plan. */
 #include "model/model.h"
 #include "model/snapshot.h"
+#include "util/buf.h"
 #include "util/error.h"
 
 #include <stdlib.h>
@@ -50,13 +51,8 @@ qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32
         hs->x = x;
         hs->x_floats = need;
     }
-    if (hs->pos + n > hs->tokens_cap) {
-        const int cap = hs->pos + n > 2 * hs->tokens_cap ? hs->pos + n : 2 * hs->tokens_cap;
-        int32_t *t = realloc(hs->tokens, sizeof(int32_t) * cap);
-        if (!t) return qhx_fail(QHX_ERR_NOMEM, "out of memory for %d tokens", n);
-        hs->tokens = t;
-        hs->tokens_cap = cap;
-    }
+    if (qhx_reserve(&hs->tokens, &hs->tokens_cap, (size_t)(hs->pos + n), sizeof *hs->tokens))
+        return qhx_fail(QHX_ERR_NOMEM, "out of memory for %d tokens", n);
     qhx_exec step = m->rt->ex;
     step.per_token = stepwise;
     const qhx_exec *ex = &step;

@@ -72,7 +72,7 @@ typedef struct {
     size_t x_floats;
     int pos;
     int32_t *tokens;          /* the ids of positions [0, pos) */
-    int tokens_cap;
+    size_t tokens_cap;
     qhx_kv_segment *kv_tip;   /* the snapshot segment chain rows [0, kv_tip->row1) are a copy of, or NULL */
 } qhx_hostop_state;
 

@@ -1,5 +1,6 @@
 /* Taking and restoring snapshots of a session (model/snapshot.h). */
 #include "model/snapshot.h"
+#include "util/buf.h"
 #include "util/error.h"
 
 #include <stdlib.h>
@@ -143,12 +144,8 @@ static int in_chain(const qhx_kv_segment *chain, const qhx_kv_segment *seg) {
 
 qhx_status qhx_hostop_restore(const qhx_model *m, qhx_hostop_state *hs, const qhx_snapshot *snap) {
     if (snap->model != m) return qhx_fail(QHX_ERR_ARG, "snapshot: it was taken on another model");
-    if (snap->pos > hs->tokens_cap) {
-        int32_t *t = realloc(hs->tokens, sizeof(int32_t) * snap->pos);
-        if (!t) return qhx_fail(QHX_ERR_NOMEM, "snapshot: out of memory for %d tokens", snap->pos);
-        hs->tokens = t;
-        hs->tokens_cap = snap->pos;
-    }
+    if (qhx_reserve(&hs->tokens, &hs->tokens_cap, (size_t)snap->pos, sizeof *hs->tokens))
+        return qhx_fail(QHX_ERR_NOMEM, "snapshot: out of memory for %d tokens", snap->pos);
     for (int i = 0; i < m->n_shards; i++) {
         qhx_status rc = qhx_state_reserve_kv(&hs->shards[i], snap->pos);
         if (rc) return rc;

@@ -3,6 +3,7 @@
  * Only the candidates that can matter are ever sorted, so a 250k vocabulary costs one pass. */
 #include "sample/sampler.h"
 #include "util/rng.h"
+#include "util/buf.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -61,13 +62,7 @@ qhx_status qhx_sampler_accept(qhx_sampler *s, int32_t tok) {
         memmove(s->hist, s->hist + s->n_hist - keep, sizeof(int32_t) * (size_t)keep);
         s->n_hist = keep;
     }
-    if (s->n_hist == s->cap_hist) {
-        int cap = s->cap_hist ? 2 * s->cap_hist : 64;
-        int32_t *h = realloc(s->hist, sizeof(int32_t) * (size_t)cap);
-        if (!h) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
-        s->hist = h;
-        s->cap_hist = cap;
-    }
+    if (qhx_reserve(&s->hist, &s->cap_hist, (size_t)s->n_hist + 1, sizeof *s->hist)) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     s->hist[s->n_hist++] = tok;
     return QHX_OK;
 }

@@ -11,7 +11,8 @@ typedef struct {
     int top_k, window;   /* window: tokens of history the penalties see; -1 all */
     uint64_t rng[4];     /* xoshiro256** */
     int32_t *hist;       /* the last `window` tokens, oldest first */
-    int n_hist, cap_hist;
+    int n_hist;
+    size_t cap_hist;
     float *prob;         /* [vocab] scratch */
     int32_t *idx;        /* [vocab] scratch */
     int vocab;

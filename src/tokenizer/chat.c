@@ -4,32 +4,17 @@
  * Hugging Face's apply_chat_template produces without carrying a Jinja engine.
  */
 #include "qhexrt.h"
+#include "util/buf.h"
 #include "util/error.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-    int oom;
-} sbuf;
+typedef qhx_buf sbuf;
 
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = (b->n + n + 1) * 2;
-        char *p = realloc(b->s, nc);
-        if (!p) { b->oom = 1; return; }
-        b->s = p;
-        b->cap = nc;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
+static void put(sbuf *b, const char *s, size_t n) { (void)qhx_buf_append(b, s, n); }
+static void puts_(sbuf *b, const char *s) { (void)qhx_buf_puts(b, s); }
 
 typedef struct {
     const char *s;
@@ -90,7 +75,7 @@ static qhx_status content_trimmed(const json_t *msg, int is_system, sbuf *out) {
     sbuf raw = {0};
     qhx_status rc = render_content(json_object_get(msg, "content"), &raw, is_system);
     if (!rc) {
-        span t = trim((span){raw.s ? raw.s : "", raw.n});
+        span t = trim((span){raw.s ? raw.s : "", raw.len});
         put(out, t.s, t.n);
         if (!out->s) put(out, "", 0);
     }
@@ -141,13 +126,13 @@ static qhx_status render(const json_t *req, sbuf *b) {
         puts_(b, tools_preamble);
         if (first_system) {
             if ((rc = content_trimmed(first, 1, &tmp))) goto out;
-            if (tmp.n) { puts_(b, "\n\n"); put(b, tmp.s, tmp.n); }
+            if (tmp.len) { puts_(b, "\n\n"); put(b, tmp.s, tmp.len); }
         }
         puts_(b, "<|im_end|>\n");
     } else if (first_system) {
         if ((rc = content_trimmed(first, 1, &tmp))) goto out;
         puts_(b, "<|im_start|>system\n");
-        put(b, tmp.s, tmp.n);
+        put(b, tmp.s, tmp.len);
         puts_(b, "<|im_end|>\n");
     }
 
@@ -156,9 +141,9 @@ static qhx_status render(const json_t *req, sbuf *b) {
     for (size_t k = n; k-- > 0 && last_query < 0;) {
         const json_t *m = json_array_get(msgs, k);
         if (strcmp(role_of(m), "user")) continue;
-        tmp.n = 0;
+        tmp.len = 0;
         if ((rc = content_trimmed(m, 0, &tmp))) goto out;
-        span c = {tmp.s, tmp.n};
+        span c = {tmp.s, tmp.len};
         if (!(starts(c, "<tool_response>") && ends(c, "</tool_response>"))) last_query = (long)k;
     }
     if (last_query < 0) { rc = qhx_fail(QHX_ERR_ARG, "chat: no user query found in messages"); goto out; }
@@ -166,9 +151,9 @@ static qhx_status render(const json_t *req, sbuf *b) {
     for (size_t k = 0; k < n; k++) {
         const json_t *m = json_array_get(msgs, k);
         const char *role = role_of(m);
-        tmp.n = 0;
+        tmp.len = 0;
         if ((rc = content_trimmed(m, 0, &tmp))) goto out;
-        span content = {tmp.s ? tmp.s : "", tmp.n};
+        span content = {tmp.s ? tmp.s : "", tmp.len};
         if (!strcmp(role, "system")) {
             if (k) { rc = qhx_fail(QHX_ERR_ARG, "chat: system message must be at the beginning"); goto out; }
         } else if (!strcmp(role, "user")) {
@@ -265,6 +250,6 @@ qhx_status qhx_chat_render(const char *request, size_t len, char **out, size_t *
     if (!b.s) put(&b, "", 0);
     if (b.oom) { free(b.s); return qhx_fail(QHX_ERR_NOMEM, "chat: out of memory"); }
     *out = b.s;
-    if (out_len) *out_len = b.n;
+    if (out_len) *out_len = b.len;
     return QHX_OK;
 }

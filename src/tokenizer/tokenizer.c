@@ -5,6 +5,7 @@
  * memoised in a word cache, which is what makes repeated text cheap.
  */
 #include "tokenizer/tokenizer_internal.h"
+#include "util/buf.h"
 #include "util/error.h"
 
 #include <stdlib.h>
@@ -17,13 +18,7 @@ typedef struct {
 } idvec;
 
 static int push(idvec *v, int32_t id) {
-    if (v->n == v->cap) {
-        size_t nc = v->cap ? v->cap * 2 : 256;
-        int32_t *p = realloc(v->ids, nc * sizeof *p);
-        if (!p) return -1;
-        v->ids = p;
-        v->cap = nc;
-    }
+    if (qhx_reserve(&v->ids, &v->cap, v->n + 1, sizeof *v->ids)) return -1;
     v->ids[v->n++] = id;
     return 0;
 }
@@ -107,7 +102,7 @@ static int bpe(const qhx_tokenizer *t, const unsigned char *piece, size_t n, idv
 typedef struct {
     int32_t *sym, *next, *prev;
     merge_cand *heap;
-    size_t cap;
+    size_t cap[4];
 } bpe_work;
 
 #define CACHE_MAX_PIECE 256
@@ -128,31 +123,17 @@ static int encode_piece(qhx_tokenizer *t, const unsigned char *p, size_t n, idve
         }
         pthread_mutex_unlock(&t->lock);
     }
-    if (n > w->cap) {
-        size_t nc = n * 2;
-        int32_t *a = realloc(w->sym, nc * sizeof *a);
-        if (a) w->sym = a;
-        int32_t *b = realloc(w->next, nc * sizeof *b);
-        if (b) w->next = b;
-        int32_t *c = realloc(w->prev, nc * sizeof *c);
-        if (c) w->prev = c;
-        merge_cand *h = realloc(w->heap, 2 * nc * sizeof *h); /* each merge pushes at most 2 */
-        if (h) w->heap = h;
-        if (!a || !b || !c || !h) return -1;
-        w->cap = nc;
-    }
+    if (qhx_reserve(&w->sym, &w->cap[0], n, sizeof *w->sym) || qhx_reserve(&w->next, &w->cap[1], n, sizeof *w->next) ||
+        qhx_reserve(&w->prev, &w->cap[2], n, sizeof *w->prev) ||
+        qhx_reserve(&w->heap, &w->cap[3], 2 * n, sizeof *w->heap)) /* each merge pushes at most 2 */
+        return -1;
     size_t start = out->n;
     if (bpe(t, p, n, out, w->sym, w->next, w->prev, w->heap)) return -1;
     if (cacheable) {
         size_t cnt = out->n - start;
         pthread_mutex_lock(&t->lock);
         if (t->cache.count >= CACHE_MAX_ENTRIES) { qhx_strmap_clear(&t->cache); t->cache_len = 0; }
-        if (t->cache_len + cnt + 1 > t->cache_cap) {
-            size_t nc = (t->cache_cap + cnt + 1) * 2;
-            int32_t *ci = realloc(t->cache_ids, nc * sizeof *ci);
-            if (ci) { t->cache_ids = ci; t->cache_cap = nc; }
-        }
-        if (t->cache_len + cnt + 1 <= t->cache_cap &&
+        if (!qhx_reserve(&t->cache_ids, &t->cache_cap, t->cache_len + cnt + 1, sizeof *t->cache_ids) &&
             !qhx_strmap_put(&t->cache, (const char *)p, n, (int32_t)t->cache_len)) {
             t->cache_ids[t->cache_len] = (int32_t)cnt;
             memcpy(t->cache_ids + t->cache_len + 1, out->ids + start, cnt * sizeof(int32_t));

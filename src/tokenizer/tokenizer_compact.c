@@ -28,7 +28,6 @@
 
 #define VERSION 2
 #define GAP 0xffffffffu
-#define MAX_IDS (1 << 24)
 
 typedef struct {
     uint32_t version, n_ids, n_vocab, n_merges, n_added, norm, flags, pattern_len, vocab_mask, merges_mask;
@@ -227,7 +226,7 @@ static qhx_status parse(qhx_tokenizer **out_t, const unsigned char *data, size_t
     if (h.size != len) return qhx_fail(QHX_ERR_FORMAT, "%s: %zu bytes, its header says %llu (truncated?)", name, len, (unsigned long long)h.size);
     if ((uintptr_t)data % 8) return bad(name, "not 8-byte aligned in memory");
     if (XXH3_64bits(data + BODY, len - BODY) != h.xxh3) return bad(name, "checksum mismatch (damaged file)");
-    if (h.n_ids == 0 || h.n_ids > MAX_IDS || h.n_vocab > h.n_ids || h.n_merges > MAX_IDS || h.n_added > h.n_ids)
+    if (h.n_ids == 0 || h.n_ids > QHX_TOK_MAX_IDS || h.n_vocab > h.n_ids || h.n_merges > QHX_TOK_MAX_IDS || h.n_added > h.n_ids)
         return bad(name, "implausible table sizes");
     qhx_tokenizer *t = qhx_tokenizer_alloc((int)h.n_ids);
     if (!t) return qhx_fail(QHX_ERR_NOMEM, "out of memory");

@@ -7,6 +7,9 @@
 #include "qhexrt.h"
 #include "util/hashmap.h"
 
+/* ids a tokenizer may have (vocabulary, merges, added tokens): past it a file is corrupt */
+#define QHX_TOK_MAX_IDS (1 << 24)
+
 typedef struct {
     char *content;
     size_t len;

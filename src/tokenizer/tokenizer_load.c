@@ -13,7 +13,6 @@
 #include <sys/stat.h>
 #include <utf8proc.h>
 
-#define MAX_IDS (1 << 24)
 #define MAX_FILE_BYTES (512u << 20)
 
 void qhx_bytelevel_tables(uint32_t byte_to_cp[256]) {
@@ -278,14 +277,14 @@ static qhx_status read_model(qhx_tokenizer *t, const cJSON *model, const char *n
     if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges))
         return qhx_fail(QHX_ERR_FORMAT, "%s: model needs a 'vocab' object and a 'merges' array", name);
     int nv = cJSON_GetArraySize(vocab), nm = cJSON_GetArraySize(merges);
-    if (nv > MAX_IDS || nm > MAX_IDS) return qhx_fail(QHX_ERR_RANGE, "%s: vocabulary or merges over %d entries", name, MAX_IDS);
+    if (nv > QHX_TOK_MAX_IDS || nm > QHX_TOK_MAX_IDS) return qhx_fail(QHX_ERR_RANGE, "%s: vocabulary or merges over %d entries", name, QHX_TOK_MAX_IDS);
     if (qhx_strmap_init(&t->vocab, (uint32_t)nv + 1) || qhx_u64map_init(&t->merges, (uint32_t)nm + 1))
         return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", name);
     char *buf = NULL;
     size_t cap = 0;
     qhx_status rc = QHX_OK;
     for (const cJSON *e = vocab->child; e && !rc; e = e->next) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= MAX_IDS || e->valuedouble != (int32_t)e->valuedouble) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= QHX_TOK_MAX_IDS || e->valuedouble != (int32_t)e->valuedouble) {
             rc = qhx_fail(QHX_ERR_FORMAT, "%s: vocab entry '%.40s' has no valid id", name, e->string);
             break;
         }
@@ -319,7 +318,7 @@ static qhx_status read_added(qhx_tokenizer *t, const cJSON *added, const char *n
     const cJSON *e;
     cJSON_ArrayForEach(e, added) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id"), *content = cJSON_GetObjectItemCaseSensitive(e, "content");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= MAX_IDS || !cJSON_IsString(content) || !*content->valuestring)
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= QHX_TOK_MAX_IDS || !cJSON_IsString(content) || !*content->valuestring)
             return qhx_fail(QHX_ERR_FORMAT, "%s: added token %d needs an id and non-empty content", name, t->n_added);
         qhx_added_token *a = &t->added[t->n_added++];
         a->id = (int32_t)id->valuedouble;
@@ -408,7 +407,7 @@ static qhx_status parse_tree(const char *json, size_t len, const char *name, qhx
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
         if (cJSON_IsNumber(id) && id->valuedouble > max_id) max_id = id->valuedouble;
     }
-    qhx_tokenizer *t = qhx_tokenizer_alloc(max_id >= MAX_IDS ? MAX_IDS : (int)max_id + 1);
+    qhx_tokenizer *t = qhx_tokenizer_alloc(max_id >= QHX_TOK_MAX_IDS ? QHX_TOK_MAX_IDS : (int)max_id + 1);
     if (!t) { cJSON_Delete(root); return qhx_fail(QHX_ERR_NOMEM, "out of memory"); }
     qhx_status rc = QHX_OK;
     uint32_t b2c[256];

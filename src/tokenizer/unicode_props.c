@@ -11,6 +11,7 @@
  * as horizontal space, a leftover from Unicode 6.2, while the tokenizers' engine follows the
  * White_Space property, which dropped it in 6.3 (measured: the only code point below U+30000 where
  * the two tokenized apart). */
+#include "util/buf.h"
 #include "tokenizer/tokenizer_internal.h"
 
 #include <stdio.h>
@@ -39,13 +40,7 @@ static const char white_space[] = "\\t\\n\\x0b\\f\\r\\x20\\x{85}\\x{a0}\\x{1680}
 static void append(char **s, size_t *len, size_t *cap, uint32_t a, uint32_t b) {
     char item[40];
     const int n = a == b ? snprintf(item, sizeof item, "\\x{%x}", a) : snprintf(item, sizeof item, "\\x{%x}-\\x{%x}", a, b);
-    if (*len + (size_t)n + 1 > *cap) {
-        size_t nc = (*cap + (size_t)n + 1) * 2;
-        char *p = realloc(*s, nc);
-        if (!p) return; /* out of memory: fewer extras, the pattern stays valid */
-        *s = p;
-        *cap = nc;
-    }
+    if (qhx_reserve(s, cap, *len + (size_t)n + 1, 1)) return; /* out of memory: fewer extras, the pattern stays valid */
     memcpy(*s + *len, item, (size_t)n + 1);
     *len += (size_t)n;
 }
@@ -103,11 +98,10 @@ char *qhx_regex_newer_unicode(const char *pattern) {
             if (strlen(props[k].name) == name_len && !memcmp(props[k].name, name, name_len) && (owned = extras_of(k))) add = owned;
         if (replace) add = replace, start = p; /* \s: only the list */
         const size_t n = (size_t)(p - start), extra = strlen(add);
-        if (len + n + extra + 4 > cap) {
-            cap = (len + n + extra + 4) * 2;
-            char *q = realloc(out, cap);
-            if (!q) { free(out); free(owned); return NULL; }
-            out = q;
+        if (qhx_reserve(&out, &cap, len + n + extra + 4, 1)) {
+            free(out);
+            free(owned);
+            return NULL;
         }
         if (*add && !in_class) out[len++] = '['; /* \p{L} alone becomes [\p{L}...], \s [\t\n...] */
         if (negate) out[len++] = '^';

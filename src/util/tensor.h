@@ -18,6 +18,9 @@ static inline size_t qhx_dtype_size(qhx_dtype dt) {
     }
 }
 
+/* x rounded up to a multiple of m: the one padding rule of layouts, alignments and tiles */
+static inline size_t qhx_round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
 /* A weight as the forward pass sees it: a row-major matrix (a vector has rows == 1) of some dtype.
  * QHX_I8 weights carry one fp32 scale per row: W[r][c] = data[r][c] * scale[r]. */
 typedef struct {
