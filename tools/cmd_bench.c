@@ -28,7 +28,13 @@ static const char bench_help[] =
 
 /* Speculative decoding's costs after a 128-token prompt: a verify pass of 1 + N tokens against
  * N + 1 decode steps (best of 3, alternating), and a snapshot's take and restore. */
-static int bench_verify(qhx_model *m, qhx_session *s, const int32_t *ids, int max, int json) {
+/* x to `digits` decimals, as the report shows it */
+static json_t *num(double x, int digits) {
+    const double k = pow(10, digits);
+    return json_real(round(x * k) / k);
+}
+
+static int bench_verify(qhx_model *m, qhx_session *s, const int32_t *ids, int max, json_t *report) {
     qhx_snapshot *snap = NULL;
     qhx_session_reset(s);
     if (qhx_session_eval(s, ids, 128, QHX_EVAL_SEQUENCE, NULL, NULL) || qhx_session_snapshot(s, &snap)) return api_error();
@@ -42,7 +48,10 @@ static int bench_verify(qhx_model *m, qhx_session *s, const int32_t *ids, int ma
         take = t1 - t0 < take ? t1 - t0 : take;
         restore = t2 - t1 < restore ? t2 - t1 : restore;
     }
-    if (json) printf(", \"speculative\": {\"snapshot_ms\": %.2f, \"restore_ms\": %.2f, \"verify\": [", take * 1e3, restore * 1e3);
+    json_t *verify = json_array();
+    if (report)
+        json_object_set_new(report, "speculative",
+                            json_pack("{s:o, s:o, s:o}", "snapshot_ms", num(take * 1e3, 2), "restore_ms", num(restore * 1e3, 2), "verify", verify));
     else fprintf(stderr, "  speculative decoding: snapshot %.2f ms, restore %.2f ms\n", take * 1e3, restore * 1e3);
     for (int n = 1; n <= max; n++) {
         double one = 1e30, steps = 1e30;
@@ -59,11 +68,11 @@ static int bench_verify(qhx_model *m, qhx_session *s, const int32_t *ids, int ma
             one = t1 - t0 < one ? t1 - t0 : one;
             steps = t3 - t2 < steps ? t3 - t2 : steps;
         }
-        if (json) printf("%s{\"drafts\": %d, \"verify_ms\": %.2f, \"steps_ms\": %.2f}", n > 1 ? ", " : "", n, one * 1e3, steps * 1e3);
+        if (report) json_array_append_new(verify, json_pack("{s:i, s:o, s:o}", "drafts", n, "verify_ms", num(one * 1e3, 2), "steps_ms", num(steps * 1e3, 2)));
         else fprintf(stderr, "    verify 1 + %d tokens: %8.1f ms; %d decode steps: %8.1f ms; verify / steps %.3f\n", n, one * 1e3, n + 1,
                      steps * 1e3, one / steps);
     }
-    if (json) printf("]}");
+    if (!report) json_decref(verify);
     qhx_snapshot_free(snap);
     return 0;
 }
@@ -83,6 +92,7 @@ int cmd_bench(int argc, char **argv) {
     qhx_model *m = NULL;
     qhx_session *s = NULL;
     int32_t *ids = NULL;
+    json_t *report = NULL;
     int rc = 1;
     if (open_model(&o, &rt, &m)) goto done;
     qhx_model_info in;
@@ -141,15 +151,16 @@ int cmd_bench(int argc, char **argv) {
     const double bw = probe.bytes / probe.seconds / 1e9, peak = qhx_runtime_read_bandwidth(rt, 0);
     const double gbs = dec * in.decode_bytes_per_token / 1e9;
     if (json) {
-        printf("{\"model\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"prefill\": [", o.model, qhx_runtime_kernels(rt),
-               qhx_runtime_threads(rt));
-        for (int i = 0; i < n_sizes; i++) printf("%s{\"tokens\": %d, \"tok_s\": %.2f}", i ? ", " : "", sizes[i], pre[i]);
-        printf("], \"decode\": {\"tokens\": %lld, \"tok_s\": %.2f}, \"weight_bytes_per_token\": %llu, \"weight_gb_s\": %.2f, "
-               "\"bandwidth_gb_s\": %.2f, \"bandwidth_frac\": %.3f, \"bandwidth_peak_gb_s\": %.2f, \"bandwidth_peak_frac\": %.3f, "
-               "\"ttft_ms\": %.1f, \"ttft_prompt_tokens\": %d, "
-               "\"peak_rss_mb\": %.1f, \"mapped_weights_mb\": %.1f",
-               n_decode, dec, (unsigned long long)in.decode_bytes_per_token, gbs, bw, gbs / bw, peak, gbs / peak, ttft * 1e3, ttft_size, rss_mb,
-               in.weight_bytes / 1e6);
+        json_t *prefill = json_array();
+        for (int i = 0; i < n_sizes; i++) json_array_append_new(prefill, json_pack("{s:i, s:o}", "tokens", sizes[i], "tok_s", num(pre[i], 2)));
+        report = json_pack("{s:s, s:s, s:i, s:o, s:{s:I, s:o}, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:o, s:o}", "model", o.model,
+                           "kernels", qhx_runtime_kernels(rt), "threads", qhx_runtime_threads(rt), "prefill", prefill, "decode",
+                           "tokens", (json_int_t)n_decode, "tok_s", num(dec, 2), "weight_bytes_per_token",
+                           (json_int_t)in.decode_bytes_per_token, "weight_gb_s", num(gbs, 2), "bandwidth_gb_s", num(bw, 2),
+                           "bandwidth_frac", num(gbs / bw, 3), "bandwidth_peak_gb_s", num(peak, 2), "bandwidth_peak_frac",
+                           num(gbs / peak, 3), "ttft_ms", num(ttft * 1e3, 1), "ttft_prompt_tokens", ttft_size, "peak_rss_mb",
+                           num(rss_mb, 1), "mapped_weights_mb", num(in.weight_bytes / 1e6, 1));
+        if (!report) { free(pre); die("out of memory"); goto done; }
     } else {
         fprintf(stderr, "  decode %lld tokens: %.2f tok/s; %.1f MB of weights per token = %.2f GB/s, %.0f %% of the %.2f GB/s a read loop\n"
                         "    got over the same weights between decode segments (%.0f %% of the %.2f GB/s best pass over fresh memory)\n",
@@ -158,10 +169,11 @@ int cmd_bench(int argc, char **argv) {
                 ttft * 1e3, rss_mb, in.weight_bytes / 1e6);
     }
     free(pre);
-    if (o.gen.draft && bench_verify(m, s, ids, o.gen.draft_max ? o.gen.draft_max : 8, json)) goto done;
-    if (json) printf("}\n");
+    if (o.gen.draft && bench_verify(m, s, ids, o.gen.draft_max ? o.gen.draft_max : 8, report)) goto done;
+    if (report && (json_dumpf(report, stdout, JSON_REAL_PRECISION(15)) || putchar('\n') == EOF)) { die("stdout: write error"); goto done; }
     rc = 0;
 done:
+    json_decref(report);
     free(sizes);
     free(ids);
     close_model(rt, m, s);

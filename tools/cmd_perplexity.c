@@ -75,8 +75,13 @@ int cmd_perplexity(int argc, char **argv) {
     }
     if (!scored) { die("%s: fewer than 2 tokens in every window: nothing to score", file); goto done; }
     if (!json && isatty(2)) fputc('\n', stderr);
-    if (json) printf("{\"tokens\": %zu, \"perplexity\": %.6f}\n", scored, exp(nll / scored));
-    else printf("%s: %zu tokens scored in windows of %lld; perplexity %.4f\n", file, scored, ctx, exp(nll / scored));
+    if (json) {
+        json_t *j = json_pack("{s:I, s:f}", "tokens", (json_int_t)scored, "perplexity", round(exp(nll / scored) * 1e6) / 1e6);
+        const int bad = !j || json_dumpf(j, stdout, JSON_REAL_PRECISION(15)) || putchar('\n') == EOF;
+        json_decref(j);
+        if (bad) { die("stdout: write error"); goto done; }
+    } else
+        printf("%s: %zu tokens scored in windows of %lld; perplexity %.4f\n", file, scored, ctx, exp(nll / scored));
     rc = 0;
 done:
     free(text);

@@ -1,5 +1,5 @@
-/* qhx serve's server state and its request parser, apart from the HTTP side (tools/serve.c) so
- * that fuzz/fuzz_request.c links the parser as the server runs it. */
+/* qhx serve's server state, its request parser (tools/serve_request.c, which fuzz/fuzz_request.c
+ * links as the server runs it) and the server itself (tools/serve.c). */
 #ifndef QHX_SERVE_H
 #define QHX_SERVE_H
 #include "prefix_cache.h"
@@ -48,5 +48,11 @@ typedef struct {
  * and tokenized, the context checked): NULL, and why in *why, when it is refused. */
 request *parse_request(server *sv, const char *body, size_t len, int chat, refusal *why);
 void request_free(request *rq);
+
+/* Starts libmicrohttpd's threads serving sv at addr (tools/serve.c); *bound: the port it got.
+ * NULL when it cannot listen (errno says why). */
+struct MHD_Daemon;
+struct sockaddr;
+struct MHD_Daemon *serve_listen(server *sv, const struct sockaddr *addr, int v6, unsigned port, unsigned *bound);
 
 #endif

@@ -1,0 +1,94 @@
+/* The per-sequence state of a range of layers: conv FIFOs and delta-rule states (fixed size) and
+ * KV caches (growing with the tokens). */
+#include "model/qwen35.h"
+#include "util/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* floats of one linear layer's conv FIFO and delta-rule state */
+size_t qhx_state_conv_floats(const qhx_config *c) {
+    return (size_t)qhx_config_conv_dim(c) * (c->conv_kernel > 1 ? c->conv_kernel - 1 : 1);
+}
+size_t qhx_state_ssm_floats(const qhx_config *c) { return (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim; }
+
+size_t qhx_state_fixed_bytes(const qhx_config *c, int l0, int l1) {
+    size_t n = 0;
+    for (int l = l0; l < l1; l++)
+        if (!c->full_attn[l]) n += (qhx_state_conv_floats(c) + qhx_state_ssm_floats(c)) * sizeof(float);
+    return n;
+}
+
+size_t qhx_state_kv_bytes_per_token(const qhx_config *c, int l0, int l1) {
+    size_t n = 0;
+    for (int l = l0; l < l1; l++)
+        if (c->full_attn[l]) n += 2 * sizeof(float) * (size_t)c->n_kv_heads * c->head_dim;
+    return n;
+}
+
+qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, int l0, int l1) {
+    memset(s, 0, sizeof *s);
+    s->cfg = c;
+    s->l0 = l0;
+    s->l1 = l1;
+    const size_t conv = qhx_state_conv_floats(c), ssm = qhx_state_ssm_floats(c);
+    s->layers = calloc((size_t)(l1 - l0), sizeof *s->layers);
+    if (!s->layers) {
+        memset(s, 0, sizeof *s);
+        return qhx_fail(QHX_ERR_NOMEM, "session state: out of memory");
+    }
+    for (int l = l0; l < l1; l++) {
+        if (c->full_attn[l]) continue;
+        qhx_layer_state *ls = qhx_state_layer(s, l);
+        ls->conv = calloc(conv, sizeof(float));
+        ls->ssm = calloc(ssm, sizeof(float));
+        if (!ls->conv || !ls->ssm) {
+            qhx_state_free(s);
+            return qhx_fail(QHX_ERR_NOMEM, "session state: out of memory");
+        }
+    }
+    return QHX_OK;
+}
+
+void qhx_state_reset(qhx_state *s) {
+    const qhx_config *c = s->cfg;
+    const size_t conv = qhx_state_conv_floats(c), ssm = qhx_state_ssm_floats(c);
+    for (int l = s->l0; l < s->l1; l++) {
+        if (c->full_attn[l]) continue;
+        memset(qhx_state_layer(s, l)->conv, 0, conv * sizeof(float));
+        memset(qhx_state_layer(s, l)->ssm, 0, ssm * sizeof(float));
+    }
+    s->pos = 0;
+}
+
+void qhx_state_free(qhx_state *s) {
+    if (!s->cfg) return;
+    for (int l = s->l0; l < s->l1 && s->layers; l++) {
+        qhx_layer_state *ls = qhx_state_layer(s, l);
+        free(ls->conv);
+        free(ls->ssm);
+        free(ls->k_cache);
+        free(ls->v_cache);
+    }
+    free(s->layers);
+    free(s->scratch);
+    memset(s, 0, sizeof *s);
+}
+
+qhx_status qhx_state_reserve_kv(qhx_state *s, int need) {
+    if (need <= s->kv_capacity) return QHX_OK;
+    int cap = s->kv_capacity ? s->kv_capacity : 256;
+    while (cap < need) cap = cap > (1 << 29) ? need : cap * 2;
+    const size_t kvdim = (size_t)s->cfg->n_kv_heads * s->cfg->head_dim;
+    for (int l = s->l0; l < s->l1; l++) {
+        if (!s->cfg->full_attn[l]) continue;
+        qhx_layer_state *ls = qhx_state_layer(s, l);
+        float *k = realloc(ls->k_cache, sizeof(float) * kvdim * cap);
+        if (k) ls->k_cache = k;
+        float *v = realloc(ls->v_cache, sizeof(float) * kvdim * cap);
+        if (v) ls->v_cache = v;
+        if (!k || !v) return qhx_fail(QHX_ERR_NOMEM, "KV cache: out of memory for %d tokens", cap);
+    }
+    s->kv_capacity = cap;
+    return QHX_OK;
+}

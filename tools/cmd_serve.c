@@ -1,0 +1,112 @@
+/* qhx serve: the command (options, listening, stopping); tools/serve.c is the server. */
+#include "cli.h"
+#include "serve.h"
+
+#include <microhttpd.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char serve_help[] =
+    "usage: qhx serve MODEL [--host 127.0.0.1] [--port 8080] [--parallel 4] [-n 4096] [--cache-mb 2048]\n"
+    "An OpenAI-compatible HTTP server: GET /health, GET /v1/models, POST /v1/completions and\n"
+    "POST /v1/chat/completions (stream, max_tokens, temperature, top_p, top_k, min_p, seed, stop,\n"
+    "presence/frequency/repetition penalties; chat_template_kwargs.enable_thinking). Listens on\n"
+    "loopback unless --host says otherwise; --port 0 picks a free port. The address it listens on is\n"
+    "printed on stderr. Stops on SIGINT or SIGTERM.\n"
+    "  --parallel N   sessions generating at once, taking turns token by token (default 4)\n"
+    "  -n N           the largest max_tokens a request may ask for (default 4096)\n"
+    "  --draft ngram  speculative decoding for every request (same answers; --draft-max N drafts at most)\n"
+    "  --cache-mb N   memory for the prefix cache (default 2048; 0: off): snapshots at every chat\n"
+    "                 message, prompt end and reply, so a request sharing a prefix with an earlier\n"
+    "                 one evaluates only the rest, with the same answer as without the cache\n" RUNTIME_HELP;
+
+
+int cmd_serve(int argc, char **argv) {
+    opts o = {.n = 4096, .port = 8080, .parallel = 4, .host = "127.0.0.1", .cache_mb = 2048};
+    if (parse_common(argc, argv, &o)) return 2;
+    if (o.help) return fputs(serve_help, stdout), 0;
+    if (!o.model || o.prompt) return die("needs MODEL and nothing else (see qhx serve --help)"), 2;
+    if (o.n < 1) return die("-n: at least 1"), 2;
+    struct sockaddr_storage addr = {0};
+    socklen_t alen;
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&addr;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&addr;
+    int v6 = strchr(o.host, ':') != NULL;
+    if (v6 ? inet_pton(AF_INET6, o.host, &a6->sin6_addr) != 1 : inet_pton(AF_INET, o.host, &a4->sin_addr) != 1)
+        return die("--host: '%s' is not an IPv4 or IPv6 address", o.host), 2;
+    if (v6) { a6->sin6_family = AF_INET6; a6->sin6_port = htons((uint16_t)o.port); alen = sizeof *a6; }
+    else { a4->sin_family = AF_INET; a4->sin_port = htons((uint16_t)o.port); alen = sizeof *a4; }
+    (void)alen;
+
+    server sv = {.max_tokens = (int)o.n, .n_slots = (int)o.parallel, .draft = o.gen.draft, .draft_max = o.gen.draft_max};
+    qhx_runtime *rt = NULL;
+    int rc = 1;
+    struct MHD_Daemon *d = NULL;
+    pthread_mutex_init(&sv.lock, NULL);
+    pthread_cond_init(&sv.cv, NULL);
+    pc_init(&sv.cache, (uint64_t)o.cache_mb << 20);
+    sv.slot = calloc((size_t)sv.n_slots, sizeof *sv.slot);
+    sv.slot_busy = calloc((size_t)sv.n_slots, sizeof *sv.slot_busy);
+    if (!sv.slot || !sv.slot_busy) { die("out of memory"); goto done; }
+    if (open_model(&o, &rt, &sv.m)) goto done;
+    qhx_model_get_info(sv.m, &sv.mi);
+    if (qhx_model_tokenizer(sv.m, &sv.tok)) { api_error(); goto done; }
+    pc_markers(&sv.cache, sv.tok);
+    for (int i = 0; i < sv.n_slots; i++)
+        if (qhx_session_new(sv.m, &sv.slot[i])) { api_error(); goto done; }
+    if (sv.max_tokens > sv.mi.max_context) sv.max_tokens = sv.mi.max_context;
+    const char *base = strrchr(o.model, '/');
+    while (base && !base[1] && base > o.model) { /* "dir/" */
+        const char *p = base - 1;
+        while (p > o.model && *p != '/') p--;
+        base = p;
+    }
+    snprintf(sv.model_id, sizeof sv.model_id, "%s", base && base[1] ? base + (*base == '/') : o.model);
+    char *slash = strchr(sv.model_id, '/');
+    if (slash) *slash = 0;
+
+    signal(SIGPIPE, SIG_IGN); /* a client gone mid-stream is a failed write, not a dead server */
+    sigset_t stop_signals; /* blocked here, so in every thread libmicrohttpd starts: main takes them */
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    unsigned port;
+    d = serve_listen(&sv, (struct sockaddr *)&addr, v6, (unsigned)o.port, &port);
+    if (!d) { die("cannot listen on %s port %lld: %s", o.host, o.port, strerror(errno)); goto done; }
+    fprintf(stderr, "qhx serve: %s (%s, %d slots, context %d, prefix cache %lld MB) listening on http://%s%s%s:%u\n",
+            sv.model_id, qhx_runtime_kernels(rt), sv.n_slots, sv.mi.max_context, o.cache_mb, v6 ? "[" : "", o.host, v6 ? "]" : "",
+            port);
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    fprintf(stderr, "qhx serve: stopping (signal %d)\n", sig);
+    pthread_mutex_lock(&sv.lock);
+    sv.stopping = 1; /* running generations cancel at their next token; queued ones never start */
+    pthread_cond_broadcast(&sv.cv);
+    pthread_mutex_unlock(&sv.lock);
+    MHD_stop_daemon(d);
+    for (;;) { /* stream workers are detached: wait until every slot is back */
+        pthread_mutex_lock(&sv.lock);
+        int busy = sv.n_running + sv.n_waiting;
+        pthread_mutex_unlock(&sv.lock);
+        if (!busy) break;
+        usleep(10000);
+    }
+    fprintf(stderr, "qhx serve: prefix cache: %lu hits, %lu misses, %lu evictions, %d snapshots in %.1f MB\n", sv.cache.hits,
+            sv.cache.misses, sv.cache.evictions, sv.cache.n, sv.cache.bytes / 1048576.0);
+    rc = 0;
+done:
+    pc_free(&sv.cache);
+    for (int i = 0; sv.slot && i < sv.n_slots; i++) qhx_session_free(sv.slot[i]);
+    free(sv.slot);
+    free(sv.slot_busy);
+    close_model(rt, sv.m, NULL);
+    return rc;
+}
