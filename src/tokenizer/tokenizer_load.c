@@ -9,7 +9,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <utf8proc.h>
 
@@ -335,62 +334,10 @@ static qhx_status read_added(qhx_tokenizer *t, const cJSON *added, const char *n
     return QHX_OK;
 }
 
-/* cJSON allocates every node and string on its own: a Qwen tokenizer.json is about a million of
- * them, and malloc/free were a third of the load time. While this thread parses a tokenizer, its
- * cJSON allocations come from one arena (pages are touched only as used) released in one go;
- * everything else, and an arena overflow, goes to malloc as before. */
-typedef struct {
-    char *base;
-    size_t len, cap;
-} arena;
-
-/* Under AddressSanitizer every node keeps its own allocation, so a read past a node is caught. */
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
-#endif
-static _Thread_local arena *tl_arena;
-
-static void *arena_malloc(size_t n) {
-    arena *a = tl_arena;
-    n = (n + 15) & ~(size_t)15;
-    if (!a || n > a->cap - a->len) return malloc(n);
-    void *p = a->base + a->len;
-    a->len += n;
-    return p;
-}
-
-static void arena_free(void *p) {
-    arena *a = tl_arena;
-    if (a && (char *)p >= a->base && (char *)p < a->base + a->cap) return; /* goes with the arena */
-    free(p);
-}
-
-static void install_hooks(void) { cJSON_InitHooks(&(cJSON_Hooks){arena_malloc, arena_free}); }
-
-static qhx_status parse_tree(const char *json, size_t len, const char *name, qhx_tokenizer **out);
-
+/* cJSON allocates every node and string on its own (a Qwen tokenizer.json is about a million of
+ * them). An arena through cJSON_InitHooks made the load 1.1-1.2x faster, but the hooks are
+ * process-wide: a program that also uses cJSON would allocate from them. So malloc it is. */
 qhx_status qhx_tokenizer_parse(const char *json, size_t len, const char *name, qhx_tokenizer **out) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, install_hooks);
-    arena a = {.cap = len < ((size_t)1 << 60) / 8 && !UNDER_ASAN ? 8 * len + (1 << 20) : 0};
-    a.base = a.cap ? mmap(NULL, a.cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
-    if (a.base == MAP_FAILED) a.base = NULL;
-    else madvise(a.base, a.cap, MADV_HUGEPAGE); /* tens of MB of nodes: 2 MB pages fault 512x less often */
-    if (a.base) tl_arena = &a;
-    qhx_status rc = parse_tree(json, len, name, out);
-    tl_arena = NULL;
-    if (a.base) munmap(a.base, a.cap);
-    return rc;
-}
-
-static qhx_status parse_tree(const char *json, size_t len, const char *name, qhx_tokenizer **out) {
     *out = NULL;
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!cJSON_IsObject(root)) {
