@@ -34,59 +34,52 @@ static void widen_row(const qhx_tensor *W, int r, float *out) {
     }
 }
 
-/* One widened row a call, so worker threads own nothing between calls. */
-static qhx_status scalar_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
-    const size_t cols = (size_t)W->cols;
-    float *w = malloc(sizeof(float) * cols);
-    if (!w) return QHX_ERR_NOMEM;
-    for (int r = r0; r < r1; r++) {
-        widen_row(W, r, w);
-        for (int t = 0; t < T; t++) {
-            const float *x = X + (size_t)t * cols;
-            float acc[8] = {0};
-            size_t c = 0;
-            for (; c + 8 <= cols; c += 8)
-                for (int l = 0; l < 8; l++) acc[l] += w[c + l] * x[c + l];
-            for (; c < cols; c++) acc[c & 7] += w[c] * x[c];
-            const float s = sum8(acc);
-            Y[(size_t)t * W->rows + r] = W->dtype == QHX_I8 ? s * W->scale[r] : s;
-        }
-    }
-    free(w);
-    return QHX_OK;
-}
-
-static qhx_status ref_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
-    const size_t cols = (size_t)W->cols;
-    float *w = malloc(sizeof(float) * cols);
-    if (!w) return QHX_ERR_NOMEM;
-    for (int r = r0; r < r1; r++) {
-        widen_row(W, r, w);
-        for (int t = 0; t < T; t++) {
-            const float *x = X + (size_t)t * cols;
-            double acc = 0.0;
-            for (size_t c = 0; c < cols; c++) acc += (double)w[c] * x[c];
-            Y[(size_t)t * W->rows + r] = (float)(W->dtype == QHX_I8 ? acc * W->scale[r] : acc);
-        }
-    }
-    free(w);
-    return QHX_OK;
-}
-
-static float ref_dot(const float *a, const float *b, int n) {
-    double acc = 0.0;
-    for (int i = 0; i < n; i++) acc += (double)a[i] * b[i];
-    return (float)acc;
-}
-
-static float scalar_dot(const float *a, const float *b, int n) {
+/* the twin's dot: 8 lanes, summed pairwise at the end */
+static double scalar_dot_exact(const float *a, const float *b, size_t n) {
     float acc[8] = {0};
-    int i = 0;
+    size_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
     for (; i < n; i++) acc[i & 7] += a[i] * b[i];
     return sum8(acc);
 }
+
+/* the oracle's: in double */
+static double ref_dot_exact(const float *a, const float *b, size_t n) {
+    double acc = 0.0;
+    for (size_t i = 0; i < n; i++) acc += (double)a[i] * b[i];
+    return acc;
+}
+
+/* Row by row, each widened once (one buffer a call, so worker threads own nothing between
+ * calls), a dot per token; scaled in double and rounded once (for the twin's fp32 sum times an
+ * fp32 scale that is the fp32 product exactly). */
+static qhx_status rows_by_dot(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1,
+                              double (*dot)(const float *, const float *, size_t)) {
+    const size_t cols = (size_t)W->cols;
+    float *w = malloc(sizeof(float) * cols);
+    if (!w) return QHX_ERR_NOMEM;
+    for (int r = r0; r < r1; r++) {
+        widen_row(W, r, w);
+        for (int t = 0; t < T; t++) {
+            const double d = dot(w, X + (size_t)t * cols, cols);
+            Y[(size_t)t * W->rows + r] = (float)(W->dtype == QHX_I8 ? d * W->scale[r] : d);
+        }
+    }
+    free(w);
+    return QHX_OK;
+}
+
+static qhx_status scalar_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    return rows_by_dot(W, X, T, Y, r0, r1, scalar_dot_exact);
+}
+
+static qhx_status ref_matmul(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    return rows_by_dot(W, X, T, Y, r0, r1, ref_dot_exact);
+}
+
+static float ref_dot(const float *a, const float *b, int n) { return (float)ref_dot_exact(a, b, (size_t)n); }
+static float scalar_dot(const float *a, const float *b, int n) { return (float)scalar_dot_exact(a, b, (size_t)n); }
 
 static void scalar_axpy(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
