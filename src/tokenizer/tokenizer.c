@@ -7,9 +7,11 @@
 #include "tokenizer/tokenizer_internal.h"
 #include "util/buf.h"
 #include "util/error.h"
+#include "util/mapfile.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <utf8proc.h>
 
 typedef struct {
@@ -367,4 +369,77 @@ int qhx_detok_flush(qhx_detok_stream *st, char *out, size_t cap) {
     st->n_pending = 0;
     memcpy(out, "\xef\xbf\xbd", 3);
     return 3;
+}
+
+/* ---- the tokenizer's life: alloc, load (by magic: the compact form or tokenizer.json, each a
+ * leaf loader), free, and the split regex both loaders compile ---- */
+
+#define MAX_FILE_BYTES (512u << 20)
+
+qhx_status qhx_tokenizer_compile_split(qhx_tokenizer *t, const char *pattern, const char *name) {
+    if (t->split) return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: more than one regex split in the pre-tokenizer", name);
+    int err;
+    PCRE2_SIZE off;
+    t->split = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &off, NULL); /* the pattern is untrusted: let PCRE2 check its UTF-8 (fuzz_tokenizer_compact found this) */
+    if (!t->split) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        return qhx_fail(QHX_ERR_FORMAT, "%s: pre-tokenizer regex does not compile at offset %zu: %s", name, (size_t)off, (char *)msg);
+    }
+    pcre2_jit_compile(t->split, PCRE2_JIT_COMPLETE); /* falls back to the interpreter if JIT is unavailable */
+    t->split_pattern = strdup(pattern);
+    return t->split_pattern ? QHX_OK : qhx_fail(QHX_ERR_NOMEM, "out of memory");
+}
+
+qhx_tokenizer *qhx_tokenizer_alloc(int n_ids) {
+    qhx_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    pthread_mutex_init(&t->lock, NULL);
+    t->id_cap = n_ids;
+    t->piece = calloc((size_t)n_ids + 1, sizeof *t->piece);
+    t->piece_len = calloc((size_t)n_ids + 1, sizeof *t->piece_len);
+    if (!t->piece || !t->piece_len || qhx_strmap_init(&t->cache, 1 << 14)) {
+        qhx_tokenizer_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+qhx_status qhx_tokenizer_load(const char *path, qhx_tokenizer **out) {
+    *out = NULL;
+    if (!path) return qhx_fail(QHX_ERR_ARG, "tokenizer path is NULL");
+    struct stat st;
+    char *full = stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? qhx_path_join(path, "tokenizer.json") : strdup(path);
+    if (!full) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    /* read, not mapped: the compact form's tables hold offsets, checked once at load; a file
+     * rewritten in place under a mapping could change them after the check */
+    char *buf;
+    size_t len;
+    qhx_status rc = qhx_read_file(full, MAX_FILE_BYTES, &buf, &len);
+    if (!rc && len >= 8 && !memcmp(buf, QHX_TOK_MAGIC, 8)) {
+        if (!(rc = qhx_tokenizer_parse_compact((const unsigned char *)buf, len, full, out)))
+            (*out)->blob = buf, buf = NULL; /* the tables live in it */
+    } else if (!rc) {
+        rc = qhx_tokenizer_parse(buf, len, full, out);
+    }
+    free(buf);
+    free(full);
+    return rc;
+}
+
+void qhx_tokenizer_free(qhx_tokenizer *t) {
+    if (!t) return;
+    free(t->piece);
+    free(t->piece_len);
+    for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
+    free(t->added);
+    qhx_strmap_free(&t->vocab);
+    qhx_u64map_free(&t->merges);
+    qhx_strmap_free(&t->cache);
+    free(t->cache_ids);
+    if (t->split) pcre2_code_free(t->split);
+    free(t->split_pattern);
+    pthread_mutex_destroy(&t->lock);
+    free(t->blob);
+    free(t);
 }

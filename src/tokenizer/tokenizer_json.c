@@ -1,4 +1,4 @@
-/* Reads a Hugging Face tokenizer.json into the tables of tokenizer_internal.h. Every part that
+/* The tokenizer.json loader (tokenizer.c loads by magic): reads a Hugging Face tokenizer.json into the tables of tokenizer_internal.h. Every part that
  * affects ids is read from the file; unsupported components are refused by name. */
 #include "tokenizer/tokenizer_internal.h"
 #include "util/error.h"
@@ -9,10 +9,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <utf8proc.h>
 
-#define MAX_FILE_BYTES (512u << 20)
 
 void qhx_bytelevel_tables(uint32_t byte_to_cp[256]) {
     int n = 0;
@@ -90,21 +88,6 @@ static qhx_status read_normalizer(qhx_tokenizer *t, const cJSON *n, const char *
 
 /* GPT-2's split, used by ByteLevel when use_regex is true. */
 static const char gpt2_regex[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
-qhx_status qhx_tokenizer_compile_split(qhx_tokenizer *t, const char *pattern, const char *name) {
-    if (t->split) return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: more than one regex split in the pre-tokenizer", name);
-    int err;
-    PCRE2_SIZE off;
-    t->split = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &off, NULL); /* the pattern is untrusted: let PCRE2 check its UTF-8 (fuzz_tokenizer_compact found this) */
-    if (!t->split) {
-        PCRE2_UCHAR msg[160];
-        pcre2_get_error_message(err, msg, sizeof msg);
-        return qhx_fail(QHX_ERR_FORMAT, "%s: pre-tokenizer regex does not compile at offset %zu: %s", name, (size_t)off, (char *)msg);
-    }
-    pcre2_jit_compile(t->split, PCRE2_JIT_COMPLETE); /* falls back to the interpreter if JIT is unavailable */
-    t->split_pattern = strdup(pattern);
-    return t->split_pattern ? QHX_OK : qhx_fail(QHX_ERR_NOMEM, "out of memory");
-}
 
 /* A pattern from tokenizer.json, with \p{..} brought up to utf8proc's Unicode version (the compact
  * form stores the widened pattern, so it is widened once). */
@@ -376,60 +359,4 @@ qhx_status qhx_tokenizer_parse(const char *json, size_t len, const char *name, q
     if (rc) { qhx_tokenizer_free(t); return rc; }
     *out = t;
     return QHX_OK;
-}
-
-qhx_tokenizer *qhx_tokenizer_alloc(int n_ids) {
-    qhx_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return NULL;
-    pthread_mutex_init(&t->lock, NULL);
-    t->id_cap = n_ids;
-    t->piece = calloc((size_t)n_ids + 1, sizeof *t->piece);
-    t->piece_len = calloc((size_t)n_ids + 1, sizeof *t->piece_len);
-    if (!t->piece || !t->piece_len || qhx_strmap_init(&t->cache, 1 << 14)) {
-        qhx_tokenizer_free(t);
-        return NULL;
-    }
-    return t;
-}
-
-qhx_status qhx_tokenizer_load(const char *path, qhx_tokenizer **out) {
-    *out = NULL;
-    if (!path) return qhx_fail(QHX_ERR_ARG, "tokenizer path is NULL");
-    char full[4096];
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(full, sizeof full, "%s/tokenizer.json", path);
-    else snprintf(full, sizeof full, "%s", path);
-    /* read, not mapped: the compact form's tables hold offsets, checked once at load; a file
-     * rewritten in place under a mapping could change them after the check */
-    char *buf;
-    size_t len;
-    qhx_status rc = qhx_read_file(full, MAX_FILE_BYTES, &buf, &len);
-    if (rc) return rc;
-    if (len >= 8 && !memcmp(buf, QHX_TOK_MAGIC, 8)) {
-        if (!(rc = qhx_tokenizer_parse_compact((const unsigned char *)buf, len, full, out))) {
-            (*out)->blob = buf; /* the tables live in it */
-            return QHX_OK;
-        }
-    } else {
-        rc = qhx_tokenizer_parse(buf, len, full, out);
-    }
-    free(buf);
-    return rc;
-}
-
-void qhx_tokenizer_free(qhx_tokenizer *t) {
-    if (!t) return;
-    free(t->piece);
-    free(t->piece_len);
-    for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
-    free(t->added);
-    qhx_strmap_free(&t->vocab);
-    qhx_u64map_free(&t->merges);
-    qhx_strmap_free(&t->cache);
-    free(t->cache_ids);
-    if (t->split) pcre2_code_free(t->split);
-    free(t->split_pattern);
-    pthread_mutex_destroy(&t->lock);
-    free(t->blob);
-    free(t);
 }
