@@ -12,7 +12,7 @@
 #include "model/ops.h"
 #include "util/mapfile.h"
 
-#include <cjson/cJSON.h>
+#include "util/json.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,10 +33,11 @@ static int collect(int32_t tok, const char *text, size_t len, void *user) {
     return 0;
 }
 
-static int ids_of(const cJSON *arr, int32_t *out, int cap) {
+static int ids_of(const json_t *arr, int32_t *out, int cap) {
     int n = 0;
-    const cJSON *v;
-    cJSON_ArrayForEach(v, arr) if (n < cap) out[n++] = (int32_t)v->valueint;
+    const json_t *v;
+    size_t i;
+    json_array_foreach(arr, i, v) if (n < cap) out[n++] = (int32_t)json_integer_value(v);
     return n;
 }
 
@@ -94,7 +95,7 @@ int main(int argc, char **argv) {
     char *gtext = NULL, *text = NULL;
     if (qhx_read_file(path, 64u << 20, &gtext, &glen) || qhx_read_file(argv[2], 64u << 20, &text, &tlen))
         return fprintf(stderr, "%s\n", qhx_last_error()), 1;
-    cJSON *golden = gtext ? cJSON_Parse(gtext) : NULL;
+    json_t *golden = gtext ? json_loads(gtext, 0, NULL) : NULL;
     int32_t *text_ids;
     size_t n_text;
     if (!golden || qhx_tokenizer_encode(tok, text, tlen, 0, &text_ids, &n_text))
@@ -153,10 +154,11 @@ int main(int argc, char **argv) {
             *specs[i].dst = (qhx_tensor){QHX_F32, t->rows, t->cols, buf[i], NULL};
         }
         char cases[256] = "";
-        const cJSON *c;
-        cJSON_ArrayForEach(c, cJSON_GetObjectItem(golden, "cases")) {
+        const json_t *c;
+        size_t ci;
+        json_array_foreach(json_object_get(golden, "cases"), ci, c) {
             int32_t prompt[256], want[TOKENS];
-            const int np = ids_of(cJSON_GetObjectItem(c, "ids"), prompt, 256), nw = ids_of(cJSON_GetObjectItem(c, "greedy_ids"), want, TOKENS);
+            const int np = ids_of(json_object_get(c, "ids"), prompt, 256), nw = ids_of(json_object_get(c, "greedy_ids"), want, TOKENS);
             sink k = {.n = 0};
             qhx_session *s;
             if (qhx_session_new(m, &s) ||
@@ -193,7 +195,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) free(buf[i]);
     for (int h = 0; h < n_held; h++) free(held[h]);
     free(buf), free(orig), free(specs), free(text_ids), free(text), free(gtext);
-    cJSON_Delete(golden);
+    json_decref(golden);
     qhx_model_close(ref);
     qhx_model_close(m);
     qhx_runtime_free(rt);

@@ -168,15 +168,15 @@ check "! ls -d $tmp/*.tmp-* $tmp/*.old-* >/dev/null 2>&1" "failed forge left tem
 "$qhx" forge models/q35-kjv -o "$tmp/again" --no-gate >/dev/null 2>&1 || bad "forge q35-kjv again"
 damaged() { rm -rf "$tmp/d"; cp -r "$tmp/one" "$tmp/d"; }
 edit_manifest() { damaged; sed -i "$1" "$tmp/d/manifest.json"; }
-edit_manifest 's/"schema_version":\t1/"schema_version":\t99/'
+edit_manifest 's/"schema_version": 1/"schema_version": 99/'
 expect_err 1 "schema version 99" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 edit_manifest '/"host_op"/d'
 expect_err 1 "field 'plan.host_op' is missing" "$qhx" generate "$tmp/d" --tokens 1 -n 1
-edit_manifest 's/"context_length":\t[0-9]*/"context_length":\t"long"/'
+edit_manifest 's/"context_length": [0-9]*/"context_length": "long"/'
 expect_err 1 "context_length" "$qhx" generate "$tmp/d" --tokens 1 -n 1
-edit_manifest 's/"weight_layout":\t"w8-r4b32"/"weight_layout":\t"w8-rows-f32scale"/' # the layout before row groups
+edit_manifest 's/"weight_layout": "w8-r4b32"/"weight_layout": "w8-rows-f32scale"/' # the layout before row groups
 expect_err 1 "w8-rows-f32scale" "$qhx" generate "$tmp/d" --tokens 1 -n 1
-edit_manifest 's/"hidden_size":\t256/"hidden_size":\t512/'
+edit_manifest 's/"hidden_size": 256/"hidden_size": 512/'
 expect_err 1 "model_hash" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 damaged; echo '{"format": "qhexrt-bundle", ' >"$tmp/d/manifest.json"
 expect_err 1 "not a JSON object" "$qhx" generate "$tmp/d" --tokens 1 -n 1
@@ -202,7 +202,7 @@ damaged; cp "$tmp/d/embed_f16.qhx" "$tmp/d/decode_s0_w8.qhx"
 expect_err 1 "is a embedding file" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 
 # resource limits: absurd sizes are refused by name, with bounded memory
-edit_manifest 's/"context_length":\t[0-9]*/"context_length":\t1099511627776/'
+edit_manifest 's/"context_length": [0-9]*/"context_length": 1099511627776/'
 expect_err 1 "context_length 1.09951e+12 is not in" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 damaged; head -c 1000000 /dev/zero | tr '\0' '[' >"$tmp/d/manifest.json"   # JSON nested a million deep
 expect_err 1 "not a JSON object" "$qhx" generate "$tmp/d" --tokens 1 -n 1

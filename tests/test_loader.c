@@ -6,7 +6,7 @@
 #include "qhexrt.h"
 #include "testlib.h"
 
-#include <cjson/cJSON.h>
+#include "util/json.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,14 +33,14 @@ static const char *clone(const char *src, const char *name) {
 }
 
 /* Rewrites a safetensors header through `edit`, keeping the data bytes. */
-static void edit_header(const char *file, void (*edit)(cJSON *)) {
+static void edit_header(const char *file, void (*edit)(json_t *)) {
     size_t len;
     unsigned char *buf = tl_read(file, &len);
     uint64_t h = 0;
     for (int i = 7; i >= 0; i--) h = h << 8 | buf[i];
-    cJSON *j = cJSON_ParseWithLength((char *)buf + 8, h);
+    json_t *j = qhx_json_parse((char *)buf + 8, h);
     edit(j);
-    char *text = cJSON_PrintUnformatted(j);
+    char *text = qhx_json_canonical(j);
     size_t nh = strlen(text);
     FILE *f = fopen(file, "wb");
     for (int i = 0; i < 8; i++) fputc((int)((nh >> (8 * i)) & 0xff), f);
@@ -48,18 +48,18 @@ static void edit_header(const char *file, void (*edit)(cJSON *)) {
     fwrite(buf + 8 + h, 1, len - 8 - h, f);
     fclose(f);
     free(text);
-    cJSON_Delete(j);
+    json_decref(j);
     free(buf);
 }
 
 #define NORM "model.language_model.norm.weight"
-static void bad_shape(cJSON *j) { cJSON_ReplaceItemInObject(cJSON_GetObjectItem(j, NORM), "shape", cJSON_CreateIntArray((int[]){64, 2}, 2)); }
-static void bad_dtype(cJSON *j) {
-    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(j, "model.language_model.layers.0.linear_attn.A_log"), "dtype", cJSON_CreateString("I32"));
+static void bad_shape(json_t *j) { json_object_set_new(json_object_get(j, NORM), "shape", json_pack("[i, i]", 64, 2)); }
+static void bad_dtype(json_t *j) {
+    json_object_set_new(json_object_get(j, "model.language_model.layers.0.linear_attn.A_log"), "dtype", json_string("I32"));
 }
-static void missing_tensor(cJSON *j) { cJSON_DeleteItemFromObject(j, NORM); }
-static void bad_offsets(cJSON *j) {
-    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(j, NORM), "data_offsets", cJSON_CreateIntArray((int[]){1 << 30, (1 << 30) + 256}, 2));
+static void missing_tensor(json_t *j) { json_object_del(j, NORM); }
+static void bad_offsets(json_t *j) {
+    json_object_set_new(json_object_get(j, NORM), "data_offsets", json_pack("[i, i]", 1 << 30, (1 << 30) + 256));
 }
 
 static void expect_fail(const char *dir, qhx_status want, const char *needle, const char *what) {
@@ -177,7 +177,7 @@ int main(void) {
     unlink(file);
     expect_fail(d, QHX_ERR_IO, "model-00002-of-00002.safetensors", "missing shard");
 
-    struct { const char *name; void (*edit)(cJSON *); qhx_status want; const char *needle; } edits[] = {
+    struct { const char *name; void (*edit)(json_t *); qhx_status want; const char *needle; } edits[] = {
         {"shape", bad_shape, QHX_ERR_FORMAT, NORM},
         {"dtype", bad_dtype, QHX_ERR_FORMAT, "A_log"},
         {"missing", missing_tensor, QHX_ERR_FORMAT, NORM},

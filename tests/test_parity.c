@@ -6,7 +6,7 @@
 #include "qhexrt.h"
 #include "testlib.h"
 
-#include <cjson/cJSON.h>
+#include "util/json.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +42,7 @@ static void check_model(const char *dir, const char *kernels) {
     char *text = tl_read(path, NULL);
     CHECK(text != NULL, "cannot read %s", path);
     if (!text) return;
-    cJSON *root = cJSON_Parse(text);
+    json_t *root = json_loads(text, 0, NULL);
     free(text);
     qhx_runtime *rt;
     qhx_model *m;
@@ -55,15 +55,16 @@ static void check_model(const char *dir, const char *kernels) {
     qhx_model_info info;
     qhx_model_get_info(m, &info);
     const int V = info.vocab_size;
-    const cJSON *c;
-    cJSON_ArrayForEach(c, cJSON_GetObjectItem(root, "cases")) {
-        const cJSON *jids = cJSON_GetObjectItem(c, "ids"), *jg = cJSON_GetObjectItem(c, "greedy_ids");
-        const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
-        int T = cJSON_GetArraySize(jids), G = cJSON_GetArraySize(jg);
+    const json_t *c;
+    size_t ci;
+    json_array_foreach(json_object_get(root, "cases"), ci, c) {
+        const json_t *jids = json_object_get(c, "ids"), *jg = json_object_get(c, "greedy_ids");
+        const char *name = json_string_value(json_object_get(c, "name"));
+        int T = (int)json_array_size(jids), G = (int)json_array_size(jg);
         int32_t *ids = malloc(sizeof(int32_t) * T), *gold_greedy = malloc(sizeof(int32_t) * G);
-        for (int i = 0; i < T; i++) ids[i] = cJSON_GetArrayItem(jids, i)->valueint;
-        for (int i = 0; i < G; i++) gold_greedy[i] = cJSON_GetArrayItem(jg, i)->valueint;
-        snprintf(path, sizeof path, "%s/golden/%s", dir, cJSON_GetObjectItem(c, "logits_file")->valuestring);
+        for (int i = 0; i < T; i++) ids[i] = (int)json_integer_value(json_array_get(jids, i));
+        for (int i = 0; i < G; i++) gold_greedy[i] = (int)json_integer_value(json_array_get(jg, i));
+        snprintf(path, sizeof path, "%s/golden/%s", dir, json_string_value(json_object_get(c, "logits_file")));
         size_t len;
         float *gold = tl_read(path, &len);
         CHECK(gold && len == sizeof(float) * T * V, "%s: %zu bytes", path, len);
@@ -129,7 +130,7 @@ static void check_model(const char *dir, const char *kernels) {
         free(ids);
         free(gold_greedy);
     }
-    cJSON_Delete(root);
+    json_decref(root);
     qhx_session_free(s);
     qhx_model_close(m);
     qhx_runtime_free(rt);

@@ -24,7 +24,7 @@
 #include "util/outdir.h"
 #include "util/rng.h"
 
-#include <cjson/cJSON.h>
+#include "util/json.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +52,7 @@ qhx_status qhx_forge(const qhx_forge_opts *o, FILE *log) {
     forge f = {.o = o, .log = log};
     qhx_runtime *ref_rt = NULL;
     qhx_model *b = NULL;
-    cJSON *root = NULL;
+    json_t *root = NULL;
     int first[QHX_MAX_LAYERS + 1], n_shards = 0;
     /* The reference: the checkpoint's own weights in fp32 arithmetic, on the same kernel set (its
      * bf16/f32 kernels are tested against the double-accumulating "ref" set to ~1e-7). */
@@ -70,8 +70,8 @@ qhx_status qhx_forge(const qhx_forge_opts *o, FILE *log) {
     f.n_specs = qhx_qwen35_specs(c, "", f.src->w, NULL);
     f.specs = calloc((size_t)f.n_specs, sizeof *f.specs);
     f.model_json = qhx_config_to_json(c);
-    f.files = cJSON_CreateObject();
-    root = cJSON_CreateObject();
+    f.files = json_object();
+    root = json_object();
     if (!f.specs || !f.model_json || !f.files || !root) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto out; }
     qhx_qwen35_specs(c, "", f.src->w, f.specs); /* dst: the checkpoint's own tensors, the sources */
     f.model_hash = XXH3_64bits(f.model_json, strlen(f.model_json));
@@ -83,37 +83,37 @@ qhx_status qhx_forge(const qhx_forge_opts *o, FILE *log) {
     f.total_bytes += (uint64_t)c->vocab_size * c->hidden * (w8_head ? 3 : 2);
 
     char hex[17];
-    cJSON_AddStringToObject(root, "format", "qhexrt-bundle");
-    cJSON_AddNumberToObject(root, "schema_version", QHX_BUNDLE_SCHEMA);
+    json_object_set_new(root, "format", json_string("qhexrt-bundle"));
+    json_object_set_new(root, "schema_version", qhx_json_number(QHX_BUNDLE_SCHEMA));
     forge_hex64(hex, f.bundle_id);
-    cJSON_AddStringToObject(root, "bundle_id", hex);
+    json_object_set_new(root, "bundle_id", json_string(hex));
     forge_hex64(hex, f.model_hash);
-    cJSON_AddStringToObject(root, "model_hash", hex);
-    cJSON_AddItemToObject(root, "model", cJSON_Parse(f.model_json));
-    cJSON_AddNumberToObject(root, "context_length", ctx);
-    cJSON *target = cJSON_AddObjectToObject(root, "target");
-    cJSON_AddStringToObject(target, "backend", "cpu");
-    cJSON_AddStringToObject(target, "target", QHX_TARGET);
-    cJSON_AddStringToObject(target, "weight_layout", QHX_LAYOUT_W8);
-    cJSON *plan_json = cJSON_AddObjectToObject(root, "plan");
-    cJSON_AddStringToObject(plan_json, "host_op", "qwen3_5_generate");
-    cJSON_AddNumberToObject(plan_json, "max_context_bytes", (double)ceiling);
+    json_object_set_new(root, "model_hash", json_string(hex));
+    json_object_set_new(root, "model", json_loads(f.model_json, 0, NULL));
+    json_object_set_new(root, "context_length", qhx_json_number(ctx));
+    json_t *target = qhx_json_add(root, "target", json_object());
+    json_object_set_new(target, "backend", json_string("cpu"));
+    json_object_set_new(target, "target", json_string(QHX_TARGET));
+    json_object_set_new(target, "weight_layout", json_string(QHX_LAYOUT_W8));
+    json_t *plan_json = qhx_json_add(root, "plan", json_object());
+    json_object_set_new(plan_json, "host_op", json_string("qwen3_5_generate"));
+    json_object_set_new(plan_json, "max_context_bytes", qhx_json_number((double)ceiling));
     if ((rc = forge_export_all(&f, plan_json, first, n_shards, w8_head)) || (rc = forge_copy_tokenizer(&f))) goto out;
-    if (cJSON_GetObjectItem(f.files, "tokenizer.json")) {
-        cJSON *tk = cJSON_AddObjectToObject(plan_json, "tokenizer");
-        cJSON_AddStringToObject(tk, "json", "tokenizer.json");
-        cJSON_AddStringToObject(tk, "compact", "tokenizer.qhxtok");
+    if (json_object_get(f.files, "tokenizer.json")) {
+        json_t *tk = qhx_json_add(plan_json, "tokenizer", json_object());
+        json_object_set_new(tk, "json", json_string("tokenizer.json"));
+        json_object_set_new(tk, "compact", json_string("tokenizer.qhxtok"));
     }
-    cJSON *q = cJSON_AddObjectToObject(root, "quantization");
-    cJSON_AddStringToObject(q, "matrices", "int8, symmetric, one fp32 scale per output row (max|w|/127)");
-    cJSON_AddStringToObject(q, "other", "norms, conv, A_log, dt_bias in fp32; embedding fp16");
-    cJSON_AddNumberToObject(q, "weight_rel_rms_error", sqrt(f.qerr_num / (f.qerr_den > 0 ? f.qerr_den : 1)));
-    cJSON_AddItemToObject(root, "files", f.files);
+    json_t *q = qhx_json_add(root, "quantization", json_object());
+    json_object_set_new(q, "matrices", json_string("int8, symmetric, one fp32 scale per output row (max|w|/127)"));
+    json_object_set_new(q, "other", json_string("norms, conv, A_log, dt_bias in fp32; embedding fp16"));
+    json_object_set_new(q, "weight_rel_rms_error", qhx_json_number(sqrt(f.qerr_num / (f.qerr_den > 0 ? f.qerr_den : 1))));
+    json_object_set_new(root, "files", f.files);
     f.files = NULL;
-    cJSON_AddStringToObject(root, "source", o->checkpoint);
-    cJSON_AddStringToObject(root, "created_by", "qhexrt " QHX_VERSION);
-    cJSON *gates = cJSON_AddObjectToObject(root, "gates");
-    cJSON_AddBoolToObject(gates, "run", o->gate);
+    json_object_set_new(root, "source", json_string(o->checkpoint));
+    json_object_set_new(root, "created_by", json_string("qhexrt " QHX_VERSION));
+    json_t *gates = qhx_json_add(root, "gates", json_object());
+    json_object_set_new(gates, "run", json_boolean(o->gate));
     if ((rc = forge_write_manifest(&f, root))) goto out;
     fprintf(log, "forge: %d decode shard%s under %llu bytes each; weight quantization error %.3f %% (relative RMS)\n",
             n_shards, n_shards > 1 ? "s" : "", (unsigned long long)ceiling, 100 * sqrt(f.qerr_num / (f.qerr_den > 0 ? f.qerr_den : 1)));
@@ -141,8 +141,8 @@ out:
     qhx_runtime_free(ref_rt);
     free(f.specs);
     free(f.model_json);
-    cJSON_Delete(f.files);
-    cJSON_Delete(root);
+    json_decref(f.files);
+    json_decref(root);
     return rc;
 }
 

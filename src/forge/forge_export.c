@@ -8,7 +8,7 @@
 #include "util/outdir.h"
 #include "util/rng.h"
 
-#include <cjson/cJSON.h>
+#include "util/json.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,9 +69,9 @@ static uint64_t record_file(forge *f, const char *name, uint64_t hash) {
     snprintf(path, sizeof path, "%s/%s", f->tmp, name);
     const uint64_t size = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
-    cJSON *fe = cJSON_AddObjectToObject(f->files, name);
-    cJSON_AddNumberToObject(fe, "bytes", (double)size);
-    cJSON_AddStringToObject(fe, "xxh3", hex);
+    json_t *fe = qhx_json_add(f->files, name, json_object());
+    json_object_set_new(fe, "bytes", qhx_json_number((double)size));
+    json_object_set_new(fe, "xxh3", json_string(hex));
     return size;
 }
 
@@ -142,10 +142,10 @@ qhx_status forge_copy_tokenizer(forge *f) {
     return QHX_OK;
 }
 
-qhx_status forge_write_manifest(forge *f, cJSON *root) {
+qhx_status forge_write_manifest(forge *f, json_t *root) {
     char path[4400];
     snprintf(path, sizeof path, "%s/manifest.json", f->tmp);
-    char *text = cJSON_Print(root);
+    char *text = json_dumps(root, JSON_INDENT(2));
     if (!text) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     qhx_status rc = write_text(path, text);
     free(text);
@@ -164,14 +164,14 @@ uint64_t forge_random_id(void) {
 
 void forge_hex64(char out[17], uint64_t v) { snprintf(out, 17, "%016llx", (unsigned long long)v); }
 
-qhx_status forge_export_all(forge *f, cJSON *plan_json, const int *first, int n_shards, int w8_head) {
+qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n_shards, int w8_head) {
     const qhx_config *c = &f->src->cfg;
     qhx_weights *w = f->src->w;
     qhxf_entry *e = calloc((size_t)f->n_specs + 1, sizeof *e);
     const qhx_tensor **src = calloc((size_t)f->n_specs + 1, sizeof *src);
     if (!e || !src) { free(e), free(src); return qhx_fail(QHX_ERR_NOMEM, "out of memory"); }
     qhx_status rc = QHX_OK;
-    cJSON *shards = cJSON_AddArrayToObject(plan_json, "decode_shards");
+    json_t *shards = qhx_json_add(plan_json, "decode_shards", json_array());
     for (int i = 0; i < n_shards && !rc; i++) {
         const int l0 = first[i], l1 = first[i + 1], last = l1 == c->n_layers;
         int n = 0;
@@ -185,13 +185,13 @@ qhx_status forge_export_all(forge *f, cJSON *plan_json, const int *first, int n_
         snprintf(name, sizeof name, "decode_s%d_w8.qhx", i);
         uint64_t bytes;
         rc = write_file(f, name, QHXF_SHARD, l0, l1, e, src, n, &bytes);
-        cJSON *sh = cJSON_CreateObject();
-        cJSON_AddStringToObject(sh, "file", name);
-        cJSON *layers = cJSON_AddArrayToObject(sh, "layers");
-        cJSON_AddItemToArray(layers, cJSON_CreateNumber(l0));
-        cJSON_AddItemToArray(layers, cJSON_CreateNumber(l1));
-        cJSON_AddNumberToObject(sh, "bytes", (double)bytes);
-        cJSON_AddItemToArray(shards, sh);
+        json_t *sh = json_object();
+        json_object_set_new(sh, "file", json_string(name));
+        json_t *layers = qhx_json_add(sh, "layers", json_array());
+        json_array_append_new(layers, qhx_json_number(l0));
+        json_array_append_new(layers, qhx_json_number(l1));
+        json_object_set_new(sh, "bytes", qhx_json_number((double)bytes));
+        json_array_append_new(shards, sh);
         if (!rc) fprintf(f->log, "%sshard %d: layers %d-%d, %.1f MB\n", f->o->progress ? "\n" : "", i, l0, l1 - 1, bytes / 1e6);
     }
     uint64_t bytes;
@@ -199,10 +199,10 @@ qhx_status forge_export_all(forge *f, cJSON *plan_json, const int *first, int n_
     e[0] = (qhxf_entry){"embed_tokens.weight", QHX_F16, V, D};
     src[0] = &w->embed;
     if (!rc) rc = write_file(f, "embed_f16.qhx", QHXF_EMBED, 0, 0, e, src, 1, &bytes);
-    cJSON *emb = cJSON_AddObjectToObject(plan_json, "embedding");
-    cJSON_AddStringToObject(emb, "file", "embed_f16.qhx");
-    cJSON_AddStringToObject(emb, "dtype", "f16");
-    cJSON_AddStringToObject(emb, "lookup", "host");
+    json_t *emb = qhx_json_add(plan_json, "embedding", json_object());
+    json_object_set_new(emb, "file", json_string("embed_f16.qhx"));
+    json_object_set_new(emb, "dtype", json_string("f16"));
+    json_object_set_new(emb, "lookup", json_string("host"));
     const char *head_file = "embed_f16.qhx";
     if (!rc && (w8_head || !c->tie_embeddings)) {
         head_file = w8_head ? "lm_head_w8.qhx" : "lm_head_f16.qhx";
@@ -210,10 +210,10 @@ qhx_status forge_export_all(forge *f, cJSON *plan_json, const int *first, int n_
         src[0] = &w->lm_head;
         rc = write_file(f, head_file, QHXF_HEAD, 0, 0, e, src, 1, &bytes);
     }
-    cJSON *head = cJSON_AddObjectToObject(plan_json, "lm_head");
-    cJSON_AddStringToObject(head, "file", head_file);
-    cJSON_AddStringToObject(head, "dtype", w8_head ? "i8" : "f16");
-    cJSON_AddBoolToObject(head, "tied_to_embedding", !strcmp(head_file, "embed_f16.qhx"));
+    json_t *head = qhx_json_add(plan_json, "lm_head", json_object());
+    json_object_set_new(head, "file", json_string(head_file));
+    json_object_set_new(head, "dtype", json_string(w8_head ? "i8" : "f16"));
+    json_object_set_new(head, "tied_to_embedding", json_boolean(!strcmp(head_file, "embed_f16.qhx")));
     if (f->o->progress) f->o->progress("forge: writing", f->total_bytes, f->total_bytes, f->o->progress_user); /* done */
     free(e);
     free(src);

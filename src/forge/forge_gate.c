@@ -8,7 +8,7 @@
 #include "util/outdir.h"
 #include "util/rng.h"
 
-#include <cjson/cJSON.h>
+#include "util/json.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,13 +32,13 @@ static float gauss(uint64_t *s) {
  * fp32 from the checkpoint, on random hidden states (8 tokens, N(0, 1)). The error is measured on
  * what the shard adds to the residual stream (on the normed output for the last shard), so a
  * broken shard cannot hide behind the residual. */
-qhx_status forge_gate_export(forge *f, qhx_model *b, cJSON *gates, int *passed, int *total) {
+qhx_status forge_gate_export(forge *f, qhx_model *b, json_t *gates, int *passed, int *total) {
     const qhx_config *c = &b->cfg;
     enum { T = 8 };
     const size_t n = (size_t)T * c->hidden;
     float *x0 = malloc(n * sizeof(float)), *xr = malloc(n * sizeof(float)), *xb = malloc(n * sizeof(float));
     if (!x0 || !xr || !xb) { free(x0), free(xr), free(xb); return qhx_fail(QHX_ERR_NOMEM, "out of memory"); }
-    cJSON *g = cJSON_AddObjectToObject(gates, "export"), *list = cJSON_AddArrayToObject(g, "shards");
+    json_t *g = qhx_json_add(gates, "export", json_object()), *list = qhx_json_add(g, "shards", json_array());
     const int trials = f->o->gate_trials > 0 ? f->o->gate_trials : 5;
     qhx_status rc = QHX_OK;
     double worst_all = 0;
@@ -70,21 +70,21 @@ qhx_status forge_gate_export(forge *f, qhx_model *b, cJSON *gates, int *passed, 
             if (!(err <= worst)) worst = err;
             ok += err <= EXPORT_TOL;
         }
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "passed", ok);
-        cJSON_AddNumberToObject(e, "trials", trials);
-        cJSON_AddNumberToObject(e, "worst_rel_error", worst);
-        cJSON_AddItemToArray(list, e);
+        json_t *e = json_object();
+        json_object_set_new(e, "passed", qhx_json_number(ok));
+        json_object_set_new(e, "trials", qhx_json_number(trials));
+        json_object_set_new(e, "worst_rel_error", qhx_json_number(worst));
+        json_array_append_new(list, e);
         fprintf(f->log, "export gate: shard %d (layers %d-%d) %d/%d within %.2g (worst relative error %.2e)\n", i, d->l0,
                 d->l1 - 1, ok, trials, EXPORT_TOL, worst);
         *passed += ok;
         *total += trials;
         if (!(worst <= worst_all)) worst_all = worst;
     }
-    cJSON_AddNumberToObject(g, "passed", *passed);
-    cJSON_AddNumberToObject(g, "total", *total);
-    cJSON_AddNumberToObject(g, "tolerance", EXPORT_TOL);
-    cJSON_AddNumberToObject(g, "worst_rel_error", worst_all);
+    json_object_set_new(g, "passed", qhx_json_number(*passed));
+    json_object_set_new(g, "total", qhx_json_number(*total));
+    json_object_set_new(g, "tolerance", qhx_json_number(EXPORT_TOL));
+    json_object_set_new(g, "worst_rel_error", qhx_json_number(worst_all));
     free(x0), free(xr), free(xb);
     return rc;
 }
@@ -120,12 +120,12 @@ static const char *const gate_prompts[] = {
  * token matches, or when the first divergence is a near-tie of the reference (its margin between
  * the two tokens is under TIE_FRAC of that step's logit range): W8 may flip a coin the reference
  * itself barely decided. */
-qhx_status forge_gate_greedy(forge *f, qhx_model *b, cJSON *gates, int *matched, int *total, int *ok) {
+qhx_status forge_gate_greedy(forge *f, qhx_model *b, json_t *gates, int *matched, int *total, int *ok) {
     const int gen = f->o->gate_tokens > 0 ? f->o->gate_tokens : 64;
     qhx_tokenizer *tok = NULL;
     const int have_tok = qhx_model_tokenizer(f->src, &tok) == QHX_OK;
     const int V = b->cfg.vocab_size;
-    cJSON *g = cJSON_AddObjectToObject(gates, "greedy"), *list = cJSON_AddArrayToObject(g, "prompts");
+    json_t *g = qhx_json_add(gates, "greedy", json_object()), *list = qhx_json_add(g, "prompts", json_array());
     collected r = {malloc(sizeof(int32_t) * (size_t)gen), 0}, q = {malloc(sizeof(int32_t) * (size_t)gen), 0};
     int32_t *ctx = malloc(sizeof(int32_t) * (size_t)(gen + 64));
     float *logits = malloc(sizeof(float) * (size_t)V);
@@ -154,42 +154,42 @@ qhx_status forge_gate_greedy(forge *f, qhx_model *b, cJSON *gates, int *matched,
         }
         int same = 0;
         while (same < g_n && r.ids[same] == q.ids[same]) same++;
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "prompt", have_tok ? gate_prompts[p] : "(random ids)");
-        cJSON_AddNumberToObject(e, "matched", same);
-        cJSON_AddNumberToObject(e, "tokens", g_n);
+        json_t *e = json_object();
+        json_object_set_new(e, "prompt", json_string(have_tok ? gate_prompts[p] : "(random ids)"));
+        json_object_set_new(e, "matched", qhx_json_number(same));
+        json_object_set_new(e, "tokens", qhx_json_number(g_n));
         fprintf(f->log, "greedy gate: prompt %d %s%s%s: %d/%d tokens match", p, have_tok ? "\"" : "",
                 have_tok ? gate_prompts[p] : "(random ids)", have_tok ? "\"" : "", same, g_n);
         if (same < g_n) { /* the reference's margin at the divergence */
             memcpy(ctx, ids, n * sizeof(int32_t));
             memcpy(ctx + n, r.ids, (size_t)same * sizeof(int32_t));
             qhx_session *s;
-            if ((rc = qhx_session_new(f->src, &s))) { free(ids); cJSON_Delete(e); break; }
+            if ((rc = qhx_session_new(f->src, &s))) { free(ids); json_decref(e); break; }
             rc = qhx_session_eval(s, ctx, (int)n + same, QHX_EVAL_SEQUENCE, NULL, logits);
             qhx_session_free(s);
-            if (rc) { free(ids); cJSON_Delete(e); break; }
+            if (rc) { free(ids); json_decref(e); break; }
             float lo = logits[0], hi = logits[0];
             for (int v = 1; v < V; v++) lo = fminf(lo, logits[v]), hi = fmaxf(hi, logits[v]);
             const double margin = (double)logits[r.ids[same]] - logits[q.ids[same]];
             const int tie = margin < TIE_FRAC * (hi - lo);
-            cJSON_AddNumberToObject(e, "divergence_at", same);
-            cJSON_AddNumberToObject(e, "reference_margin", margin);
-            cJSON_AddNumberToObject(e, "logit_range", hi - lo);
-            cJSON_AddBoolToObject(e, "near_tie", tie);
+            json_object_set_new(e, "divergence_at", qhx_json_number(same));
+            json_object_set_new(e, "reference_margin", qhx_json_number(margin));
+            json_object_set_new(e, "logit_range", qhx_json_number(hi - lo));
+            json_object_set_new(e, "near_tie", json_boolean(tie));
             fprintf(f->log, "; diverges at %d: reference margin %.4f of logit range %.2f (%s)", same, margin, hi - lo,
                     tie ? "near-tie" : "FAIL");
             *ok &= tie;
         }
         fputc('\n', f->log);
-        cJSON_AddItemToArray(list, e);
+        json_array_append_new(list, e);
         *matched += same;
         *total += g_n;
         free(ids);
     }
-    cJSON_AddNumberToObject(g, "matched", *matched);
-    cJSON_AddNumberToObject(g, "total", *total);
-    cJSON_AddNumberToObject(g, "tie_fraction", TIE_FRAC);
-    cJSON_AddBoolToObject(g, "passed", *ok);
+    json_object_set_new(g, "matched", qhx_json_number(*matched));
+    json_object_set_new(g, "total", qhx_json_number(*total));
+    json_object_set_new(g, "tie_fraction", qhx_json_number(TIE_FRAC));
+    json_object_set_new(g, "passed", json_boolean(*ok));
     free(r.ids), free(q.ids), free(ctx), free(logits);
     return rc;
 }

@@ -5,7 +5,7 @@
 #include "forge/forge.h"
 #include "model/qwen35.h"
 
-#include <cjson/cJSON.h>
+#include "util/json.h"
 #include <stdio.h>
 
 typedef struct {
@@ -17,7 +17,7 @@ typedef struct {
     char tmp[4096];
     uint64_t bundle_id, model_hash;
     char *model_json;
-    cJSON *files;              /* name -> {bytes, xxh3} */
+    json_t *files;              /* name -> {bytes, xxh3} */
     double qerr_num, qerr_den; /* weight quantization error, summed over matrices */
     uint64_t done_bytes, total_bytes;
 } forge;
@@ -27,13 +27,13 @@ uint64_t forge_spec_bytes(const qhx_tensor_spec *s);
 /* 1. decode shards: first[i] is shard i's first layer, first[n_shards] the layer count */
 qhx_status forge_plan(forge *f, int *n_shards, int *first, uint64_t ceiling);
 /* 2. every shard file, the embedding and the lm-head into f->tmp, hashed into f->files */
-qhx_status forge_export_all(forge *f, cJSON *plan_json, const int *first, int n_shards, int w8_head);
+qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n_shards, int w8_head);
 qhx_status forge_copy_tokenizer(forge *f);
 /* 3. the gates on the written bundle b, their results added to gates */
-qhx_status forge_gate_export(forge *f, qhx_model *b, cJSON *gates, int *passed, int *total);
-qhx_status forge_gate_greedy(forge *f, qhx_model *b, cJSON *gates, int *matched, int *total, int *ok);
+qhx_status forge_gate_export(forge *f, qhx_model *b, json_t *gates, int *passed, int *total);
+qhx_status forge_gate_greedy(forge *f, qhx_model *b, json_t *gates, int *matched, int *total, int *ok);
 /* 4. manifest.json, written last */
-qhx_status forge_write_manifest(forge *f, cJSON *root);
+qhx_status forge_write_manifest(forge *f, json_t *root);
 uint64_t forge_random_id(void);
 void forge_hex64(char out[17], uint64_t v);
 

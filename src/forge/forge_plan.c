@@ -9,7 +9,7 @@
 #include "util/outdir.h"
 #include "util/rng.h"
 
-#include <cjson/cJSON.h>
+#include "util/json.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,7 @@
 #include "util/half.h"
 #include "util/outdir.h"
 
-#include <cjson/cJSON.h>
+#include "util/json.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -49,47 +49,47 @@ int qhx_synth_preset_info(int i, const char **name, const char **about) {
 
 #define SHARD_BYTES (4ull << 30) /* like HF's max_shard_size: 4 GiB per safetensors file */
 
-static cJSON *config_json(const preset *p) {
-    cJSON *root = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("Qwen3_5ForConditionalGeneration"));
-    cJSON_AddStringToObject(root, "model_type", "qwen3_5");
-    cJSON_AddBoolToObject(root, "tie_word_embeddings", p->tied);
-    cJSON *tc = cJSON_AddObjectToObject(root, "text_config");
-    cJSON_AddStringToObject(tc, "model_type", "qwen3_5_text");
-    cJSON_AddStringToObject(tc, "hidden_act", "silu");
-    cJSON_AddBoolToObject(tc, "attention_bias", 0);
-    cJSON_AddBoolToObject(tc, "attn_output_gate", 1);
-    cJSON_AddStringToObject(tc, "dtype", "bfloat16");
-    cJSON_AddNumberToObject(tc, "vocab_size", p->vocab);
-    cJSON_AddNumberToObject(tc, "hidden_size", p->hidden);
-    cJSON_AddNumberToObject(tc, "num_hidden_layers", p->layers);
-    cJSON_AddNumberToObject(tc, "intermediate_size", p->ffn);
-    cJSON_AddNumberToObject(tc, "num_attention_heads", p->heads);
-    cJSON_AddNumberToObject(tc, "num_key_value_heads", p->kv_heads);
-    cJSON_AddNumberToObject(tc, "head_dim", p->head_dim);
-    cJSON_AddNumberToObject(tc, "linear_num_key_heads", p->lk_heads);
-    cJSON_AddNumberToObject(tc, "linear_num_value_heads", p->lv_heads);
-    cJSON_AddNumberToObject(tc, "linear_key_head_dim", p->lk_dim);
-    cJSON_AddNumberToObject(tc, "linear_value_head_dim", p->lv_dim);
-    cJSON_AddNumberToObject(tc, "linear_conv_kernel_dim", p->conv);
-    cJSON_AddNumberToObject(tc, "full_attention_interval", p->interval);
-    cJSON_AddNumberToObject(tc, "max_position_embeddings", 262144);
-    cJSON_AddNumberToObject(tc, "rms_norm_eps", 1e-6);
-    cJSON_AddBoolToObject(tc, "tie_word_embeddings", p->tied);
-    cJSON_AddNumberToObject(tc, "mtp_num_hidden_layers", 0);
-    cJSON *types = cJSON_AddArrayToObject(tc, "layer_types");
+static json_t *config_json(const preset *p) {
+    json_t *root = json_object();
+    json_t *arch = qhx_json_add(root, "architectures", json_array());
+    json_array_append_new(arch, json_string("Qwen3_5ForConditionalGeneration"));
+    json_object_set_new(root, "model_type", json_string("qwen3_5"));
+    json_object_set_new(root, "tie_word_embeddings", json_boolean(p->tied));
+    json_t *tc = qhx_json_add(root, "text_config", json_object());
+    json_object_set_new(tc, "model_type", json_string("qwen3_5_text"));
+    json_object_set_new(tc, "hidden_act", json_string("silu"));
+    json_object_set_new(tc, "attention_bias", json_boolean(0));
+    json_object_set_new(tc, "attn_output_gate", json_boolean(1));
+    json_object_set_new(tc, "dtype", json_string("bfloat16"));
+    json_object_set_new(tc, "vocab_size", qhx_json_number(p->vocab));
+    json_object_set_new(tc, "hidden_size", qhx_json_number(p->hidden));
+    json_object_set_new(tc, "num_hidden_layers", qhx_json_number(p->layers));
+    json_object_set_new(tc, "intermediate_size", qhx_json_number(p->ffn));
+    json_object_set_new(tc, "num_attention_heads", qhx_json_number(p->heads));
+    json_object_set_new(tc, "num_key_value_heads", qhx_json_number(p->kv_heads));
+    json_object_set_new(tc, "head_dim", qhx_json_number(p->head_dim));
+    json_object_set_new(tc, "linear_num_key_heads", qhx_json_number(p->lk_heads));
+    json_object_set_new(tc, "linear_num_value_heads", qhx_json_number(p->lv_heads));
+    json_object_set_new(tc, "linear_key_head_dim", qhx_json_number(p->lk_dim));
+    json_object_set_new(tc, "linear_value_head_dim", qhx_json_number(p->lv_dim));
+    json_object_set_new(tc, "linear_conv_kernel_dim", qhx_json_number(p->conv));
+    json_object_set_new(tc, "full_attention_interval", qhx_json_number(p->interval));
+    json_object_set_new(tc, "max_position_embeddings", qhx_json_number(262144));
+    json_object_set_new(tc, "rms_norm_eps", qhx_json_number(1e-6));
+    json_object_set_new(tc, "tie_word_embeddings", json_boolean(p->tied));
+    json_object_set_new(tc, "mtp_num_hidden_layers", qhx_json_number(0));
+    json_t *types = qhx_json_add(tc, "layer_types", json_array());
     for (int i = 0; i < p->layers; i++)
-        cJSON_AddItemToArray(types, cJSON_CreateString((i + 1) % p->interval ? "linear_attention" : "full_attention"));
-    cJSON *rp = cJSON_AddObjectToObject(tc, "rope_parameters");
-    cJSON_AddStringToObject(rp, "rope_type", "default");
-    cJSON_AddNumberToObject(rp, "rope_theta", p->theta);
-    cJSON_AddNumberToObject(rp, "partial_rotary_factor", 0.25);
-    cJSON_AddBoolToObject(rp, "mrope_interleaved", 1);
+        json_array_append_new(types, json_string((i + 1) % p->interval ? "linear_attention" : "full_attention"));
+    json_t *rp = qhx_json_add(tc, "rope_parameters", json_object());
+    json_object_set_new(rp, "rope_type", json_string("default"));
+    json_object_set_new(rp, "rope_theta", qhx_json_number(p->theta));
+    json_object_set_new(rp, "partial_rotary_factor", qhx_json_number(0.25));
+    json_object_set_new(rp, "mrope_interleaved", json_boolean(1));
     const int half = p->head_dim / 8; /* rotary dims / 2, split over the three M-RoPE streams */
     const int sec[3] = {half - 2 * (half / 3), half / 3, half / 3};
-    cJSON_AddItemToObject(rp, "mrope_section", cJSON_CreateIntArray(sec, 3));
-    cJSON_AddNumberToObject(root, "eos_token_id", p->vocab > 248046 ? 248046 : p->vocab - 1);
+    json_object_set_new(rp, "mrope_section", json_pack("[i, i, i]", sec[0], sec[1], sec[2]));
+    json_object_set_new(root, "eos_token_id", qhx_json_number(p->vocab > 248046 ? 248046 : p->vocab - 1));
     return root;
 }
 
@@ -166,9 +166,9 @@ qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force
     struct stat st;
     if (stat(dir, &st) == 0 && !force) return qhx_fail(QHX_ERR_IO, "%s: already exists (use --force to replace it)", dir);
 
-    cJSON *cj = config_json(p);
-    char *text = cJSON_Print(cj);
-    cJSON_Delete(cj);
+    json_t *cj = config_json(p);
+    char *text = json_dumps(cj, JSON_INDENT(2));
+    json_decref(cj);
     qhx_config *cfg = malloc(sizeof *cfg);
     qhx_status rc = cfg && text ? qhx_config_parse(cfg, "synth config", text, strlen(text)) : qhx_fail(QHX_ERR_NOMEM, "out of memory");
     int n = rc ? 0 : qhx_qwen35_specs(cfg, "model.language_model.", NULL, NULL);
@@ -196,7 +196,7 @@ qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force
         bytes += b;
     }
     n_shards++;
-    cJSON *wmap = cJSON_CreateObject();
+    json_t *wmap = json_object();
     for (int s = 0; s < n_shards && !rc; s++) {
         size_t cnt = 0, shard_bytes = 0;
         for (int i = 0; i < n; i++)
@@ -208,25 +208,25 @@ qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force
         char fname[64];
         if (n_shards == 1) snprintf(fname, sizeof fname, "model.safetensors");
         else snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
-        for (size_t k = 0; k < cnt; k++) cJSON_AddStringToObject(wmap, entries[k].name, fname);
+        for (size_t k = 0; k < cnt; k++) json_object_set_new(wmap, entries[k].name, json_string(fname));
         snprintf(path, sizeof path, "%s/%s", tmp, fname);
         rc = qhx_st_write(path, entries, cnt, fill, &f, progress);
         f.base_bytes += shard_bytes;
     }
     if (show_progress) show_progress("synth: writing", f.total_bytes, f.total_bytes, progress_user); /* done */
     if (!rc && n_shards > 1) {
-        cJSON *idx = cJSON_CreateObject();
-        cJSON *meta = cJSON_AddObjectToObject(idx, "metadata");
-        cJSON_AddNumberToObject(meta, "total_size", (double)f.total_bytes);
-        cJSON_AddItemToObject(idx, "weight_map", wmap);
+        json_t *idx = json_object();
+        json_t *meta = qhx_json_add(idx, "metadata", json_object());
+        json_object_set_new(meta, "total_size", qhx_json_number((double)f.total_bytes));
+        json_object_set_new(idx, "weight_map", wmap);
         wmap = NULL;
-        char *itext = cJSON_Print(idx);
-        cJSON_Delete(idx);
+        char *itext = json_dumps(idx, JSON_INDENT(2));
+        json_decref(idx);
         snprintf(path, sizeof path, "%s/model.safetensors.index.json", tmp);
         rc = itext ? write_text(path, itext) : qhx_fail(QHX_ERR_NOMEM, "out of memory");
         free(itext);
     }
-    cJSON_Delete(wmap);
+    json_decref(wmap);
     if (rc) goto fail;
 
     if ((rc = qhx_outdir_publish(tmp, dir))) goto fail;

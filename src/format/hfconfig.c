@@ -2,7 +2,7 @@
 #include "util/error.h"
 #include "util/mapfile.h"
 
-#include <cjson/cJSON.h>
+#include "util/json.h"
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -13,44 +13,46 @@
 
 typedef struct {
     const char *path;
-    const cJSON *tc;   /* the text config object (text_config, or the root when flat) */
-    const cJSON *root;
+    const json_t *tc;   /* the text config object (text_config, or the root when flat) */
+    const json_t *root;
 } ctx;
 
-static const cJSON *field(const ctx *x, const char *key) { return cJSON_GetObjectItemCaseSensitive(x->tc, key); }
+static const json_t *field(const ctx *x, const char *key) { return json_object_get(x->tc, key); }
 
 static qhx_status get_int(const ctx *x, const char *key, int lo, int hi, int *out, int required, int dflt) {
-    const cJSON *v = field(x, key);
-    if (!v || cJSON_IsNull(v)) {
+    const json_t *v = field(x, key);
+    if (!v || json_is_null(v)) {
         if (required) return qhx_fail(QHX_ERR_FORMAT, "%s: missing field '%s'", x->path, key);
         *out = dflt;
         return QHX_OK;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
+    if (!json_is_number(v) || json_number_value(v) != floor(json_number_value(v)) || json_number_value(v) < lo || json_number_value(v) > hi)
         return qhx_fail(QHX_ERR_FORMAT, "%s: field '%s' must be an integer in [%d, %d]", x->path, key, lo, hi);
-    *out = (int)v->valuedouble;
+    *out = (int)json_number_value(v);
     return QHX_OK;
 }
 
-static qhx_status get_float(const ctx *x, const cJSON *obj, const char *key, double lo, double hi, float *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+static qhx_status get_float(const ctx *x, const json_t *obj, const char *key, double lo, double hi, float *out) {
+    const json_t *v = json_object_get(obj, key);
     if (!v) return qhx_fail(QHX_ERR_FORMAT, "%s: missing field '%s'", x->path, key);
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
+    if (!json_is_number(v) || !(json_number_value(v) >= lo && json_number_value(v) <= hi))
         return qhx_fail(QHX_ERR_FORMAT, "%s: field '%s' must be a number in [%g, %g]", x->path, key, lo, hi);
-    *out = (float)v->valuedouble;
+    *out = (float)json_number_value(v);
     return QHX_OK;
 }
 
 /* eos_token_id may be an int or a list of ints. */
-static void read_eos(qhx_config *c, const cJSON *v) {
-    if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < c->vocab_size) {
+static void read_eos(qhx_config *c, const json_t *v) {
+    if (json_is_number(v) && json_number_value(v) >= 0 && json_number_value(v) < c->vocab_size) {
         c->n_eos = 1;
-        c->eos[0] = (int32_t)v->valuedouble;
-    } else if (cJSON_IsArray(v)) {
+        c->eos[0] = (int32_t)json_number_value(v);
+    } else if (json_is_array(v)) {
         c->n_eos = 0;
-        for (const cJSON *e = v->child; e && c->n_eos < 4; e = e->next)
-            if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble < c->vocab_size)
-                c->eos[c->n_eos++] = (int32_t)e->valuedouble;
+        size_t i;
+        const json_t *e;
+        json_array_foreach(v, i, e)
+            if (c->n_eos < 4 && json_is_number(e) && json_number_value(e) >= 0 && json_number_value(e) < c->vocab_size)
+                c->eos[c->n_eos++] = (int32_t)json_number_value(e);
     }
 }
 
@@ -80,31 +82,31 @@ static qhx_status parse_text(qhx_config *c, const ctx *x) {
     if ((long long)c->n_heads * c->head_dim * 2 > MAX_DIM || (long long)qhx_config_conv_dim(c) > MAX_DIM)
         return qhx_fail(QHX_ERR_FORMAT, "%s: attention dimensions too large", x->path);
 
-    const cJSON *act = field(x, "hidden_act");
-    if (act && !(cJSON_IsString(act) && !strcmp(act->valuestring, "silu")))
+    const json_t *act = field(x, "hidden_act");
+    if (act && !(json_is_string(act) && !strcmp(json_string_value(act), "silu")))
         return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: hidden_act must be \"silu\"", x->path);
-    const cJSON *bias = field(x, "attention_bias");
-    if (bias && cJSON_IsTrue(bias)) return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: attention_bias true is not supported", x->path);
+    const json_t *bias = field(x, "attention_bias");
+    if (bias && json_is_true(bias)) return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: attention_bias true is not supported", x->path);
 
     /* RoPE: newer configs nest it in rope_parameters, older ones keep flat keys. */
-    const cJSON *rp = field(x, "rope_parameters");
+    const json_t *rp = field(x, "rope_parameters");
     if (!rp) rp = field(x, "rope_scaling");
-    const cJSON *rsrc = cJSON_IsObject(rp) && cJSON_GetObjectItemCaseSensitive(rp, "rope_theta") ? rp : x->tc;
+    const json_t *rsrc = json_is_object(rp) && json_object_get(rp, "rope_theta") ? rp : x->tc;
     if ((rc = get_float(x, rsrc, "rope_theta", 1, 1e12, &c->rope_theta))) return rc;
     float prf = 1.0f;
-    const cJSON *pr = cJSON_IsObject(rp) ? cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor") : NULL;
+    const json_t *pr = json_is_object(rp) ? json_object_get(rp, "partial_rotary_factor") : NULL;
     if (!pr) pr = field(x, "partial_rotary_factor");
     if (pr) {
-        if (!cJSON_IsNumber(pr) || !(pr->valuedouble > 0 && pr->valuedouble <= 1))
+        if (!json_is_number(pr) || !(json_number_value(pr) > 0 && json_number_value(pr) <= 1))
             return qhx_fail(QHX_ERR_FORMAT, "%s: partial_rotary_factor must be in (0, 1]", x->path);
-        prf = (float)pr->valuedouble;
+        prf = (float)json_number_value(pr);
     }
-    if (cJSON_IsObject(rp)) {
-        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
-        if (!rt) rt = cJSON_GetObjectItemCaseSensitive(rp, "type");
-        if (rt && !(cJSON_IsString(rt) && !strcmp(rt->valuestring, "default")))
+    if (json_is_object(rp)) {
+        const json_t *rt = json_object_get(rp, "rope_type");
+        if (!rt) rt = json_object_get(rp, "type");
+        if (rt && !(json_is_string(rt) && !strcmp(json_string_value(rt), "default")))
             return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: rope_type '%s' is not supported (only \"default\")", x->path,
-                            cJSON_IsString(rt) ? rt->valuestring : "?");
+                            json_is_string(rt) ? json_string_value(rt) : "?");
     }
     /* HF: rotary_dim = int(head_dim * partial_rotary_factor) */
     c->rot_dim = (int)(c->head_dim * (double)prf);
@@ -112,14 +114,16 @@ static qhx_status parse_text(qhx_config *c, const ctx *x) {
         return qhx_fail(QHX_ERR_FORMAT, "%s: rotary dimension %d (head_dim x partial_rotary_factor) must be even",
                         x->path, c->rot_dim);
 
-    const cJSON *lt = field(x, "layer_types");
+    const json_t *lt = field(x, "layer_types");
     if (lt) {
-        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->n_layers)
+        if (!json_is_array(lt) || json_array_size(lt) != (size_t)c->n_layers)
             return qhx_fail(QHX_ERR_FORMAT, "%s: layer_types must list %d layers", x->path, c->n_layers);
-        int i = 0;
-        for (const cJSON *e = lt->child; e; e = e->next, i++) {
-            if (cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention")) c->full_attn[i] = 1;
-            else if (cJSON_IsString(e) && !strcmp(e->valuestring, "linear_attention")) c->full_attn[i] = 0;
+        size_t k;
+        const json_t *e;
+        json_array_foreach(lt, k, e) {
+            const int i = (int)k;
+            if (json_is_string(e) && !strcmp(json_string_value(e), "full_attention")) c->full_attn[i] = 1;
+            else if (json_is_string(e) && !strcmp(json_string_value(e), "linear_attention")) c->full_attn[i] = 0;
             else return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: layer_types[%d] is not \"linear_attention\" or \"full_attention\"", x->path, i);
         }
     } else {
@@ -129,36 +133,36 @@ static qhx_status parse_text(qhx_config *c, const ctx *x) {
     }
 
     /* The composite model ties by its top-level flag; a flat config carries one flag. */
-    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(x->root, "tie_word_embeddings");
+    const json_t *tie = json_object_get(x->root, "tie_word_embeddings");
     if (!tie) tie = field(x, "tie_word_embeddings");
-    c->tie_embeddings = tie && cJSON_IsTrue(tie);
+    c->tie_embeddings = tie && json_is_true(tie);
     read_eos(c, field(x, "eos_token_id"));
-    if (!c->n_eos) read_eos(c, cJSON_GetObjectItemCaseSensitive(x->root, "eos_token_id"));
+    if (!c->n_eos) read_eos(c, json_object_get(x->root, "eos_token_id"));
     return QHX_OK;
 }
 
 qhx_status qhx_config_parse(qhx_config *c, const char *path, const char *json, size_t len) {
     memset(c, 0, sizeof *c);
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
+    json_t *root = qhx_json_parse(json, len);
+    if (!root || !json_is_object(root)) {
+        json_decref(root);
         return qhx_fail(QHX_ERR_FORMAT, "%s: not a JSON object", path);
     }
     ctx x = {path, root, root};
-    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    const char *type = cJSON_IsString(mt) ? mt->valuestring : NULL;
+    const json_t *mt = json_object_get(root, "model_type");
+    const char *type = json_is_string(mt) ? json_string_value(mt) : NULL;
     qhx_status rc;
     if (!type) {
         rc = qhx_fail(QHX_ERR_FORMAT, "%s: missing field 'model_type'", path);
     } else if (!strcmp(type, "qwen3_5")) {
-        const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
-        if (!cJSON_IsObject(tc)) {
+        const json_t *tc = json_object_get(root, "text_config");
+        if (!json_is_object(tc)) {
             rc = qhx_fail(QHX_ERR_FORMAT, "%s: model_type qwen3_5 needs a 'text_config' object", path);
         } else {
-            const cJSON *tmt = cJSON_GetObjectItemCaseSensitive(tc, "model_type");
-            if (tmt && !(cJSON_IsString(tmt) && !strcmp(tmt->valuestring, "qwen3_5_text")))
+            const json_t *tmt = json_object_get(tc, "model_type");
+            if (tmt && !(json_is_string(tmt) && !strcmp(json_string_value(tmt), "qwen3_5_text")))
                 rc = qhx_fail(QHX_ERR_UNSUPPORTED, "%s: text_config.model_type '%s' is not supported (expected qwen3_5_text)",
-                              path, cJSON_IsString(tmt) ? tmt->valuestring : "?");
+                              path, json_is_string(tmt) ? json_string_value(tmt) : "?");
             else {
                 x.tc = tc;
                 rc = parse_text(c, &x);
@@ -170,7 +174,7 @@ qhx_status qhx_config_parse(qhx_config *c, const char *path, const char *json, s
         rc = qhx_fail(QHX_ERR_UNSUPPORTED, "%s: model_type '%.64s' is not supported (expected qwen3_5 or qwen3_5_text)",
                       path, type);
     }
-    cJSON_Delete(root);
+    json_decref(root);
     return rc;
 }
 
@@ -187,9 +191,9 @@ qhx_status qhx_config_load(qhx_config *c, const char *dir) {
     /* generation_config.json names the ids generation stops on; it is optional. */
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     if (qhx_read_file(path, 1u << 20, &buf, &len) == QHX_OK) {
-        cJSON *g = cJSON_ParseWithLength(buf, len);
-        if (g) read_eos(c, cJSON_GetObjectItemCaseSensitive(g, "eos_token_id"));
-        cJSON_Delete(g);
+        json_t *g = qhx_json_parse(buf, len);
+        if (g) read_eos(c, json_object_get(g, "eos_token_id"));
+        json_decref(g);
         free(buf);
     }
     qhx_clear_error();
@@ -197,35 +201,21 @@ qhx_status qhx_config_load(qhx_config *c, const char *dir) {
 }
 
 char *qhx_config_to_json(const qhx_config *c) {
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
-    cJSON_AddStringToObject(o, "model_type", "qwen3_5_text");
-    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
-    cJSON_AddNumberToObject(o, "hidden_size", c->hidden);
-    cJSON_AddNumberToObject(o, "num_hidden_layers", c->n_layers);
-    cJSON_AddNumberToObject(o, "intermediate_size", c->ffn);
-    cJSON_AddNumberToObject(o, "num_attention_heads", c->n_heads);
-    cJSON_AddNumberToObject(o, "num_key_value_heads", c->n_kv_heads);
-    cJSON_AddNumberToObject(o, "head_dim", c->head_dim);
-    cJSON_AddNumberToObject(o, "linear_num_key_heads", c->lin_k_heads);
-    cJSON_AddNumberToObject(o, "linear_num_value_heads", c->lin_v_heads);
-    cJSON_AddNumberToObject(o, "linear_key_head_dim", c->lin_k_dim);
-    cJSON_AddNumberToObject(o, "linear_value_head_dim", c->lin_v_dim);
-    cJSON_AddNumberToObject(o, "linear_conv_kernel_dim", c->conv_kernel);
-    cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_pos);
-    cJSON_AddNumberToObject(o, "rms_norm_eps", c->eps);
-    cJSON_AddStringToObject(o, "hidden_act", "silu");
-    cJSON *rp = cJSON_AddObjectToObject(o, "rope_parameters");
-    cJSON_AddStringToObject(rp, "rope_type", "default");
-    cJSON_AddNumberToObject(rp, "rope_theta", c->rope_theta);
-    cJSON_AddNumberToObject(rp, "partial_rotary_factor", (double)c->rot_dim / c->head_dim);
-    cJSON *lt = cJSON_AddArrayToObject(o, "layer_types");
-    for (int i = 0; i < c->n_layers; i++)
-        cJSON_AddItemToArray(lt, cJSON_CreateString(c->full_attn[i] ? "full_attention" : "linear_attention"));
-    cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_embeddings);
-    cJSON *eos = cJSON_AddArrayToObject(o, "eos_token_id");
-    for (int i = 0; i < c->n_eos; i++) cJSON_AddItemToArray(eos, cJSON_CreateNumber(c->eos[i]));
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
+    json_t *lt = json_array(), *eos = json_array();
+    for (int i = 0; lt && i < c->n_layers; i++) json_array_append_new(lt, json_string(c->full_attn[i] ? "full_attention" : "linear_attention"));
+    for (int i = 0; eos && i < c->n_eos; i++) json_array_append_new(eos, json_integer(c->eos[i]));
+    /* numbers as qhx_json_number writes them: the text is what a bundle's model_hash covers */
+    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:o, s:s, s:{s:s, s:o, s:o}, s:o, s:b, s:o}",
+                          "model_type", "qwen3_5_text", "vocab_size", c->vocab_size, "hidden_size", c->hidden,
+                          "num_hidden_layers", c->n_layers, "intermediate_size", c->ffn, "num_attention_heads", c->n_heads,
+                          "num_key_value_heads", c->n_kv_heads, "head_dim", c->head_dim, "linear_num_key_heads", c->lin_k_heads,
+                          "linear_num_value_heads", c->lin_v_heads, "linear_key_head_dim", c->lin_k_dim,
+                          "linear_value_head_dim", c->lin_v_dim, "linear_conv_kernel_dim", c->conv_kernel,
+                          "max_position_embeddings", c->max_pos, "rms_norm_eps", qhx_json_number(c->eps), "hidden_act", "silu",
+                          "rope_parameters", "rope_type", "default", "rope_theta", qhx_json_number(c->rope_theta),
+                          "partial_rotary_factor", qhx_json_number((double)c->rot_dim / c->head_dim), "layer_types", lt,
+                          "tie_word_embeddings", c->tie_embeddings, "eos_token_id", eos);
+    char *s = o ? qhx_json_canonical(o) : NULL;
+    json_decref(o);
     return s;
 }

@@ -2,7 +2,7 @@
 #include "format/w8.h"
 #include "util/error.h"
 
-#include <cjson/cJSON.h>
+#include "util/json.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,23 +29,24 @@ static int field_eq(const char *field, size_t size, const char *want) {
 
 static qhx_status parse_dir(qhxf_file *f, const char *path) {
     const qhxf_header *h = &f->h;
-    cJSON *root = cJSON_ParseWithLength((const char *)f->map.data + h->dir_offset, h->dir_len);
-    const cJSON *list = root ? cJSON_GetObjectItemCaseSensitive(root, "tensors") : NULL;
-    if (!cJSON_IsArray(list)) {
-        cJSON_Delete(root);
+    json_t *root = qhx_json_parse((const char *)f->map.data + h->dir_offset, h->dir_len);
+    const json_t *list = root ? json_object_get(root, "tensors") : NULL;
+    if (!json_is_array(list)) {
+        json_decref(root);
         return qhx_fail(QHX_ERR_FORMAT, "%s: tensor directory is not valid JSON with a 'tensors' list", path);
     }
-    int n = cJSON_GetArraySize(list);
+    int n = (int)json_array_size(list);
     f->tensors = calloc(n ? (size_t)n : 1, sizeof *f->tensors);
-    if (!f->tensors) { cJSON_Delete(root); return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path); }
+    if (!f->tensors) { json_decref(root); return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path); }
     qhx_status rc = QHX_OK;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, list) {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name"), *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape"), *off = cJSON_GetObjectItemCaseSensitive(e, "offset");
-        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(e, "scale_offset");
-        if (!cJSON_IsString(name) || !cJSON_IsString(dt) || !cJSON_IsArray(shape) || cJSON_GetArraySize(shape) != 2 ||
-            !cJSON_IsNumber(off)) {
+    size_t k;
+    const json_t *e;
+    json_array_foreach(list, k, e) {
+        const json_t *name = json_object_get(e, "name"), *dt = json_object_get(e, "dtype");
+        const json_t *shape = json_object_get(e, "shape"), *off = json_object_get(e, "offset");
+        const json_t *sc = json_object_get(e, "scale_offset");
+        if (!json_is_string(name) || !json_is_string(dt) || !json_is_array(shape) || (int)json_array_size(shape) != 2 ||
+            !json_is_number(off)) {
             rc = qhx_fail(QHX_ERR_FORMAT, "%s: directory entry %d lacks name, dtype, shape [rows, cols] or offset", path,
                           f->n_tensors);
             break;
@@ -53,12 +54,12 @@ static qhx_status parse_dir(qhxf_file *f, const char *path) {
         qhxf_tensor *ft = &f->tensors[f->n_tensors];
         qhx_tensor *t = &ft->t;
         int d = 0;
-        while (d < 4 && strcmp(dtype_names[d], dt->valuestring)) d++;
-        const double rows = cJSON_GetArrayItem(shape, 0)->valuedouble, cols = cJSON_GetArrayItem(shape, 1)->valuedouble;
-        const double o = off->valuedouble;
+        while (d < 4 && strcmp(dtype_names[d], json_string_value(dt))) d++;
+        const double rows = json_number_value(json_array_get(shape, 0)), cols = json_number_value(json_array_get(shape, 1));
+        const double o = json_number_value(off);
         if (d == 4 || rows < 1 || cols < 1 || rows > 1e9 || cols > 1e9 || o < 0 || o > 1e18 || o != (double)(uint64_t)o ||
-            (sc && !cJSON_IsNumber(sc))) {
-            rc = qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' has a bad dtype, shape or offset", path, name->valuestring);
+            (sc && !json_is_number(sc))) {
+            rc = qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' has a bad dtype, shape or offset", path, json_string_value(name));
             break;
         }
         t->dtype = (qhx_dtype)d;
@@ -67,25 +68,25 @@ static qhx_status parse_dir(qhxf_file *f, const char *path) {
         const uint64_t bytes = qhxf_data_bytes(t->dtype, t->rows, t->cols), start = (uint64_t)o;
         if (start % QHXF_ALIGN || start < h->data_offset || start > h->file_size || bytes > h->file_size - start) {
             rc = qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' data [%llu, +%llu) is misaligned or outside the file", path,
-                          name->valuestring, (unsigned long long)start, (unsigned long long)bytes);
+                          json_string_value(name), (unsigned long long)start, (unsigned long long)bytes);
             break;
         }
         t->data = f->map.data + start;
         if (t->dtype == QHX_I8) {
-            const double so = sc ? sc->valuedouble : -1;
+            const double so = sc ? json_number_value(sc) : -1;
             const uint64_t sbytes = 4 * (uint64_t)t->rows;
             if (so < 0 || so != (double)(uint64_t)so || (uint64_t)so % QHXF_ALIGN || (uint64_t)so < h->data_offset ||
                 (uint64_t)so > h->file_size || sbytes > h->file_size - (uint64_t)so) {
-                rc = qhx_fail(QHX_ERR_FORMAT, "%s: int8 tensor '%s' has no valid scale_offset", path, name->valuestring);
+                rc = qhx_fail(QHX_ERR_FORMAT, "%s: int8 tensor '%s' has no valid scale_offset", path, json_string_value(name));
                 break;
             }
             t->scale = (const float *)(f->map.data + (uint64_t)so);
         }
-        ft->name = strdup(name->valuestring);
+        ft->name = strdup(json_string_value(name));
         if (!ft->name) { rc = qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path); break; }
         f->n_tensors++;
     }
-    cJSON_Delete(root);
+    json_decref(root);
     return rc;
 }
 
@@ -184,44 +185,35 @@ qhx_status qhxf_write(const char *path, const qhxf_header *hdr, const qhxf_entry
                       void *user, uint64_t *hash, void (*progress)(uint64_t bytes, void *user)) {
     /* lay out: directory right after the header, data from the next aligned offset */
     uint64_t *off = calloc((size_t)n * 2 + 1, sizeof *off);
-    cJSON *root = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(root, "tensors");
+    json_t *root = json_object();
     char *dir = NULL;
     qhx_status rc = QHX_OK;
-    if (!off || !root || !list) { rc = qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path); goto done; }
-    if (hdr->kind == QHXF_SHARD) {
-        cJSON *layers = cJSON_AddArrayToObject(root, "layers");
-        cJSON_AddItemToArray(layers, cJSON_CreateNumber(hdr->l0));
-        cJSON_AddItemToArray(layers, cJSON_CreateNumber(hdr->l1));
-    }
+    if (!off || !root) { rc = qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path); goto done; }
+    if (hdr->kind == QHXF_SHARD) json_object_set_new(root, "layers", json_pack("[i, i]", hdr->l0, hdr->l1));
     /* two passes: the directory's length moves data_offset, which moves every offset in it */
     uint64_t data_offset = QHXF_HEADER_BYTES;
     for (int pass = 0; pass < 2; pass++) {
         uint64_t at = data_offset;
-        cJSON_DeleteItemFromObject(root, "tensors");
-        list = cJSON_AddArrayToObject(root, "tensors");
+        json_t *list = json_array();
+        json_object_set_new(root, "tensors", list);
         for (int i = 0; i < n; i++) {
-            cJSON *e = cJSON_CreateObject(), *shape;
-            cJSON_AddStringToObject(e, "name", t[i].name);
-            cJSON_AddStringToObject(e, "dtype", dtype_names[t[i].dtype]);
-            shape = cJSON_AddArrayToObject(e, "shape");
-            cJSON_AddItemToArray(shape, cJSON_CreateNumber(t[i].rows));
-            cJSON_AddItemToArray(shape, cJSON_CreateNumber(t[i].cols));
             at = align_up(at);
             off[2 * i] = at;
-            cJSON_AddNumberToObject(e, "offset", (double)at);
-            at += qhxf_data_bytes(t[i].dtype, t[i].rows, t[i].cols);
-            cJSON_AddNumberToObject(e, "nbytes", (double)(at - off[2 * i]));
+            const uint64_t nbytes = qhxf_data_bytes(t[i].dtype, t[i].rows, t[i].cols);
+            json_t *e = json_pack("{s:s, s:s, s:[i, i], s:I, s:I}", "name", t[i].name, "dtype", dtype_names[t[i].dtype], "shape",
+                                  t[i].rows, t[i].cols, "offset", (json_int_t)at, "nbytes", (json_int_t)nbytes);
+            at += nbytes;
             if (t[i].dtype == QHX_I8) {
                 at = align_up(at);
                 off[2 * i + 1] = at;
-                cJSON_AddNumberToObject(e, "scale_offset", (double)at);
+                json_object_set_new(e, "scale_offset", json_integer((json_int_t)at));
                 at += 4 * (uint64_t)t[i].rows;
             }
-            cJSON_AddItemToArray(list, e);
+            json_array_append_new(list, e);
         }
         off[2 * n] = at;
         free(dir);
-        dir = cJSON_PrintUnformatted(root);
+        dir = qhx_json_canonical(root);
         if (!dir) { rc = qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path); goto done; }
         /* pad the directory estimate generously so the second pass's offsets, being no longer
          * than the first's rounded, still fit */
@@ -282,7 +274,7 @@ qhx_status qhxf_write(const char *path, const qhxf_header *hdr, const qhxf_entry
 done:
     free(off);
     free(dir);
-    cJSON_Delete(root);
+    json_decref(root);
     return rc;
 }
 

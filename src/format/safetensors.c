@@ -1,7 +1,7 @@
 #include "format/safetensors.h"
 #include "util/error.h"
 
-#include <cjson/cJSON.h>
+#include "util/json.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,39 +13,38 @@ static const struct { const char *name; qhx_dtype dt; size_t size; } dtypes[] = 
     {"BOOL", QHX_DT_OTHER, 1}, {"F8_E4M3", QHX_DT_OTHER, 1}, {"F8_E5M2", QHX_DT_OTHER, 1},
 };
 
-static qhx_status parse_entry(const char *path, const cJSON *e, qhx_st_tensor *t, size_t data_size,
+static qhx_status parse_entry(const char *path, const char *name, const json_t *e, qhx_st_tensor *t, size_t data_size,
                               const unsigned char *data) {
-    const char *name = e->string;
-    if (!cJSON_IsObject(e)) return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' is not an object", path, name);
-    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
-    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-    if (!cJSON_IsString(dt) || !cJSON_IsArray(shape) || !cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
+    if (!json_is_object(e)) return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' is not an object", path, name);
+    const json_t *dt = json_object_get(e, "dtype");
+    const json_t *shape = json_object_get(e, "shape");
+    const json_t *offs = json_object_get(e, "data_offsets");
+    if (!json_is_string(dt) || !json_is_array(shape) || !json_is_array(offs) || (int)json_array_size(offs) != 2)
         return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' needs dtype, shape and data_offsets [begin, end]", path, name);
     size_t esize = 0;
     for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
-        if (!strcmp(dt->valuestring, dtypes[i].name)) {
+        if (!strcmp(json_string_value(dt), dtypes[i].name)) {
             t->dtype = dtypes[i].dt;
             t->dtype_name = dtypes[i].name;
             esize = dtypes[i].size;
         }
-    if (!esize) return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' has unknown dtype '%.32s'", path, name, dt->valuestring);
-    int nd = cJSON_GetArraySize(shape);
+    if (!esize) return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' has unknown dtype '%.32s'", path, name, json_string_value(dt));
+    int nd = (int)json_array_size(shape);
     if (nd > QHX_MAX_DIMS) return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' has %d dims (max %d)", path, name, nd, QHX_MAX_DIMS);
     t->ndim = nd;
     uint64_t numel = 1;
     for (int i = 0; i < nd; i++) {
-        const cJSON *d = cJSON_GetArrayItem(shape, i);
-        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 9.0e15 ||
-            d->valuedouble != (double)(int64_t)d->valuedouble)
+        const json_t *d = json_array_get(shape, i);
+        if (!json_is_number(d) || json_number_value(d) < 0 || json_number_value(d) > 9.0e15 ||
+            json_number_value(d) != (double)(int64_t)json_number_value(d))
             return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' has an invalid shape", path, name);
-        t->shape[i] = (int64_t)d->valuedouble;
+        t->shape[i] = (int64_t)json_number_value(d);
         if (t->shape[i] && numel > UINT64_MAX / (uint64_t)t->shape[i])
             return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' shape overflows", path, name);
         numel *= (uint64_t)t->shape[i];
     }
-    double b = cJSON_GetArrayItem(offs, 0)->valuedouble, en = cJSON_GetArrayItem(offs, 1)->valuedouble;
-    if (!cJSON_IsNumber(cJSON_GetArrayItem(offs, 0)) || !cJSON_IsNumber(cJSON_GetArrayItem(offs, 1)) ||
+    double b = json_number_value(json_array_get(offs, 0)), en = json_number_value(json_array_get(offs, 1));
+    if (!json_is_number(json_array_get(offs, 0)) || !json_is_number(json_array_get(offs, 1)) ||
         b < 0 || en < b || en > (double)data_size || b != (double)(uint64_t)b || en != (double)(uint64_t)en)
         return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' data_offsets [%.0f, %.0f] lie outside the %zu data bytes",
                         path, name, b, en, data_size);
@@ -62,27 +61,28 @@ static qhx_status parse_entry(const char *path, const cJSON *e, qhx_st_tensor *t
 
 qhx_status qhx_st_parse(qhx_safetensors *st, const char *path, const char *json, size_t json_len,
                         const unsigned char *data, size_t data_size) {
-    cJSON *root = cJSON_ParseWithLength(json, json_len);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
+    json_t *root = qhx_json_parse(json, json_len);
+    if (!root || !json_is_object(root)) {
+        json_decref(root);
         return qhx_fail(QHX_ERR_FORMAT, "%s: safetensors header is not a JSON object", path);
     }
-    size_t n = 0;
-    for (cJSON *e = root->child; e; e = e->next)
-        if (strcmp(e->string, "__metadata__")) n++;
+    const size_t n = json_object_size(root) - (json_object_get(root, "__metadata__") != NULL);
     if (n > QHX_ST_MAX_TENSORS) {
-        cJSON_Delete(root);
+        json_decref(root);
         return qhx_fail(QHX_ERR_RANGE, "%s: header lists %zu tensors (limit %u)", path, n, QHX_ST_MAX_TENSORS);
     }
     st->tensors = calloc(n ? n : 1, sizeof *st->tensors);
-    if (!st->tensors) { cJSON_Delete(root); return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path); }
+    if (!st->tensors) { json_decref(root); return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path); }
     qhx_status rc = QHX_OK;
-    for (cJSON *e = root->child; e && rc == QHX_OK; e = e->next) {
-        if (!strcmp(e->string, "__metadata__")) continue;
-        rc = parse_entry(path, e, &st->tensors[st->n_tensors], data_size, data);
+    const char *key;
+    json_t *e;
+    json_object_foreach(root, key, e) {
+        if (rc) break;
+        if (!strcmp(key, "__metadata__")) continue;
+        rc = parse_entry(path, key, e, &st->tensors[st->n_tensors], data_size, data);
         if (rc == QHX_OK) st->n_tensors++;
     }
-    cJSON_Delete(root);
+    json_decref(root);
     if (rc) { /* a failed parse leaves nothing behind (found by fuzz_safetensors) */
         for (size_t i = 0; i < st->n_tensors; i++) free(st->tensors[i].name);
         free(st->tensors);

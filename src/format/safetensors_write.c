@@ -1,7 +1,7 @@
 #include "format/safetensors_write.h"
 #include "util/error.h"
 
-#include <cjson/cJSON.h>
+#include "util/json.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,23 +17,19 @@ static size_t numel(const qhx_st_entry *e) {
 
 qhx_status qhx_st_write(const char *path, const qhx_st_entry *t, size_t n, qhx_st_fill fill, void *user,
                         void (*progress)(size_t bytes, void *user)) {
-    cJSON *root = cJSON_CreateObject();
-    cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
-    cJSON_AddStringToObject(meta, "format", "pt");
+    json_t *root = json_pack("{s:{s:s}}", "__metadata__", "format", "pt");
     size_t off = 0;
-    for (size_t i = 0; i < n; i++) {
-        cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
-        cJSON_AddStringToObject(e, "dtype", dtype_name(t[i].dtype));
-        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
-        for (int d = 0; d < t[i].ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t[i].shape[d]));
-        size_t bytes = numel(&t[i]) * qhx_dtype_size(t[i].dtype);
-        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + bytes)));
+    for (size_t i = 0; root && i < n; i++) {
+        json_t *shape = json_array();
+        for (int d = 0; d < t[i].ndim; d++) json_array_append_new(shape, json_integer((json_int_t)t[i].shape[d]));
+        const size_t bytes = numel(&t[i]) * qhx_dtype_size(t[i].dtype);
+        json_object_set_new(root, t[i].name,
+                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", dtype_name(t[i].dtype), "shape", shape, "data_offsets",
+                                      (json_int_t)off, (json_int_t)(off + bytes)));
         off += bytes;
     }
-    char *json = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
+    char *json = root ? qhx_json_canonical(root) : NULL; /* byte for byte what earlier writers wrote */
+    json_decref(root);
     if (!json) return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path);
     size_t hlen = strlen(json), padded = qhx_round_up(hlen, 8); /* data stays 8-byte aligned */
     FILE *f = fopen(path, "wb");

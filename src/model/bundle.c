@@ -5,7 +5,7 @@
 #include "model/model.h"
 #include "util/error.h"
 
-#include <cjson/cJSON.h>
+#include "util/json.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +13,7 @@
 
 typedef struct {
     const char *path;   /* the manifest, for messages */
-    cJSON *root;
+    json_t *root;
 } manifest;
 
 /* The bundle's QHXF files as the model's weight source. */
@@ -33,18 +33,19 @@ static void close_bundle(qhx_weight_source *src) {
 }
 
 /* dotted lookups ("plan.lm_head.file") with one message for every missing or mistyped field */
-static const cJSON *get(const manifest *mf, const char *dotted, int type) {
-    const cJSON *o = mf->root;
+/* type: JSON_STRING, JSON_OBJECT, JSON_ARRAY, or JSON_REAL for any number */
+static const json_t *get(const manifest *mf, const char *dotted, json_type type) {
+    const json_t *o = mf->root;
     char key[128];
     for (const char *p = dotted; o && *p;) {
         const char *dot = strchr(p, '.');
         size_t n = dot ? (size_t)(dot - p) : strlen(p);
         snprintf(key, sizeof key, "%.*s", (int)n, p);
-        o = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+        o = json_is_object(o) ? json_object_get(o, key) : NULL;
         p += n + (dot != NULL);
     }
-    if (!o || (o->type & 0xFF) != type) {
-        const char *what = type == cJSON_String ? "a string" : type == cJSON_Number ? "a number" : type == cJSON_Array ? "a list" : "an object";
+    if (!o || (type == JSON_REAL ? !json_is_number(o) : json_typeof(o) != type)) {
+        const char *what = type == JSON_STRING ? "a string" : type == JSON_REAL ? "a number" : type == JSON_ARRAY ? "a list" : "an object";
         qhx_fail(QHX_ERR_FORMAT, "%s: field '%s' is %s (need %s)", mf->path, dotted, o ? "of the wrong type" : "missing", what);
         return NULL;
     }
@@ -66,16 +67,16 @@ static qhx_status plain_name(const manifest *mf, const char *name) {
 
 /* The file's size and XXH3 must be what the manifest's "files" table says. */
 static qhx_status verify(qhx_model *m, const manifest *mf, const qhxf_file *f, const char *name) {
-    const cJSON *files = get(mf, "files", cJSON_Object);
+    const json_t *files = get(mf, "files", JSON_OBJECT);
     if (!files) return QHX_ERR_FORMAT;
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(files, name);
-    const cJSON *bytes = e ? cJSON_GetObjectItemCaseSensitive(e, "bytes") : NULL, *xx = e ? cJSON_GetObjectItemCaseSensitive(e, "xxh3") : NULL;
+    const json_t *e = json_object_get(files, name);
+    const json_t *bytes = e ? json_object_get(e, "bytes") : NULL, *xx = e ? json_object_get(e, "xxh3") : NULL;
     uint64_t want;
-    if (!cJSON_IsNumber(bytes) || !cJSON_IsString(xx) || !parse_hex64(xx->valuestring, &want))
+    if (!json_is_number(bytes) || !json_is_string(xx) || !parse_hex64(json_string_value(xx), &want))
         return qhx_fail(QHX_ERR_FORMAT, "%s: 'files' has no bytes/xxh3 entry for %s", mf->path, name);
-    if ((double)f->map.size != bytes->valuedouble)
+    if ((double)f->map.size != json_number_value(bytes))
         return qhx_fail(QHX_ERR_FORMAT, "%s/%s: %zu bytes, the manifest says %.0f (truncated or replaced)", m->dir, name,
-                        f->map.size, bytes->valuedouble);
+                        f->map.size, json_number_value(bytes));
     XXH3_state_t *st = XXH3_createState();
     if (!st) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     XXH3_64bits_reset(st);
@@ -148,31 +149,31 @@ qhx_dtype qhx_bundle_dtype(const qhx_tensor_spec *s) { return s->init == QHX_INI
 
 static qhx_status load(qhx_model *m, manifest *mf) {
     qhx_status rc;
-    const cJSON *fmt = get(mf, "format", cJSON_String), *ver = get(mf, "schema_version", cJSON_Number);
+    const json_t *fmt = get(mf, "format", JSON_STRING), *ver = get(mf, "schema_version", JSON_REAL);
     if (!fmt || !ver) return QHX_ERR_FORMAT;
-    if (strcmp(fmt->valuestring, "qhexrt-bundle"))
-        return qhx_fail(QHX_ERR_FORMAT, "%s: format is '%s', not 'qhexrt-bundle'", mf->path, fmt->valuestring);
-    if (ver->valuedouble != QHX_BUNDLE_SCHEMA)
-        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: schema version %g, this qhexrt reads version %d", mf->path, ver->valuedouble,
+    if (strcmp(json_string_value(fmt), "qhexrt-bundle"))
+        return qhx_fail(QHX_ERR_FORMAT, "%s: format is '%s', not 'qhexrt-bundle'", mf->path, json_string_value(fmt));
+    if (json_number_value(ver) != QHX_BUNDLE_SCHEMA)
+        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: schema version %g, this qhexrt reads version %d", mf->path, json_number_value(ver),
                         QHX_BUNDLE_SCHEMA);
-    const cJSON *model = get(mf, "model", cJSON_Object), *mh = get(mf, "model_hash", cJSON_String);
-    const cJSON *bid = get(mf, "bundle_id", cJSON_String), *ctx = get(mf, "context_length", cJSON_Number);
-    const cJSON *tgt = get(mf, "target.target", cJSON_String), *lay = get(mf, "target.weight_layout", cJSON_String);
-    const cJSON *op = get(mf, "plan.host_op", cJSON_String), *shards = get(mf, "plan.decode_shards", cJSON_Array);
-    const cJSON *emb = get(mf, "plan.embedding.file", cJSON_String), *head = get(mf, "plan.lm_head.file", cJSON_String);
-    const cJSON *head_dt = get(mf, "plan.lm_head.dtype", cJSON_String);
-    if (!model || !mh || !bid || !ctx || !tgt || !lay || !op || !shards || !emb || !head || !head_dt || !get(mf, "files", cJSON_Object))
+    const json_t *model = get(mf, "model", JSON_OBJECT), *mh = get(mf, "model_hash", JSON_STRING);
+    const json_t *bid = get(mf, "bundle_id", JSON_STRING), *ctx = get(mf, "context_length", JSON_REAL);
+    const json_t *tgt = get(mf, "target.target", JSON_STRING), *lay = get(mf, "target.weight_layout", JSON_STRING);
+    const json_t *op = get(mf, "plan.host_op", JSON_STRING), *shards = get(mf, "plan.decode_shards", JSON_ARRAY);
+    const json_t *emb = get(mf, "plan.embedding.file", JSON_STRING), *head = get(mf, "plan.lm_head.file", JSON_STRING);
+    const json_t *head_dt = get(mf, "plan.lm_head.dtype", JSON_STRING);
+    if (!model || !mh || !bid || !ctx || !tgt || !lay || !op || !shards || !emb || !head || !head_dt || !get(mf, "files", JSON_OBJECT))
         return QHX_ERR_FORMAT;
-    if (strcmp(op->valuestring, "qwen3_5_generate"))
-        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: host op '%s' is unknown (this qhexrt runs qwen3_5_generate)", mf->path, op->valuestring);
-    if (strcmp(tgt->valuestring, QHX_TARGET) || strcmp(lay->valuestring, QHX_LAYOUT_W8))
+    if (strcmp(json_string_value(op), "qwen3_5_generate"))
+        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: host op '%s' is unknown (this qhexrt runs qwen3_5_generate)", mf->path, json_string_value(op));
+    if (strcmp(json_string_value(tgt), QHX_TARGET) || strcmp(json_string_value(lay), QHX_LAYOUT_W8))
         return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: built for target '%s' with weight layout '%s'; this build runs '%s' / '%s'",
-                        mf->path, tgt->valuestring, lay->valuestring, QHX_TARGET, QHX_LAYOUT_W8);
+                        mf->path, json_string_value(tgt), json_string_value(lay), QHX_TARGET, QHX_LAYOUT_W8);
     qhxf_expect base = {0, QHX_TARGET, QHX_LAYOUT_W8, 0, 0};
-    if (!parse_hex64(bid->valuestring, &base.bundle_id) || !parse_hex64(mh->valuestring, &base.model_hash))
+    if (!parse_hex64(json_string_value(bid), &base.bundle_id) || !parse_hex64(json_string_value(mh), &base.model_hash))
         return qhx_fail(QHX_ERR_FORMAT, "%s: bundle_id and model_hash must be 16 hex digits", mf->path);
 
-    char *mtext = cJSON_PrintUnformatted(model);
+    char *mtext = qhx_json_canonical(model);
     if (!mtext) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     const uint64_t hash = XXH3_64bits(mtext, strlen(mtext));
     char where[1200];
@@ -182,8 +183,8 @@ static qhx_status load(qhx_model *m, manifest *mf) {
     if (rc) return rc;
     if (hash != base.model_hash)
         return qhx_fail(QHX_ERR_FORMAT, "%s: model_hash %s does not match the model description (%016llx)", mf->path,
-                        mh->valuestring, (unsigned long long)hash);
-    const double cl = ctx->valuedouble;
+                        json_string_value(mh), (unsigned long long)hash);
+    const double cl = json_number_value(ctx);
     if (cl < 1 || cl > m->cfg.max_pos || cl != (int)cl)
         return qhx_fail(QHX_ERR_FORMAT, "%s: context_length %g is not in [1, %d]", mf->path, cl, m->cfg.max_pos);
     m->context = (int)cl;
@@ -195,7 +196,7 @@ static qhx_status load(qhx_model *m, manifest *mf) {
     qhx_qwen35_specs(&m->cfg, "", m->w, specs);
 
     /* decode shards: contiguous, in order, covering every layer */
-    const int n_shards = cJSON_GetArraySize(shards);
+    const int n_shards = (int)json_array_size(shards);
     if (n_shards < 1 || n_shards > QHX_MAX_SHARDS) {
         free(specs);
         return qhx_fail(QHX_ERR_FORMAT, "%s: plan.decode_shards must list 1 to %d shards", mf->path, QHX_MAX_SHARDS);
@@ -207,22 +208,22 @@ static qhx_status load(qhx_model *m, manifest *mf) {
     m->n_shards = n_shards;
     int next = 0;
     for (int i = 0; i < m->n_shards && !rc; i++) {
-        const cJSON *sh = cJSON_GetArrayItem(shards, i), *file = cJSON_GetObjectItemCaseSensitive(sh, "file");
-        const cJSON *layers = cJSON_GetObjectItemCaseSensitive(sh, "layers");
+        const json_t *sh = json_array_get(shards, i), *file = json_object_get(sh, "file");
+        const json_t *layers = json_object_get(sh, "layers");
         qhx_shard_desc *d = &m->shards[i];
-        if (!cJSON_IsString(file) || !cJSON_IsArray(layers) || cJSON_GetArraySize(layers) != 2) {
+        if (!json_is_string(file) || !json_is_array(layers) || (int)json_array_size(layers) != 2) {
             rc = qhx_fail(QHX_ERR_FORMAT, "%s: plan.decode_shards[%d] needs 'file' and 'layers': [first, end)", mf->path, i);
             break;
         }
-        d->l0 = (int)cJSON_GetArrayItem(layers, 0)->valuedouble;
-        d->l1 = (int)cJSON_GetArrayItem(layers, 1)->valuedouble;
+        d->l0 = (int)json_number_value(json_array_get(layers, 0));
+        d->l1 = (int)json_number_value(json_array_get(layers, 1));
         if (d->l0 != next || d->l1 <= d->l0 || d->l1 > m->cfg.n_layers) {
             rc = qhx_fail(QHX_ERR_FORMAT, "%s: plan.decode_shards[%d] covers layers [%d, %d); expected to start at %d", mf->path,
                           i, d->l0, d->l1, next);
             break;
         }
         next = d->l1;
-        if (!(d->file = strdup(file->valuestring))) {
+        if (!(d->file = strdup(json_string_value(file)))) {
             rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
             break;
         }
@@ -251,34 +252,37 @@ static qhx_status load(qhx_model *m, manifest *mf) {
 
     const int V = m->cfg.vocab_size, D = m->cfg.hidden;
     qhxf_file *f;
-    if ((rc = open_file(m, mf, emb->valuestring, QHXF_EMBED, &base, &f)) ||
+    if ((rc = open_file(m, mf, json_string_value(emb), QHXF_EMBED, &base, &f)) ||
         (rc = bind(mf, f, "embed_tokens.weight", QHX_F16, V, D, &m->w->embed)))
         return rc;
-    const int w8 = !strcmp(head_dt->valuestring, "i8");
-    if (!w8 && strcmp(head_dt->valuestring, "f16"))
-        return qhx_fail(QHX_ERR_FORMAT, "%s: plan.lm_head.dtype '%s' is not f16 or i8", mf->path, head_dt->valuestring);
-    if ((rc = open_file(m, mf, head->valuestring, QHXF_HEAD, &base, &f))) return rc;
+    const int w8 = !strcmp(json_string_value(head_dt), "i8");
+    if (!w8 && strcmp(json_string_value(head_dt), "f16"))
+        return qhx_fail(QHX_ERR_FORMAT, "%s: plan.lm_head.dtype '%s' is not f16 or i8", mf->path, json_string_value(head_dt));
+    if ((rc = open_file(m, mf, json_string_value(head), QHXF_HEAD, &base, &f))) return rc;
     return bind(mf, f, f->h.kind == QHXF_EMBED ? "embed_tokens.weight" : "lm_head.weight", w8 ? QHX_I8 : QHX_F16, V, D,
                 &m->w->lm_head);
 }
 
 /* Files the loader does not map (the tokenizer) are checked here, at open, like the rest. */
 static qhx_status verify_other_files(qhx_model *m, const manifest *mf) {
-    const cJSON *e;
-    cJSON_ArrayForEach(e, get(mf, "files", cJSON_Object)) {
+    const char *name;
+    json_t *e;
+    const json_t *files = get(mf, "files", JSON_OBJECT);
+    if (!files) return QHX_ERR_FORMAT;
+    json_object_foreach((json_t *)files, name, e) {
         int mapped = 0;
-        for (int i = 0; i < m->src->n_files && !mapped; i++) mapped = !strcmp(strrchr(m->src->file(m->src, i)->path, '/') + 1, e->string);
+        for (int i = 0; i < m->src->n_files && !mapped; i++) mapped = !strcmp(strrchr(m->src->file(m->src, i)->path, '/') + 1, name);
         if (mapped) continue;
-        qhx_status rc = plain_name(mf, e->string);
+        qhx_status rc = plain_name(mf, name);
         if (rc) return rc;
-        char *path = qhx_path_join(m->dir, e->string);
+        char *path = qhx_path_join(m->dir, name);
         if (!path) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
         qhx_mapfile f;
         rc = qhx_map_open(&f, path);
         free(path);
         if (rc) return rc;
         qhxf_file view = {.map = f};
-        rc = verify(m, mf, &view, e->string);
+        rc = verify(m, mf, &view, name);
         qhx_map_close(&f);
         if (rc) return rc;
     }
@@ -298,9 +302,9 @@ qhx_status qhx_bundle_open(qhx_model *m, const char *manifest_path) {
     size_t len;
     qhx_status rc = qhx_read_file(manifest_path, 16u << 20, &m->manifest, &len);
     if (rc) return rc;
-    manifest mf = {manifest_path, cJSON_ParseWithLength(m->manifest, len)};
-    if (!mf.root || !cJSON_IsObject(mf.root)) rc = qhx_fail(QHX_ERR_FORMAT, "%s: not a JSON object", manifest_path);
+    manifest mf = {manifest_path, qhx_json_parse(m->manifest, len)};
+    if (!mf.root || !json_is_object(mf.root)) rc = qhx_fail(QHX_ERR_FORMAT, "%s: not a JSON object", manifest_path);
     else if (!(rc = load(m, &mf))) rc = verify_other_files(m, &mf);
-    cJSON_Delete(mf.root);
+    json_decref(mf.root);
     return rc;
 }

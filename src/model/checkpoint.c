@@ -5,7 +5,7 @@
 #include "util/error.h"
 #include "util/mapfile.h"
 
-#include <cjson/cJSON.h>
+#include "util/json.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,20 +48,23 @@ static qhx_status open_index(qhx_checkpoint *ck, const char *dir, const char *in
     size_t len;
     qhx_status rc = qhx_read_file(index_path, 64u << 20, &buf, &len);
     if (rc) return rc;
-    cJSON *root = cJSON_ParseWithLength(buf, len);
+    json_t *root = qhx_json_parse(buf, len);
     free(buf);
-    const cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
-    if (!cJSON_IsObject(map)) {
-        cJSON_Delete(root);
+    const json_t *map = root ? json_object_get(root, "weight_map") : NULL;
+    if (!json_is_object(map)) {
+        json_decref(root);
         return qhx_fail(QHX_ERR_FORMAT, "%s: no 'weight_map' object", index_path);
     }
     ck->files = calloc(MAX_SHARDS, sizeof *ck->files);
-    if (!ck->files) { cJSON_Delete(root); return qhx_fail(QHX_ERR_NOMEM, "out of memory"); }
-    for (const cJSON *e = map->child; e && rc == QHX_OK; e = e->next) {
-        if (!cJSON_IsString(e)) rc = qhx_fail(QHX_ERR_FORMAT, "%s: weight_map entry '%s' is not a file name", index_path, e->string);
-        else rc = open_file(ck, dir, e->valuestring);
+    if (!ck->files) { json_decref(root); return qhx_fail(QHX_ERR_NOMEM, "out of memory"); }
+    const char *key;
+    json_t *e;
+    json_object_foreach((json_t *)map, key, e) {
+        if (rc) break;
+        if (!json_is_string(e)) rc = qhx_fail(QHX_ERR_FORMAT, "%s: weight_map entry '%s' is not a file name", index_path, key);
+        else rc = open_file(ck, dir, json_string_value(e));
     }
-    cJSON_Delete(root);
+    json_decref(root);
     return rc;
 }
 
