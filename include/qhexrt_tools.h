@@ -1,8 +1,7 @@
 /*
  * qhexrt tools: what `qhx forge`, `qhx synth` and `qhx bench` run, beside the stable API of
  * qhexrt.h. Same conventions: a qhx_status from every call, qhx_last_error() for the reason, and
- * the library never prints (progress through a qhx_progress_fn, reports on a stream the caller
- * passes).
+ * the library never prints (progress through a qhx_progress_fn, reports through a callback).
  */
 #ifndef QHEXRT_TOOLS_H
 #define QHEXRT_TOOLS_H
@@ -45,12 +44,16 @@ typedef struct {
     int gate_trials;               /* export gate: random inputs per shard (0: 5) */
     qhx_progress_fn progress;      /* writing progress (NULL: none) */
     void *progress_user;
+    /* the report: plan, sizes and every gate result, a line a call, without its newline (NULL:
+     * none; the manifest holds them all too) */
+    void (*report)(const char *line, void *user);
+    void *report_user;
     qhx_runtime *rt;               /* kernels and threads for the gates (NULL: defaults) */
 } qhx_forge_opts;
 
-/* Forges a checkpoint into a W8 bundle (docs/bundle.md), reporting plan, sizes and gate results on
- * `log`. Written under a temporary name and renamed: a failure leaves nothing behind. */
-qhx_status qhx_forge(const qhx_forge_opts *opts, FILE *log);
+/* Forges a checkpoint into a W8 bundle (docs/bundle.md). Written under a temporary name and
+ * renamed: a failure leaves nothing behind. */
+qhx_status qhx_forge(const qhx_forge_opts *opts);
 
 /* The i-th synthetic preset's name and description; returns 0 past the last one. */
 int qhx_synth_preset_info(int i, const char **name, const char **about);

@@ -62,8 +62,13 @@ static const char forge_help[] =
     "  --gate-trials N        export gate random inputs per shard (default 5)\n"
     "  --force                replace an existing BUNDLE (only once the new one is complete)\n" RUNTIME_HELP;
 
+static void print_line(const char *line, void *user) {
+    (void)user;
+    puts(line);
+}
+
 int cmd_forge(int argc, char **argv) {
-    qhx_forge_opts fo = {.gate = 1, .progress = isatty(2) ? cli_progress : NULL};
+    qhx_forge_opts fo = {.gate = 1, .progress = isatty(2) ? cli_progress : NULL, .report = print_line};
     opts o = {0};
     long long v;
     for (int i = 1; i < argc; i++) {
@@ -98,7 +103,7 @@ int cmd_forge(int argc, char **argv) {
     qhx_runtime *rt;
     if (qhx_runtime_new(&ro, &rt)) return api_error();
     fo.rt = rt;
-    int rc = qhx_forge(&fo, stdout) ? api_error() : 0;
+    int rc = qhx_forge(&fo) ? api_error() : 0;
     qhx_runtime_free(rt);
     if (!rc) printf("bundle written to %s\n", fo.out);
     return rc;

@@ -44,12 +44,22 @@ float qhx_quantize_row(const float *w, int n, int8_t *q) {
     return scale;
 }
 
-qhx_status qhx_forge(const qhx_forge_opts *o, FILE *log) {
+void forge_say(const forge *f, const char *fmt, ...) {
+    if (!f->o->report) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    f->o->report(line, f->o->report_user);
+}
+
+qhx_status qhx_forge(const qhx_forge_opts *o) {
     if (!o->checkpoint || !o->out) return qhx_fail(QHX_ERR_ARG, "forge: needs a checkpoint and an output directory");
     const int w8_head = o->lmhead && !strcmp(o->lmhead, "w8");
     if (o->lmhead && !w8_head && strcmp(o->lmhead, "f16"))
         return qhx_fail(QHX_ERR_ARG, "--lmhead: '%s' is not f16 or w8", o->lmhead);
-    forge f = {.o = o, .log = log};
+    forge f = {.o = o};
     qhx_runtime *ref_rt = NULL;
     qhx_model *b = NULL;
     json_t *root = NULL;
@@ -115,14 +125,14 @@ qhx_status qhx_forge(const qhx_forge_opts *o, FILE *log) {
     json_t *gates = qhx_json_add(root, "gates", json_object());
     json_object_set_new(gates, "run", json_boolean(o->gate));
     if ((rc = forge_write_manifest(&f, root))) goto out;
-    fprintf(log, "forge: %d decode shard%s under %llu bytes each; weight quantization error %.3f %% (relative RMS)\n",
+    forge_say(&f, "forge: %d decode shard%s under %llu bytes each; weight quantization error %.3f %% (relative RMS)",
             n_shards, n_shards > 1 ? "s" : "", (unsigned long long)ceiling, 100 * sqrt(f.qerr_num / (f.qerr_den > 0 ? f.qerr_den : 1)));
 
     if (o->gate) {
         if ((rc = qhx_model_open(f.src->rt, f.tmp, &b))) goto out;
         int ep = 0, et = 0, gm = 0, gt = 0, gok = 1;
         if ((rc = forge_gate_export(&f, b, gates, &ep, &et)) || (rc = forge_gate_greedy(&f, b, gates, &gm, &gt, &gok))) goto out;
-        fprintf(log, "gates: oracle-gated export %d/%d, greedy %d/%d tokens%s\n", ep, et, gm, gt, gok ? "" : " (a divergence is not a near-tie)");
+        forge_say(&f, "gates: oracle-gated export %d/%d, greedy %d/%d tokens%s", ep, et, gm, gt, gok ? "" : " (a divergence is not a near-tie)");
         if ((rc = forge_write_manifest(&f, root))) goto out;
         if (ep != et || !gok) {
             rc = qhx_fail(QHX_ERR_FORMAT, "forge: the %s gate failed (see above); nothing was written (--no-gate skips the gates)",

@@ -192,7 +192,7 @@ qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n
         json_array_append_new(layers, qhx_json_number(l1));
         json_object_set_new(sh, "bytes", qhx_json_number((double)bytes));
         json_array_append_new(shards, sh);
-        if (!rc) fprintf(f->log, "%sshard %d: layers %d-%d, %.1f MB\n", f->o->progress ? "\n" : "", i, l0, l1 - 1, bytes / 1e6);
+        if (!rc) forge_say(f, "shard %d: layers %d-%d, %.1f MB", i, l0, l1 - 1, bytes / 1e6);
     }
     uint64_t bytes;
     const int V = c->vocab_size, D = c->hidden;

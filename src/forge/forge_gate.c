@@ -75,7 +75,7 @@ qhx_status forge_gate_export(forge *f, qhx_model *b, json_t *gates, int *passed,
         json_object_set_new(e, "trials", qhx_json_number(trials));
         json_object_set_new(e, "worst_rel_error", qhx_json_number(worst));
         json_array_append_new(list, e);
-        fprintf(f->log, "export gate: shard %d (layers %d-%d) %d/%d within %.2g (worst relative error %.2e)\n", i, d->l0,
+        forge_say(f, "export gate: shard %d (layers %d-%d) %d/%d within %.2g (worst relative error %.2e)", i, d->l0,
                 d->l1 - 1, ok, trials, EXPORT_TOL, worst);
         *passed += ok;
         *total += trials;
@@ -158,8 +158,9 @@ qhx_status forge_gate_greedy(forge *f, qhx_model *b, json_t *gates, int *matched
         json_object_set_new(e, "prompt", json_string(have_tok ? gate_prompts[p] : "(random ids)"));
         json_object_set_new(e, "matched", qhx_json_number(same));
         json_object_set_new(e, "tokens", qhx_json_number(g_n));
-        fprintf(f->log, "greedy gate: prompt %d %s%s%s: %d/%d tokens match", p, have_tok ? "\"" : "",
-                have_tok ? gate_prompts[p] : "(random ids)", have_tok ? "\"" : "", same, g_n);
+        char line[512];
+        int at = snprintf(line, sizeof line, "greedy gate: prompt %d %s%s%s: %d/%d tokens match", p, have_tok ? "\"" : "",
+                          have_tok ? gate_prompts[p] : "(random ids)", have_tok ? "\"" : "", same, g_n);
         if (same < g_n) { /* the reference's margin at the divergence */
             memcpy(ctx, ids, n * sizeof(int32_t));
             memcpy(ctx + n, r.ids, (size_t)same * sizeof(int32_t));
@@ -176,11 +177,12 @@ qhx_status forge_gate_greedy(forge *f, qhx_model *b, json_t *gates, int *matched
             json_object_set_new(e, "reference_margin", qhx_json_number(margin));
             json_object_set_new(e, "logit_range", qhx_json_number(hi - lo));
             json_object_set_new(e, "near_tie", json_boolean(tie));
-            fprintf(f->log, "; diverges at %d: reference margin %.4f of logit range %.2f (%s)", same, margin, hi - lo,
-                    tie ? "near-tie" : "FAIL");
+            if (at >= 0 && (size_t)at < sizeof line)
+                snprintf(line + at, sizeof line - (size_t)at, "; diverges at %d: reference margin %.4f of logit range %.2f (%s)", same,
+                         margin, hi - lo, tie ? "near-tie" : "FAIL");
             *ok &= tie;
         }
-        fputc('\n', f->log);
+        forge_say(f, "%s", line);
         json_array_append_new(list, e);
         *matched += same;
         *total += g_n;

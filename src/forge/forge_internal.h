@@ -10,7 +10,6 @@
 
 typedef struct {
     const qhx_forge_opts *o;
-    FILE *log;
     qhx_model *src;            /* the checkpoint, on the reference runtime */
     qhx_tensor_spec *specs;
     int n_specs;
@@ -36,5 +35,8 @@ qhx_status forge_gate_greedy(forge *f, qhx_model *b, json_t *gates, int *matched
 qhx_status forge_write_manifest(forge *f, json_t *root);
 uint64_t forge_random_id(void);
 void forge_hex64(char out[17], uint64_t v);
+
+/* one line of the report (opts.report), printf-style */
+void forge_say(const forge *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif
