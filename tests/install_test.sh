@@ -20,12 +20,14 @@ grep -ho '\bqhx_[a-z0-9_]*(' "$prefix/include/qhexrt.h" "$prefix/include/qhexrt_
 check '[[ -s $tmp/exported ]] && cmp -s "$tmp/exported" "$tmp/declared"' "exports are the API: $(comm -3 "$tmp/exported" "$tmp/declared" | tr -s ' \t\n' ' ')"
 pc() { PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config "$@" qhexrt; }
 check '[[ $(pc --modversion) == $(sed -n "s/^#define QHX_VERSION \"\(.*\)\"/\1/p" include/qhexrt.h) ]]' "pkg-config --modversion"
+# a sanitizer build's library needs its runtime in the program too (make test-asan)
+san=; nm "$build/libqhexrt.a" 2>/dev/null | grep -q ' U __asan_' && san="-fsanitize=address,undefined"
 # built from a copy of the example in an empty directory: nothing of the source tree on the paths
 mkdir -p "$tmp/user" && cp examples/minimal.c "$tmp/user/"
 run "$tmp/cc.log" "build against the shared library" \
-    sh -c "cd '$tmp/user' && cc -std=c11 -Wall -Wextra -Werror minimal.c $(pc --cflags --libs) -Wl,-rpath,'$prefix/lib' -o minimal-shared"
+    sh -c "cd '$tmp/user' && cc -std=c11 -Wall -Wextra -Werror $san minimal.c $(pc --cflags --libs) -Wl,-rpath,'$prefix/lib' -o minimal-shared"
 run "$tmp/cc2.log" "build against the static library" \
-    sh -c "cd '$tmp/user' && cc -std=c11 minimal.c $(pc --static --cflags) '$prefix/lib/libqhexrt.a' $(pc --static --libs | sed 's/-lqhexrt//') -o minimal-static"
+    sh -c "cd '$tmp/user' && cc -std=c11 $san minimal.c $(pc --static --cflags) '$prefix/lib/libqhexrt.a' $(pc --static --libs | sed 's/-lqhexrt//') -o minimal-static"
 check 'ldd "$tmp/user/minimal-shared" | grep -q "libqhexrt.so.0 => $prefix/lib/libqhexrt.so.0"' "the shared build loads the installed library"
 "$build/examples/minimal" models/q35-kjv "In the beginning" 16 >"$tmp/want" 2>&1
 for v in shared static; do
