@@ -17,10 +17,8 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>

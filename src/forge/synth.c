@@ -50,47 +50,23 @@ int qhx_synth_preset_info(int i, const char **name, const char **about) {
 #define SHARD_BYTES (4ull << 30) /* like HF's max_shard_size: 4 GiB per safetensors file */
 
 static json_t *config_json(const preset *p) {
-    json_t *root = json_object();
-    json_t *arch = qhx_json_add(root, "architectures", json_array());
-    json_array_append_new(arch, json_string("Qwen3_5ForConditionalGeneration"));
-    json_object_set_new(root, "model_type", json_string("qwen3_5"));
-    json_object_set_new(root, "tie_word_embeddings", json_boolean(p->tied));
-    json_t *tc = qhx_json_add(root, "text_config", json_object());
-    json_object_set_new(tc, "model_type", json_string("qwen3_5_text"));
-    json_object_set_new(tc, "hidden_act", json_string("silu"));
-    json_object_set_new(tc, "attention_bias", json_boolean(0));
-    json_object_set_new(tc, "attn_output_gate", json_boolean(1));
-    json_object_set_new(tc, "dtype", json_string("bfloat16"));
-    json_object_set_new(tc, "vocab_size", qhx_json_number(p->vocab));
-    json_object_set_new(tc, "hidden_size", qhx_json_number(p->hidden));
-    json_object_set_new(tc, "num_hidden_layers", qhx_json_number(p->layers));
-    json_object_set_new(tc, "intermediate_size", qhx_json_number(p->ffn));
-    json_object_set_new(tc, "num_attention_heads", qhx_json_number(p->heads));
-    json_object_set_new(tc, "num_key_value_heads", qhx_json_number(p->kv_heads));
-    json_object_set_new(tc, "head_dim", qhx_json_number(p->head_dim));
-    json_object_set_new(tc, "linear_num_key_heads", qhx_json_number(p->lk_heads));
-    json_object_set_new(tc, "linear_num_value_heads", qhx_json_number(p->lv_heads));
-    json_object_set_new(tc, "linear_key_head_dim", qhx_json_number(p->lk_dim));
-    json_object_set_new(tc, "linear_value_head_dim", qhx_json_number(p->lv_dim));
-    json_object_set_new(tc, "linear_conv_kernel_dim", qhx_json_number(p->conv));
-    json_object_set_new(tc, "full_attention_interval", qhx_json_number(p->interval));
-    json_object_set_new(tc, "max_position_embeddings", qhx_json_number(262144));
-    json_object_set_new(tc, "rms_norm_eps", qhx_json_number(1e-6));
-    json_object_set_new(tc, "tie_word_embeddings", json_boolean(p->tied));
-    json_object_set_new(tc, "mtp_num_hidden_layers", qhx_json_number(0));
-    json_t *types = qhx_json_add(tc, "layer_types", json_array());
+    json_t *types = json_array();
     for (int i = 0; i < p->layers; i++)
         json_array_append_new(types, json_string((i + 1) % p->interval ? "linear_attention" : "full_attention"));
-    json_t *rp = qhx_json_add(tc, "rope_parameters", json_object());
-    json_object_set_new(rp, "rope_type", json_string("default"));
-    json_object_set_new(rp, "rope_theta", qhx_json_number(p->theta));
-    json_object_set_new(rp, "partial_rotary_factor", qhx_json_number(0.25));
-    json_object_set_new(rp, "mrope_interleaved", json_boolean(1));
     const int half = p->head_dim / 8; /* rotary dims / 2, split over the three M-RoPE streams */
-    const int sec[3] = {half - 2 * (half / 3), half / 3, half / 3};
-    json_object_set_new(rp, "mrope_section", json_pack("[i, i, i]", sec[0], sec[1], sec[2]));
-    json_object_set_new(root, "eos_token_id", qhx_json_number(p->vocab > 248046 ? 248046 : p->vocab - 1));
-    return root;
+    return json_pack("{s:[s], s:s, s:b, s:{s:s, s:s, s:b, s:b, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, "
+                     "s:i, s:i, s:o, s:b, s:i, s:o, s:{s:s, s:o, s:o, s:b, s:[i, i, i]}}, s:i}",
+                     "architectures", "Qwen3_5ForConditionalGeneration", "model_type", "qwen3_5", "tie_word_embeddings", p->tied,
+                     "text_config", "model_type", "qwen3_5_text", "hidden_act", "silu", "attention_bias", 0, "attn_output_gate", 1,
+                     "dtype", "bfloat16", "vocab_size", p->vocab, "hidden_size", p->hidden, "num_hidden_layers", p->layers,
+                     "intermediate_size", p->ffn, "num_attention_heads", p->heads, "num_key_value_heads", p->kv_heads,
+                     "head_dim", p->head_dim, "linear_num_key_heads", p->lk_heads, "linear_num_value_heads", p->lv_heads,
+                     "linear_key_head_dim", p->lk_dim, "linear_value_head_dim", p->lv_dim, "linear_conv_kernel_dim", p->conv,
+                     "full_attention_interval", p->interval, "max_position_embeddings", 262144, "rms_norm_eps",
+                     qhx_json_number(1e-6), "tie_word_embeddings", p->tied, "mtp_num_hidden_layers", 0, "layer_types", types,
+                     "rope_parameters", "rope_type", "default", "rope_theta", qhx_json_number(p->theta), "partial_rotary_factor",
+                     qhx_json_number(0.25), "mrope_interleaved", 1, "mrope_section", half - 2 * (half / 3), half / 3, half / 3,
+                     "eos_token_id", p->vocab > 248046 ? 248046 : p->vocab - 1);
 }
 
 /* ---- seeded values: each tensor has its own stream, so streaming order never matters ---------- */
