@@ -118,6 +118,7 @@ typedef struct {
     uint64_t decode_bytes_per_token;  /* weight bytes one decode step reads: every layer + lm-head */
     uint64_t state_bytes;  /* conv FIFOs + delta-rule states of one session */
     uint64_t kv_bytes_per_token;  /* KV cache of one session, per token */
+    int mtp_layers;        /* 1 when the model carries its multi-token-prediction head (QHX_DRAFT_MTP) */
 } qhx_model_info;
 
 /* Sizes, layer counts and end-of-generation ids of an open model. */

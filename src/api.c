@@ -188,6 +188,7 @@ void qhx_model_get_info(const qhx_model *m, qhx_model_info *info) {
     info->decode_bytes_per_token = qhx_weights_bytes_per_token(c, m->w);
     info->state_bytes = qhx_state_fixed_bytes(c, 0, c->n_layers);
     info->kv_bytes_per_token = qhx_state_kv_bytes_per_token(c, 0, c->n_layers);
+    info->mtp_layers = m->w->mtp ? 1 : 0;
 }
 
 const char *qhx_model_manifest(const qhx_model *m) { return m->manifest; }
@@ -256,6 +257,8 @@ qhx_status qhx_session_eval(qhx_session *s, const int32_t *tokens, int n, qhx_ev
 qhx_model *qhx_session_model(const qhx_session *s) { return s->model; }
 
 const int32_t *qhx_session_tokens(const qhx_session *s) { return s->hs.tokens; }
+
+const float *qhx_session_hidden(const qhx_session *s) { return s->hs.x; }
 
 qhx_status qhx_session_snapshot(qhx_session *s, qhx_snapshot **out) {
     *out = NULL;

@@ -70,8 +70,10 @@ static qhx_status parse_text(qhx_config *c, const ctx *x) {
         (rc = get_int(x, "linear_key_head_dim", 1, 4096, &c->lin_k_dim, 1, 0)) ||
         (rc = get_int(x, "linear_value_head_dim", 1, 4096, &c->lin_v_dim, 1, 0)) ||
         (rc = get_int(x, "linear_conv_kernel_dim", 1, 64, &c->conv_kernel, 1, 0)) ||
-        (rc = get_int(x, "max_position_embeddings", 1, 1 << 30, &c->max_pos, 0, 262144)))
+        (rc = get_int(x, "max_position_embeddings", 1, 1 << 30, &c->max_pos, 0, 262144)) ||
+        (rc = get_int(x, "mtp_num_hidden_layers", 0, 1024, &c->mtp_layers, 0, 0)))
         return rc;
+    if (c->mtp_layers > 1) c->mtp_layers = 0; /* qhexrt runs one-layer heads, as Qwen3.5's; the trunk still loads */
     if ((rc = get_float(x, x->tc, "rms_norm_eps", 0, 1, &c->eps))) return rc;
     if (c->n_heads % c->n_kv_heads)
         return qhx_fail(QHX_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
@@ -215,6 +217,8 @@ char *qhx_config_to_json(const qhx_config *c) {
                           "rope_parameters", "rope_type", "default", "rope_theta", qhx_json_number(c->rope_theta),
                           "partial_rotary_factor", qhx_json_number((double)c->rot_dim / c->head_dim), "layer_types", lt,
                           "tie_word_embeddings", c->tie_embeddings, "eos_token_id", eos);
+    /* only where there is a head, so the text (and hash) of models without one stays as it was */
+    if (o && c->mtp_layers) json_object_set_new(o, "mtp_num_hidden_layers", json_integer(c->mtp_layers));
     char *s = o ? qhx_json_canonical(o) : NULL;
     json_decref(o);
     return s;

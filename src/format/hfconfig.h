@@ -15,6 +15,7 @@ typedef struct {
     float eps;
     int tie_embeddings;
     int max_pos;
+    int mtp_layers;   /* mtp_num_hidden_layers: 0, or 1 when the model carries its MTP head (mtp.*) */
     int n_eos;
     int32_t eos[4];
     uint8_t full_attn[QHX_MAX_LAYERS];  /* 1 where layer i is gated softmax attention */

@@ -144,8 +144,10 @@ qhx_status qhx_checkpoint_model_open(qhx_model *m, const char *dir) {
     ck->src.n_files = ck->n_files;
 
     /* Qwen3_5ForConditionalGeneration nests the decoder under model.language_model.; the text-only
-     * Qwen3_5ForCausalLM under model. (model.visual.* and mtp.* are simply never looked up). */
+     * Qwen3_5ForCausalLM under model. (model.visual.* is never looked up). A config may promise
+     * an MTP head the files do not carry (conversions often drop mtp.*): the trunk loads alone. */
     const char *prefix = find(ck, "model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+    if (m->cfg.mtp_layers && !find(ck, "mtp.fc.weight")) m->cfg.mtp_layers = 0;
     if (!m->cfg.tie_embeddings && !find(ck, "lm_head.weight"))
         return qhx_fail(QHX_ERR_FORMAT, "%s: tie_word_embeddings is false but lm_head.weight is missing", dir);
     m->w = qhx_weights_new(&m->cfg);

@@ -15,14 +15,34 @@ typedef struct {
     qhx_tensor q, k, v, o, q_norm, k_norm;
 } qhx_layer_weights;
 
+typedef struct qhx_mtp_weights qhx_mtp_weights;
+
 typedef struct {
     qhx_tensor embed, lm_head, final_norm;
     qhx_layer_weights *layers;  /* n_layers of them */
+    qhx_mtp_weights *mtp;       /* the multi-token-prediction head, or NULL */
 } qhx_weights;
 
-/* An empty weight table for c's layers (views bound by the loader); NULL when out of memory. */
+/* The MTP head (Hugging Face mtp.*; vLLM qwen3_next_mtp.py): y = fc([norm_embed(embed(next)) |
+ * norm_hidden(h)]), then one gated-attention decoder layer with its own KV cache, then its norm,
+ * then the trunk's lm-head. `block` is that layer as a one-layer model the trunk's forward runs
+ * (its final_norm the head's norm, its embed and lm_head the trunk's), over `cfg`. */
+struct qhx_mtp_weights {
+    qhx_tensor fc, norm_embed, norm_hidden;
+    qhx_weights block;
+    qhx_layer_weights layer;
+    qhx_config cfg;
+};
+
+/* Spec layer number of the MTP head's tensors (not in any decode shard). */
+#define QHX_LAYER_MTP (-2)
+
+/* An empty weight table for c's layers and, when c->mtp_layers, its MTP head (views bound by the
+ * loader); NULL when out of memory. qhx_weights_drop_mtp forgets the head (a checkpoint without
+ * the mtp.* tensors, a bundle forged without them). */
 qhx_weights *qhx_weights_new(const qhx_config *c);
 void qhx_weights_free(qhx_weights *w);
+void qhx_weights_drop_mtp(qhx_weights *w, qhx_config *c);
 
 /* How a synthetic checkpoint initialises a tensor (see forge/synth.c). */
 typedef enum { QHX_INIT_MATRIX, QHX_INIT_EMBED, QHX_INIT_NORM, QHX_INIT_GNORM, QHX_INIT_CONV,
@@ -102,6 +122,13 @@ qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_
 /* Bytes of weights one token's forward reads: every layer, the final norm, one embedding row and
  * the lm-head. */
 uint64_t qhx_weights_bytes_per_token(const qhx_config *c, const qhx_weights *w);
+
+/* The MTP head over n positions at its state's position: hidden[n][hidden] the trunk's final-normed
+ * states there, next[n] the token after each; y[n][hidden] gets the head's normed output (what the
+ * lm-head reads, and the hidden a further draft step takes). s is a qhx_state over w->mtp->cfg's
+ * one layer. */
+qhx_status qhx_qwen35_mtp(const qhx_exec *ex, const qhx_weights *w, qhx_state *s, const float *hidden,
+                          const int32_t *next, int n, float *y);
 
 /* logits[n][vocab] = lm_head · x for final-normed x. */
 qhx_status qhx_qwen35_head(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const float *x, int n,

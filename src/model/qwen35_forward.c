@@ -442,6 +442,32 @@ qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_
     return QHX_OK;
 }
 
+/* The MTP head (vLLM qwen3_next_mtp.py): the next token's embedding and the trunk's hidden state,
+ * each normed, side by side through fc, then the head's one layer (its own KV cache, its norm as
+ * the final norm) as the trunk runs its layers. */
+qhx_status qhx_qwen35_mtp(const qhx_exec *ex, const qhx_weights *w, qhx_state *s, const float *hidden,
+                          const int32_t *next, int n, float *y) {
+    const qhx_mtp_weights *m = w->mtp;
+    const qhx_config *c = &m->cfg;
+    const int D = c->hidden;
+    float *cat = malloc(sizeof(float) * 2 * D * (size_t)n), *e = malloc(sizeof(float) * D * (size_t)n);
+    qhx_status rc = QHX_OK;
+    if (!cat || !e) rc = qhx_fail(QHX_ERR_NOMEM, "MTP head: out of memory for %d tokens", n);
+    if (!rc) {
+        qhx_qwen35_embed(c, w, next, n, e);
+        const unsigned fp = qhx_fp_enter(ex->ks);
+        for (int t = 0; t < n; t++) {
+            qhx_rmsnorm1p(cat + (size_t)t * 2 * D, e + (size_t)t * D, &m->norm_embed, D, c->eps);
+            qhx_rmsnorm1p(cat + (size_t)t * 2 * D + D, hidden + (size_t)t * D, &m->norm_hidden, D, c->eps);
+        }
+        rc = qhx_matmul(ex, &m->fc, cat, n, y);
+        qhx_fp_leave(fp);
+    }
+    free(cat);
+    free(e);
+    return rc ? rc : qhx_qwen35_layers(ex, c, &m->block, s, y, n, 0);
+}
+
 qhx_status qhx_qwen35_head(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const float *x, int n,
                            float *logits) {
     const unsigned fp = qhx_fp_enter(ex->ks);

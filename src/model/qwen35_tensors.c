@@ -18,14 +18,16 @@ static void add(lister *L, qhx_tensor *dst, qhx_dtype dt, qhx_init_kind init, in
         memset(s, 0, sizeof *s);
         char local[128];
         snprintf(local, sizeof local, fmt, layer);
-        snprintf(s->name, sizeof s->name, "%s%s", strncmp(local, "lm_head", 7) ? L->prefix : "", local);
+        /* lm_head and the MTP head sit beside the decoder, outside its prefix */
+        const int outside = !strncmp(local, "lm_head", 7) || !strncmp(local, "mtp.", 4);
+        snprintf(s->name, sizeof s->name, "%s%s", outside ? "" : L->prefix, local);
         s->ndim = ndim;
         s->shape[0] = d0;
         s->shape[1] = d1;
         s->shape[2] = d2;
         s->dtype = dt;
         s->init = init;
-        s->layer = strstr(fmt, "%d") ? layer : -1;
+        s->layer = layer == QHX_LAYER_MTP || strstr(fmt, "%d") ? layer : -1;
         s->dst = dst;
     }
     L->n++;
@@ -33,50 +35,86 @@ static void add(lister *L, qhx_tensor *dst, qhx_dtype dt, qhx_init_kind init, in
 
 qhx_weights *qhx_weights_new(const qhx_config *c) {
     qhx_weights *w = calloc(1, sizeof *w);
-    if (w && !(w->layers = calloc((size_t)c->n_layers, sizeof *w->layers))) free(w), w = NULL;
+    if (!w) return NULL;
+    w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
+    if (c->mtp_layers && (w->mtp = calloc(1, sizeof *w->mtp))) {
+        qhx_mtp_weights *m = w->mtp;
+        m->cfg = *c; /* the head's layer is shaped as the trunk's gated-attention layers */
+        m->cfg.n_layers = 1;
+        m->cfg.full_attn[0] = 1;
+        m->cfg.mtp_layers = 0;
+        m->block.layers = &m->layer;
+    }
+    if (!w->layers || (c->mtp_layers && !w->mtp)) qhx_weights_free(w), w = NULL;
     return w;
 }
 
+void qhx_weights_drop_mtp(qhx_weights *w, qhx_config *c) {
+    free(w->mtp);
+    w->mtp = NULL;
+    c->mtp_layers = 0;
+}
+
 void qhx_weights_free(qhx_weights *w) {
-    if (w) free(w->layers);
+    if (w) free(w->layers), free(w->mtp);
     free(w);
 }
 
 #define W(field) (w ? &w->field : NULL)
-#define LW(field) (w ? &w->layers[i].field : NULL)
+#define LW(field) (lw ? &lw->field : NULL)
+
+/* One decoder layer's tensors, named `base` + their name in the layer ("layers.%d." in the trunk,
+ * "mtp.layers.0." in the MTP head). */
+static void layer_specs(lister *L, qhx_layer_weights *lw, const qhx_config *c, int full, const char *base, int layer) {
+    const int64_t D = c->hidden, F = c->ffn;
+    char f[160];
+#define ADD(field, dt, init, ndim, d0, d1, d2, name) \
+    (snprintf(f, sizeof f, "%s%s", base, name), add(L, LW(field), dt, init, ndim, d0, d1, d2, f, layer))
+    ADD(in_norm, QHX_BF16, QHX_INIT_NORM, 1, D, 0, 0, "input_layernorm.weight");
+    ADD(post_norm, QHX_BF16, QHX_INIT_NORM, 1, D, 0, 0, "post_attention_layernorm.weight");
+    ADD(gate, QHX_BF16, QHX_INIT_MATRIX, 2, F, D, 0, "mlp.gate_proj.weight");
+    ADD(up, QHX_BF16, QHX_INIT_MATRIX, 2, F, D, 0, "mlp.up_proj.weight");
+    ADD(down, QHX_BF16, QHX_INIT_MATRIX, 2, D, F, 0, "mlp.down_proj.weight");
+    if (full) {
+        const int64_t hq = c->n_heads, hkv = c->n_kv_heads, hd = c->head_dim;
+        ADD(q, QHX_BF16, QHX_INIT_MATRIX, 2, hq * hd * 2, D, 0, "self_attn.q_proj.weight");
+        ADD(k, QHX_BF16, QHX_INIT_MATRIX, 2, hkv * hd, D, 0, "self_attn.k_proj.weight");
+        ADD(v, QHX_BF16, QHX_INIT_MATRIX, 2, hkv * hd, D, 0, "self_attn.v_proj.weight");
+        ADD(o, QHX_BF16, QHX_INIT_MATRIX, 2, D, hq * hd, 0, "self_attn.o_proj.weight");
+        ADD(q_norm, QHX_BF16, QHX_INIT_NORM, 1, hd, 0, 0, "self_attn.q_norm.weight");
+        ADD(k_norm, QHX_BF16, QHX_INIT_NORM, 1, hd, 0, 0, "self_attn.k_norm.weight");
+    } else {
+        const int64_t hv = c->lin_v_heads, dv = c->lin_v_dim, conv = qhx_config_conv_dim(c);
+        ADD(qkv, QHX_BF16, QHX_INIT_MATRIX, 2, conv, D, 0, "linear_attn.in_proj_qkv.weight");
+        ADD(z, QHX_BF16, QHX_INIT_MATRIX, 2, hv * dv, D, 0, "linear_attn.in_proj_z.weight");
+        ADD(b, QHX_BF16, QHX_INIT_MATRIX, 2, hv, D, 0, "linear_attn.in_proj_b.weight");
+        ADD(a, QHX_BF16, QHX_INIT_MATRIX, 2, hv, D, 0, "linear_attn.in_proj_a.weight");
+        ADD(conv, QHX_BF16, QHX_INIT_CONV, 3, conv, 1, c->conv_kernel, "linear_attn.conv1d.weight");
+        ADD(dt_bias, QHX_BF16, QHX_INIT_DTBIAS, 1, hv, 0, 0, "linear_attn.dt_bias");
+        ADD(a_log, QHX_F32, QHX_INIT_ALOG, 1, hv, 0, 0, "linear_attn.A_log");
+        ADD(gnorm, QHX_F32, QHX_INIT_GNORM, 1, dv, 0, 0, "linear_attn.norm.weight");
+        ADD(out, QHX_BF16, QHX_INIT_MATRIX, 2, D, hv * dv, 0, "linear_attn.out_proj.weight");
+    }
+#undef ADD
+}
 
 int qhx_qwen35_specs(const qhx_config *c, const char *prefix, qhx_weights *w, qhx_tensor_spec *out) {
     lister L = {out, 0, prefix};
-    const int64_t D = c->hidden, F = c->ffn, V = c->vocab_size;
+    const int64_t D = c->hidden, V = c->vocab_size;
     add(&L, W(embed), QHX_BF16, QHX_INIT_EMBED, 2, V, D, 0, "embed_tokens.weight", 0);
-    for (int i = 0; i < c->n_layers; i++) {
-        add(&L, LW(in_norm), QHX_BF16, QHX_INIT_NORM, 1, D, 0, 0, "layers.%d.input_layernorm.weight", i);
-        add(&L, LW(post_norm), QHX_BF16, QHX_INIT_NORM, 1, D, 0, 0, "layers.%d.post_attention_layernorm.weight", i);
-        add(&L, LW(gate), QHX_BF16, QHX_INIT_MATRIX, 2, F, D, 0, "layers.%d.mlp.gate_proj.weight", i);
-        add(&L, LW(up), QHX_BF16, QHX_INIT_MATRIX, 2, F, D, 0, "layers.%d.mlp.up_proj.weight", i);
-        add(&L, LW(down), QHX_BF16, QHX_INIT_MATRIX, 2, D, F, 0, "layers.%d.mlp.down_proj.weight", i);
-        if (c->full_attn[i]) {
-            const int64_t hq = c->n_heads, hkv = c->n_kv_heads, hd = c->head_dim;
-            add(&L, LW(q), QHX_BF16, QHX_INIT_MATRIX, 2, hq * hd * 2, D, 0, "layers.%d.self_attn.q_proj.weight", i);
-            add(&L, LW(k), QHX_BF16, QHX_INIT_MATRIX, 2, hkv * hd, D, 0, "layers.%d.self_attn.k_proj.weight", i);
-            add(&L, LW(v), QHX_BF16, QHX_INIT_MATRIX, 2, hkv * hd, D, 0, "layers.%d.self_attn.v_proj.weight", i);
-            add(&L, LW(o), QHX_BF16, QHX_INIT_MATRIX, 2, D, hq * hd, 0, "layers.%d.self_attn.o_proj.weight", i);
-            add(&L, LW(q_norm), QHX_BF16, QHX_INIT_NORM, 1, hd, 0, 0, "layers.%d.self_attn.q_norm.weight", i);
-            add(&L, LW(k_norm), QHX_BF16, QHX_INIT_NORM, 1, hd, 0, 0, "layers.%d.self_attn.k_norm.weight", i);
-        } else {
-            const int64_t hv = c->lin_v_heads, dv = c->lin_v_dim, conv = qhx_config_conv_dim(c);
-            add(&L, LW(qkv), QHX_BF16, QHX_INIT_MATRIX, 2, conv, D, 0, "layers.%d.linear_attn.in_proj_qkv.weight", i);
-            add(&L, LW(z), QHX_BF16, QHX_INIT_MATRIX, 2, hv * dv, D, 0, "layers.%d.linear_attn.in_proj_z.weight", i);
-            add(&L, LW(b), QHX_BF16, QHX_INIT_MATRIX, 2, hv, D, 0, "layers.%d.linear_attn.in_proj_b.weight", i);
-            add(&L, LW(a), QHX_BF16, QHX_INIT_MATRIX, 2, hv, D, 0, "layers.%d.linear_attn.in_proj_a.weight", i);
-            add(&L, LW(conv), QHX_BF16, QHX_INIT_CONV, 3, conv, 1, c->conv_kernel, "layers.%d.linear_attn.conv1d.weight", i);
-            add(&L, LW(dt_bias), QHX_BF16, QHX_INIT_DTBIAS, 1, hv, 0, 0, "layers.%d.linear_attn.dt_bias", i);
-            add(&L, LW(a_log), QHX_F32, QHX_INIT_ALOG, 1, hv, 0, 0, "layers.%d.linear_attn.A_log", i);
-            add(&L, LW(gnorm), QHX_F32, QHX_INIT_GNORM, 1, dv, 0, 0, "layers.%d.linear_attn.norm.weight", i);
-            add(&L, LW(out), QHX_BF16, QHX_INIT_MATRIX, 2, D, hv * dv, 0, "layers.%d.linear_attn.out_proj.weight", i);
-        }
-    }
+    for (int i = 0; i < c->n_layers; i++) layer_specs(&L, w ? &w->layers[i] : NULL, c, c->full_attn[i], "layers.%d.", i);
     add(&L, W(final_norm), QHX_BF16, QHX_INIT_NORM, 1, D, 0, 0, "norm.weight", 0);
     if (!c->tie_embeddings) add(&L, W(lm_head), QHX_BF16, QHX_INIT_EMBED, 2, V, D, 0, "lm_head.weight", 0);
+    if (c->mtp_layers) {
+        const int M = QHX_LAYER_MTP;
+        qhx_mtp_weights *m = w ? w->mtp : NULL;
+#define MW(field) (m ? &m->field : NULL)
+        add(&L, MW(fc), QHX_BF16, QHX_INIT_MATRIX, 2, D, 2 * D, 0, "mtp.fc.weight", M);
+        add(&L, MW(norm_embed), QHX_BF16, QHX_INIT_NORM, 1, D, 0, 0, "mtp.pre_fc_norm_embedding.weight", M);
+        add(&L, MW(norm_hidden), QHX_BF16, QHX_INIT_NORM, 1, D, 0, 0, "mtp.pre_fc_norm_hidden.weight", M);
+        layer_specs(&L, m ? &m->layer : NULL, c, 1, "mtp.layers.0.", M);
+        add(&L, MW(block.final_norm), QHX_BF16, QHX_INIT_NORM, 1, D, 0, 0, "mtp.norm.weight", M);
+#undef MW
+    }
     return L.n;
 }

@@ -1,0 +1,155 @@
+/* The MTP head against the golden data of the independent fp32 reference
+ * (models/q35-kjv-mtp/golden/mtp.json): its logits at every position of the golden sequences, taken
+ * in two ways: after a whole-sequence evaluation (qhx_mtp_observe) and position by position as
+ * decoding drafts them (qhx_mtp_draft's first step after each stepwise token). Same tolerance and
+ * measure as test_parity (max |ours - golden| over a row / the row's standard deviation). Also the
+ * greedy draft hits beside the golden ones, and a model without the head refused. */
+#include "qhexrt.h"
+#include "model/mtp.h"
+#include "testlib.h"
+
+#include "util/json.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL 2e-4
+#define DIR "models/q35-kjv-mtp"
+
+static double worst_seen;
+
+static double row_dev(const float *a, const float *g, int V) {
+    double mean = 0, var = 0, mx = 0;
+    for (int i = 0; i < V; i++) mean += g[i];
+    mean /= V;
+    for (int i = 0; i < V; i++) var += (g[i] - mean) * (g[i] - mean);
+    double sd = sqrt(var / V);
+    for (int i = 0; i < V; i++) {
+        double d = fabs((double)a[i] - g[i]);
+        if (!(d <= mx)) mx = d;
+    }
+    return mx / (sd > 0 ? sd : 1);
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* worst row deviation of rows [0, n) against golden rows [g0, g0 + n) */
+static double worst_dev(const float *ours, const float *gold, int g0, int n, int V) {
+    double worst = 0;
+    for (int t = 0; t < n; t++) {
+        double d = row_dev(ours + (size_t)t * V, gold + (size_t)(g0 + t) * V, V);
+        if (!(d <= worst)) worst = d;
+    }
+    if (worst > worst_seen) worst_seen = worst;
+    return worst;
+}
+
+static void check_golden(const char *kernels) {
+    char *text = tl_read(DIR "/golden/mtp.json", NULL);
+    CHECK(text != NULL, "cannot read %s", DIR "/golden/mtp.json");
+    if (!text) return;
+    json_t *root = json_loads(text, 0, NULL);
+    free(text);
+    qhx_runtime *rt;
+    qhx_model *m;
+    qhx_session *s;
+    qhx_runtime_opts ro = {.kernels = kernels};
+    printf("  %s on %s kernels\n", DIR, kernels);
+    CHECK(qhx_runtime_new(&ro, &rt) == QHX_OK, "%s", qhx_last_error());
+    CHECK(qhx_model_open(rt, DIR, &m) == QHX_OK, "%s", qhx_last_error());
+    CHECK(qhx_session_new(m, &s) == QHX_OK, "%s", qhx_last_error());
+    qhx_model_info info;
+    qhx_model_get_info(m, &info);
+    CHECK(info.mtp_layers == 1, "mtp_layers %d", info.mtp_layers);
+    const int V = info.vocab_size;
+    const json_t *c;
+    size_t ci;
+    json_array_foreach(json_object_get(root, "cases"), ci, c) {
+        const char *name = json_string_value(json_object_get(c, "name"));
+        const json_t *jids = json_object_get(c, "sequence_ids");
+        const int T = (int)json_array_size(jids), P = (int)json_integer_value(json_object_get(c, "prompt_tokens"));
+        int32_t *S = malloc(sizeof(int32_t) * T);
+        for (int i = 0; i < T; i++) S[i] = (int)json_integer_value(json_array_get(jids, i));
+        char path[512];
+        snprintf(path, sizeof path, DIR "/golden/%s", json_string_value(json_object_get(c, "mtp_logits_file")));
+        size_t len;
+        float *gold = tl_read(path, &len);
+        CHECK(gold && len == sizeof(float) * (T - 1) * V, "%s: %zu bytes", path, len);
+        float *ours = malloc(sizeof(float) * (size_t)T * V);
+        int32_t draft[4];
+        if (!gold) goto next;
+
+        /* 1. the whole sequence but its last token, then the last as a draft's first step */
+        qhx_session_reset(s);
+        qhx_mtp *d = NULL;
+        int rows = -1;
+        CHECK(qhx_mtp_new(s, &d) == QHX_OK, "%s", qhx_last_error());
+        CHECK(qhx_session_eval(s, S, T - 1, QHX_EVAL_SEQUENCE, NULL, NULL) == QHX_OK, "%s", qhx_last_error());
+        CHECK(qhx_mtp_observe(d, T - 1, ours, &rows) == QHX_OK && rows == T - 2, "rows %d: %s", rows, qhx_last_error());
+        CHECK(qhx_mtp_draft(d, S[T - 1], draft, 3, ours + (size_t)(T - 2) * V) == 3, "%s", qhx_last_error());
+        double w = worst_dev(ours, gold, 0, T - 1, V);
+        printf("  %s sequence   max dev %.2e of logit std over %d positions\n", name, w, T - 1);
+        CHECK(w < TOL, "%s sequence: deviation %.3e >= %.1e", name, w, TOL);
+        int agree = 0, hits = 0, gold_hits = (int)json_integer_value(json_object_get(c, "greedy_draft_hits"));
+        const json_t *gam = json_object_get(c, "mtp_argmax");
+        for (int t = 0; t < T - 1; t++) agree += argmax(ours + (size_t)t * V, V) == (int)json_integer_value(json_array_get(gam, t));
+        for (int t = P - 1; t + 2 < T; t++) hits += argmax(ours + (size_t)t * V, V) == S[t + 2];
+        printf("  %s argmax = golden at %d/%d positions; greedy draft hits %d/%d (golden %d)\n", name, agree, T - 1, hits,
+               T - 1 - P, gold_hits);
+        CHECK(agree == T - 1, "%s: argmax differs at %d positions", name, T - 1 - agree);
+        CHECK(hits == gold_hits, "%s: %d greedy draft hits, golden %d", name, hits, gold_hits);
+        qhx_mtp_free(d);
+
+        /* 2. decoding: the prompt, then a one-token draft before each stepwise token */
+        qhx_session_reset(s);
+        d = NULL;
+        CHECK(qhx_mtp_new(s, &d) == QHX_OK, "%s", qhx_last_error());
+        CHECK(qhx_session_eval(s, S, P, QHX_EVAL_SEQUENCE, NULL, NULL) == QHX_OK, "%s", qhx_last_error());
+        CHECK(qhx_mtp_observe(d, P, ours, &rows) == QHX_OK && rows == P - 1, "rows %d", rows);
+        int ok = 1;
+        for (int t = P; t < T && ok; t++) {
+            ok = qhx_mtp_draft(d, S[t], draft, t % 3 + 1, ours + (size_t)(t - 1) * V) == t % 3 + 1 &&
+                 qhx_session_eval(s, S + t, 1, QHX_EVAL_STEPWISE, NULL, NULL) == QHX_OK && qhx_mtp_observe(d, 1, NULL, &rows) == QHX_OK &&
+                 rows == 0;
+        }
+        CHECK(ok, "decoding %s: %s", name, qhx_last_error());
+        w = worst_dev(ours, gold, 0, T - 1, V);
+        printf("  %s decoding   max dev %.2e of logit std over %d positions\n", name, w, T - 1);
+        CHECK(w < TOL, "%s decoding: deviation %.3e >= %.1e", name, w, TOL);
+        qhx_mtp_free(d);
+    next:
+        free(ours);
+        free(gold);
+        free(S);
+    }
+    json_decref(root);
+    qhx_session_free(s);
+    qhx_model_close(m);
+    qhx_runtime_free(rt);
+}
+
+/* A drafter on a model without the head is refused with a message naming the model. */
+static void check_missing(void) {
+    qhx_model *m;
+    qhx_session *s;
+    qhx_mtp *d = NULL;
+    CHECK(qhx_model_open(NULL, "models/q35-kjv", &m) == QHX_OK, "%s", qhx_last_error());
+    CHECK(qhx_session_new(m, &s) == QHX_OK, "%s", qhx_last_error());
+    CHECK(qhx_mtp_new(s, &d) == QHX_ERR_ARG && !d, "a drafter on a model without mtp.*");
+    CHECK(strstr(qhx_last_error(), "models/q35-kjv") && strstr(qhx_last_error(), "MTP"), "message: %s", qhx_last_error());
+    qhx_session_free(s);
+    qhx_model_close(m);
+}
+
+int main(void) {
+    check_golden("ref");
+    check_golden("auto");
+    check_missing();
+    printf("  worst deviation %.2e of logit std (tolerance %.0e)\n", worst_seen, TOL);
+    return tl_finish("mtp");
+}
