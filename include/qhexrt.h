@@ -162,6 +162,21 @@ typedef enum {
 qhx_status qhx_session_eval(qhx_session *s, const int32_t *tokens, int n, qhx_eval_mode mode,
                             float *logits, float *last_logits);
 
+/* ---- taking tokens back --------------------------------------------------------------------- */
+
+/* Marks the session's position so that qhx_session_rewind can take back any of the next
+ * QHX_MAX_REWIND tokens it evaluates stepwise, without a snapshot and without evaluating anything
+ * again: the mark keeps the recurrent state (conv FIFOs, delta-rule states) as it is, each later
+ * token leaves the delta rule's inputs, and a rewind replays those of the tokens it keeps (KV rows
+ * past the position are simply written over). Speculative decoding takes its drafts back this way.
+ * The mark lasts until the next mark, a QHX_EVAL_SEQUENCE call, a token past QHX_MAX_REWIND, a
+ * restore or a reset. */
+#define QHX_MAX_REWIND 17
+qhx_status qhx_session_mark(qhx_session *s);
+/* Goes back to position pos, from the mark up to the session's position: bit for bit the session
+ * that evaluated only the tokens before pos (QHX_ERR_ARG, the session unchanged, outside that). */
+qhx_status qhx_session_rewind(qhx_session *s, int pos);
+
 /* ---- snapshots: resume a session at a position without recomputing ------------------------- */
 
 /* A hybrid model's recurrent state cannot be cut back to an earlier position, so resuming needs a
@@ -242,8 +257,9 @@ typedef struct {
     const char *const *stop;   /* stop strings: generation ends where one appears in the text, even across
                                   tokens; the stop string and anything after it are never emitted */
     int n_stop;
-    int draft;                 /* speculative decoding: QHX_DRAFT_NONE (0) or QHX_DRAFT_NGRAM */
-    int draft_max;             /* tokens drafted per step at most (0: 8; at most QHX_MAX_DRAFT) */
+    int draft;                 /* speculative decoding: QHX_DRAFT_NONE (0), QHX_DRAFT_NGRAM or QHX_DRAFT_MTP */
+    int draft_max;             /* tokens drafted per step at most (0: 8; at most QHX_MAX_DRAFT, and
+                                  QHX_MAX_MTP_DRAFT for the MTP head) */
 } qhx_generate_opts;
 
 /* Speculative decoding drafts a few tokens, evaluates them after the current one in one pass
@@ -254,10 +270,15 @@ typedef struct {
  * left as if the tokens had been decoded one by one. The draft length adapts to the acceptance. */
 enum {
     QHX_DRAFT_NONE = 0,
-    QHX_DRAFT_NGRAM = 1        /* prompt lookup: the tokens that followed the latest earlier occurrence
+    QHX_DRAFT_NGRAM = 1,       /* prompt lookup: the tokens that followed the latest earlier occurrence
                                   of the context's last 3-4 tokens (quotes, edits, code, retrieval) */
+    QHX_DRAFT_MTP = 2          /* the model's own multi-token-prediction head (mtp.*, as real Qwen3.5
+                                  checkpoints carry; qhx_model_info.mtp_layers), each draft its argmax,
+                                  chained on its own output; QHX_ERR_ARG on a model without one. It sees
+                                  the context from the qhx_generate call that starts it on */
 };
 #define QHX_MAX_DRAFT 16
+#define QHX_MAX_MTP_DRAFT 15
 
 typedef enum {
     QHX_FINISH_LENGTH = 0,     /* max_tokens reached */

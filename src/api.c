@@ -256,6 +256,10 @@ qhx_status qhx_session_eval(qhx_session *s, const int32_t *tokens, int n, qhx_ev
 
 qhx_model *qhx_session_model(const qhx_session *s) { return s->model; }
 
+qhx_status qhx_session_mark(qhx_session *s) { return qhx_hostop_mark(s->model, &s->hs); }
+
+qhx_status qhx_session_rewind(qhx_session *s, int pos) { return qhx_hostop_rewind(s->model, &s->hs, pos); }
+
 const int32_t *qhx_session_tokens(const qhx_session *s) { return s->hs.tokens; }
 
 const float *qhx_session_hidden(const qhx_session *s) { return s->hs.x; }

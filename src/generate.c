@@ -3,6 +3,7 @@
  * generation ends) or cannot become one (released), so a stop string split across tokens never
  * leaks out. Built on the public session API. */
 #include "qhexrt.h"
+#include "model/mtp.h"
 #include "sample/sampler.h"
 #include "util/buf.h"
 #include "util/error.h"
@@ -70,17 +71,19 @@ static int push_text(text_state *ts, const char *text, size_t n) {
  * A window is one verify pass: v[0] the token just sampled, v[1..] its drafts, evaluated stepwise
  * in one call (bit for bit what one-token calls give), rows[i] the logits after v[0..i]. Sampling
  * walks the window while its tokens match the drafts; where one does not, or at the end, the
- * session goes back to the snapshot taken before the pass and evaluates the kept prefix again. */
+ * session is rewound to just after the kept prefix (qhx_session_mark before the pass: the
+ * recurrence is replayed, nothing is evaluated again). */
 typedef struct {
     int on, max, len;          /* len: the draft length now */
     int cooldown, backoff;     /* after a window whose first draft failed: decode plainly a while */
     qhx_session *s;
-    qhx_snapshot *before;
+    int at;                    /* the session's position before the open window */
     int32_t v[QHX_MAX_DRAFT + 1];
     int n_v, j;                /* tokens in the open window (0: none); v[0..j] are kept */
     float *rows;               /* [QHX_MAX_DRAFT + 1][vocab] */
     size_t vocab;
     int context;               /* the model's positions: no window reaches past them */
+    qhx_mtp *mtp;              /* the MTP drafter (QHX_DRAFT_MTP), fed every evaluation's hidden states */
     qhx_generate_result *res;
 } spec_state;
 
@@ -100,6 +103,15 @@ static int ngram_draft(const int32_t *h, int n, int32_t last, int32_t *out, int 
     return 0;
 }
 
+/* Up to max drafts after tok into sp->v + 1; -1 on failure. */
+static int draft(spec_state *sp, int32_t tok, int max) {
+    if (sp->mtp) return qhx_mtp_draft(sp->mtp, tok, sp->v + 1, max, NULL);
+    return ngram_draft(qhx_session_tokens(sp->s), qhx_session_pos(sp->s), tok, sp->v + 1, max);
+}
+
+/* The session has just evaluated its last n tokens: the MTP head takes in their hidden states. */
+static qhx_status observe(spec_state *sp, int n) { return sp->mtp ? qhx_mtp_observe(sp->mtp, n, NULL, NULL) : QHX_OK; }
+
 /* The draft for the position being sampled, or -1. */
 static int32_t spec_draft(const spec_state *sp) { return sp->n_v && sp->j + 1 < sp->n_v ? sp->v[sp->j + 1] : -1; }
 
@@ -108,8 +120,8 @@ static qhx_status spec_settle(spec_state *sp) {
     if (!sp->n_v) return QHX_OK;
     const int kept = sp->j, drafted = sp->n_v - 1;
     qhx_status rc = QHX_OK;
-    if (kept < drafted && !(rc = qhx_session_restore(sp->s, sp->before)))
-        rc = qhx_session_eval(sp->s, sp->v, kept + 1, QHX_EVAL_STEPWISE, NULL, NULL);
+    if (kept < drafted) rc = qhx_session_rewind(sp->s, sp->at + kept + 1);
+    if (!rc) rc = observe(sp, kept + 1);
     sp->n_v = 0;
     if (kept == drafted) sp->len = 2 * sp->len < sp->max ? 2 * sp->len : sp->max;
     else sp->len = kept + 1;
@@ -135,15 +147,18 @@ static qhx_status spec_advance(spec_state *sp, int32_t tok, float *logits) {
         if ((rc = spec_settle(sp))) return rc;
     }
     int n = 0; /* the session now holds exactly the tokens before tok */
+    const int room = sp->context - qhx_session_pos(sp->s) - 1;
     if (sp->cooldown > 0) sp->cooldown--;
-    else n = ngram_draft(qhx_session_tokens(sp->s), qhx_session_pos(sp->s), tok, sp->v + 1, sp->len);
-    if (n > sp->context - qhx_session_pos(sp->s) - 1) n = sp->context - qhx_session_pos(sp->s) - 1;
-    if (n <= 0) return qhx_session_eval(sp->s, &tok, 1, QHX_EVAL_STEPWISE, NULL, logits);
+    else if ((n = draft(sp, tok, sp->len < room ? sp->len : room)) < 0) return QHX_ERR_NOMEM;
+    if (n <= 0) {
+        rc = qhx_session_eval(sp->s, &tok, 1, QHX_EVAL_STEPWISE, NULL, logits);
+        return rc ? rc : observe(sp, 1);
+    }
     sp->v[0] = tok;
     sp->n_v = n + 1;
     sp->j = 0;
-    if ((rc = sp->before ? qhx_session_snapshot_into(sp->s, sp->before) : qhx_session_snapshot(sp->s, &sp->before)) ||
-        (rc = qhx_session_eval(sp->s, sp->v, sp->n_v, QHX_EVAL_STEPWISE, sp->rows, NULL))) {
+    sp->at = qhx_session_pos(sp->s);
+    if ((rc = qhx_session_mark(sp->s)) || (rc = qhx_session_eval(sp->s, sp->v, sp->n_v, QHX_EVAL_STEPWISE, sp->rows, NULL))) {
         sp->n_v = 0;
         return rc;
     }
@@ -164,8 +179,8 @@ static qhx_status check_opts(const qhx_generate_opts *o) {
     }
     if (o->n_stop_ids < 0 || o->n_stop_ids > 1024 || (o->n_stop_ids && !o->stop_ids))
         return qhx_fail(QHX_ERR_ARG, "generate: %d stop ids (at most 1024)", o->n_stop_ids);
-    if (o->draft != QHX_DRAFT_NONE && o->draft != QHX_DRAFT_NGRAM)
-        return qhx_fail(QHX_ERR_ARG, "generate: draft %d is not a drafter (QHX_DRAFT_NONE or QHX_DRAFT_NGRAM)", o->draft);
+    if (o->draft != QHX_DRAFT_NONE && o->draft != QHX_DRAFT_NGRAM && o->draft != QHX_DRAFT_MTP)
+        return qhx_fail(QHX_ERR_ARG, "generate: draft %d is not a drafter (QHX_DRAFT_NONE, _NGRAM or _MTP)", o->draft);
     if (o->draft_max < 0 || o->draft_max > QHX_MAX_DRAFT)
         return qhx_fail(QHX_ERR_ARG, "generate: draft_max %d is not in [0, %d]", o->draft_max, QHX_MAX_DRAFT);
     return QHX_OK;
@@ -217,10 +232,14 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
     }
     spec_state spec = {.on = o->draft != QHX_DRAFT_NONE, .max = o->draft_max ? o->draft_max : 8, .backoff = 1, .s = s,
                        .vocab = (size_t)mi.vocab_size, .context = mi.max_context, .res = &res};
+    /* the head reads a verify pass's hidden states, which the session keeps for one decode piece */
+    if (o->draft == QHX_DRAFT_MTP && spec.max > QHX_MAX_MTP_DRAFT) spec.max = QHX_MAX_MTP_DRAFT;
     spec.len = spec.max < 2 ? spec.max : 2; /* a failed window costs the pass: start short, double while kept */
     if ((rc = qhx_sampler_init(&sp, o, mi.vocab_size))) goto done;
     for (int i = 0; i < n_prompt && !rc; i++) rc = qhx_sampler_accept(&sp, prompt[i]);
+    if (!rc && o->draft == QHX_DRAFT_MTP) rc = qhx_mtp_new(s, &spec.mtp);
     if (!rc) rc = qhx_session_eval(s, prompt, n_prompt, QHX_EVAL_SEQUENCE, NULL, logits);
+    if (!rc) rc = observe(&spec, n_prompt);
     if (rc) goto done;
     if (spec.on && !(spec.rows = malloc(sizeof(float) * spec.vocab * (spec.max + 1)))) {
         rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
@@ -266,7 +285,7 @@ done:
         qhx_status settled = spec_settle(&spec);
         if (!rc) rc = settled;
     }
-    qhx_snapshot_free(spec.before);
+    qhx_mtp_free(spec.mtp);
     free(spec.rows);
     if (result) *result = res;
     qhx_sampler_free(&sp);

@@ -43,7 +43,7 @@ static const char *const prompts[] = {
     "And God said, Let there be light: and there was light. And God saw the light, that it was good: and God divided "
     "the light from the darkness. And God said, Let there be light: and there was light. And God saw the light,"};
 
-static void check_model(const char *path, int tokens, int quick, int must_accept) {
+static void check_model(const char *path, int drafter, int tokens, int quick, int must_accept) {
     qhx_model *m;
     if (qhx_model_open(NULL, path, &m)) { CHECK(0, "open %s: %s", path, qhx_last_error()); return; }
     qhx_tokenizer *tok;
@@ -62,7 +62,7 @@ static void check_model(const char *path, int tokens, int quick, int must_accept
         CHECK(run(m, ids, (int)n, plain, &a, want, &rp) == 0, "%s: plain: %s", path, qhx_last_error());
         for (int dm = quick ? 8 : 1; dm <= 16; dm = quick ? 17 : dm * 4) {
             qhx_generate_opts spec = plain;
-            spec.draft = QHX_DRAFT_NGRAM, spec.draft_max = dm;
+            spec.draft = drafter, spec.draft_max = dm;
             CHECK(run(m, ids, (int)n, spec, &b, got, &rs) == 0, "%s: speculative: %s", path, qhx_last_error());
             int same = a.n == b.n && !memcmp(a.ids, b.ids, sizeof(int32_t) * a.n), at = 0;
             while (at < a.n && at < b.n && a.ids[at] == b.ids[at]) at++;
@@ -75,7 +75,8 @@ static void check_model(const char *path, int tokens, int quick, int must_accept
         }
         free(ids);
     }
-    printf("  %-40s %d tokens: speculative == plain (drafted %d, accepted %d)\n", path, tokens, drafted, accepted);
+    printf("  %-40s %-5s %d tokens: speculative == plain (drafted %d, accepted %d)\n", path,
+           drafter == QHX_DRAFT_MTP ? "mtp" : "ngram", tokens, drafted, accepted);
     CHECK(!must_accept || accepted > 0, "%s: no draft was ever accepted", path);
     free(want), free(got);
     qhx_model_close(m);
@@ -148,6 +149,10 @@ static void sampled_and_bad(void) {
     qhx_generate_opts bad = {.max_tokens = 4, .draft = 7};
     CHECK(qhx_generate(s, prompt, 8, &bad, NULL, NULL, NULL) == QHX_ERR_ARG && strstr(qhx_last_error(), "draft 7"), "draft 7: %s",
           qhx_last_error());
+    bad.draft = QHX_DRAFT_MTP, bad.draft_max = 0; /* q35-kjv carries no head */
+    CHECK(qhx_generate(s, prompt, 8, &bad, NULL, NULL, NULL) == QHX_ERR_ARG && strstr(qhx_last_error(), "MTP head") &&
+              qhx_session_pos(s) == 0,
+          "mtp without a head: %s", qhx_last_error());
     bad.draft = QHX_DRAFT_NGRAM, bad.draft_max = QHX_MAX_DRAFT + 1;
     CHECK(qhx_generate(s, prompt, 8, &bad, NULL, NULL, NULL) == QHX_ERR_ARG && strstr(qhx_last_error(), "draft_max"), "draft_max: %s",
           qhx_last_error());
@@ -166,12 +171,15 @@ int main(void) {
     CHECK(qhx_forge(&fo) == QHX_OK, "forge: %s", qhx_last_error());
     fo.out = b2, fo.max_context_bytes = 3500000; /* 2 shards (tests/bundle_test.sh) */
     CHECK(qhx_forge(&fo) == QHX_OK, "forge: %s", qhx_last_error());
-    check_model("models/q35-kjv", 64, 0, 1);
-    check_model("models/q35-rand-tiny", 64, 0, 0); /* random weights: its text never repeats, so nothing is drafted */
-    check_model(b1, 64, 0, 1);
-    check_model(b2, 64, 1, 1);
-    check_model("models/q35-kjv", 512, 1, 1);
-    check_model(b1, 512, 1, 1);
+    const int NG = QHX_DRAFT_NGRAM, MTP = QHX_DRAFT_MTP;
+    check_model("models/q35-kjv", NG, 64, 0, 1);
+    check_model("models/q35-rand-tiny", NG, 64, 0, 0); /* random weights: its text never repeats, so nothing is drafted */
+    check_model(b1, NG, 64, 0, 1);
+    check_model(b2, NG, 64, 1, 1);
+    check_model("models/q35-kjv", NG, 512, 1, 1);
+    check_model(b1, NG, 512, 1, 1);
+    check_model("models/q35-kjv-mtp", MTP, 64, 0, 1);
+    check_model("models/q35-kjv-mtp", MTP, 512, 1, 1);
     draft_rule();
     sampled_and_bad();
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);

@@ -176,8 +176,8 @@ int parse_common(int argc, char **argv, opts *o) {
             if (want_value(argc, argv, &i)) return -1;
             if (!strcmp(argv[i], "ngram")) o->gen.draft = QHX_DRAFT_NGRAM;
             else if (!strcmp(argv[i], "none")) o->gen.draft = QHX_DRAFT_NONE;
-            else if (!strcmp(argv[i], "mtp")) return die("--draft mtp: the MTP drafter is not built yet; use --draft ngram"), -1;
-            else return die("--draft: '%s' is not a drafter (ngram or none)", argv[i]), -1;
+            else if (!strcmp(argv[i], "mtp")) o->gen.draft = QHX_DRAFT_MTP;
+            else return die("--draft: '%s' is not a drafter (ngram, mtp or none)", argv[i]), -1;
         }
         else if (!strcmp(a, "--draft-max")) {
             long long v;
@@ -227,6 +227,11 @@ int open_model(const opts *o, qhx_runtime **rt, qhx_model **m) {
     *m = NULL;
     if (qhx_runtime_new(&ro, rt)) return api_error();
     if (qhx_model_open(*rt, o->model, m)) return api_error();
+    qhx_model_info mi;
+    qhx_model_get_info(*m, &mi);
+    if (o->gen.draft == QHX_DRAFT_MTP && !mi.mtp_layers)
+        return die("--draft mtp: %s has no MTP head (no mtp.* tensors, or a bundle forged without them); try --draft ngram",
+                   o->model);
     return 0;
 }
 

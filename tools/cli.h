@@ -62,9 +62,10 @@ void close_model(qhx_runtime *rt, qhx_model *m, qhx_session *s);
     "  --seed N               random seed (default: from the clock; printed with --json)\n" \
     "  --stop S               stop where the text S appears (repeatable, up to 16)\n" \
     "  --ignore-eos           keep going past the model's end-of-turn tokens\n" \
-    "  --draft ngram|none     speculative decoding: draft tokens by looking the context up, verify\n" \
-    "                         them in one pass; the same output, faster where the text repeats\n" \
-    "  --draft-max N          tokens drafted per step at most (default 8, at most 16)\n"
+    "  --draft ngram|mtp|none speculative decoding: draft tokens by looking the context up (ngram)\n" \
+    "                         or with the model's MTP head (mtp), verify them in one pass; the\n" \
+    "                         same output, faster where the drafts are kept\n" \
+    "  --draft-max N          tokens drafted per step at most (default 8, at most 16; mtp 15)\n"
 
 /* Reads all of stdin (or a file), at most QHX_MAX_TEXT_BYTES: a larger input fails with a message
  * naming it, after reading no more than the limit. NULL on failure (reported). */

@@ -22,7 +22,8 @@ static const char serve_help[] =
     "printed on stderr. Stops on SIGINT or SIGTERM.\n"
     "  --parallel N   sessions generating at once, taking turns token by token (default 4)\n"
     "  -n N           the largest max_tokens a request may ask for (default 4096)\n"
-    "  --draft ngram  speculative decoding for every request (same answers; --draft-max N drafts at most)\n"
+    "  --draft ngram|mtp  speculative decoding for every request, drafting by lookup or with the\n"
+    "                 model's MTP head (same answers; --draft-max N drafts at most)\n"
     "  --cache-mb N   memory for the prefix cache (default 2048; 0: off): snapshots at every chat\n"
     "                 message, prompt end and reply, so a request sharing a prefix with an earlier\n"
     "                 one evaluates only the rest, with the same answer as without the cache\n" RUNTIME_HELP;

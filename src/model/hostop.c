@@ -73,3 +73,34 @@ qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32
     if (rc) qhx_hostop_reset(hs, m);
     return rc;
 }
+
+qhx_status qhx_hostop_mark(const qhx_model *m, qhx_hostop_state *hs) {
+    for (int i = 0; i < m->n_shards; i++) {
+        qhx_status rc = qhx_state_mark(&hs->shards[i]);
+        if (rc) {
+            while (i--) hs->shards[i].mark = -1;
+            return rc;
+        }
+    }
+    return QHX_OK;
+}
+
+qhx_status qhx_hostop_rewind(const qhx_model *m, qhx_hostop_state *hs, int pos) {
+    for (int i = 0; i < m->n_shards; i++) /* every shard can go there, or none moves */
+        if (hs->shards[i].mark < 0 || pos < hs->shards[i].mark || pos > hs->pos)
+            return qhx_fail(QHX_ERR_ARG, "rewind to %d: not between the session's mark and its position %d", pos, hs->pos);
+    for (int i = 0; i < m->n_shards; i++) {
+        qhx_status rc = qhx_state_rewind(&m->rt->ex, &hs->shards[i], pos);
+        if (rc) {
+            qhx_hostop_reset(hs, m);
+            return rc;
+        }
+    }
+    hs->pos = pos;
+    /* rows past pos will be written over: they are no longer a copy of the snapshot chain */
+    if (hs->kv_tip && hs->kv_tip->row1 > pos) {
+        qhx_kv_segment_unref(hs->kv_tip);
+        hs->kv_tip = NULL;
+    }
+    return QHX_OK;
+}

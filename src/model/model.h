@@ -82,6 +82,10 @@ void qhx_hostop_reset(qhx_hostop_state *hs, const qhx_model *m);
 qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32_t *tokens, int n, int stepwise,
                            float *logits_all, float *logits_last);
 
+/* qhx_session_mark / qhx_session_rewind over every shard's state. */
+qhx_status qhx_hostop_mark(const qhx_model *m, qhx_hostop_state *hs);
+qhx_status qhx_hostop_rewind(const qhx_model *m, qhx_hostop_state *hs, int pos);
+
 /* The final-normed hidden states of the tokens of the session's last qhx_hostop_eval ([n][hidden];
  * a stepwise qhx_session_eval runs in pieces of QHX_DECODE_MAX_T: the last piece's). */
 const float *qhx_session_hidden(const qhx_session *s);

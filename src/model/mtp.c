@@ -123,3 +123,7 @@ int qhx_mtp_draft(qhx_mtp *d, int32_t tok, int32_t *out, int max, float *first_l
     d->st.pos = keep;
     return max;
 }
+
+/* a verify pass (the current token and its drafts) is one decode piece, whose hidden states the
+ * session keeps for qhx_mtp_observe */
+_Static_assert(QHX_MAX_MTP_DRAFT + 1 <= QHX_DECODE_MAX_T, "an MTP verify pass must be one decode piece");

@@ -76,6 +76,8 @@ typedef struct {
     float *ssm;        /* [lin_v_heads][lin_k_dim][lin_v_dim]: the delta-rule state S[h][i_k][j_v] */
     float *k_cache;    /* [capacity][n_kv_heads*head_dim], post-norm post-RoPE */
     float *v_cache;
+    float *undo;       /* linear layers, once marked: conv and ssm at the mark, then each later
+                          stepwise token's recurrence inputs (model/rewind.c) */
 } qhx_layer_state;
 
 /* The state of layers [l0, l1): a shard owns one, a whole model is the range [0, n_layers). */
@@ -84,6 +86,7 @@ typedef struct {
     int l0, l1;
     qhx_layer_state *layers;  /* l1 - l0 of them: qhx_state_layer() indexes by the global number */
     int pos;           /* tokens consumed */
+    int mark;          /* the position qhx_state_rewind can go back to from, or -1 */
     int kv_capacity;   /* tokens the KV caches hold before they grow */
     float *scratch;    /* per-call work buffers, grown on demand and reused */
     size_t scratch_floats;
@@ -104,9 +107,17 @@ size_t qhx_state_ssm_floats(const qhx_config *c);
 /* Grows the KV caches to hold `need` tokens (their rows kept). */
 qhx_status qhx_state_reserve_kv(qhx_state *s, int need);
 
-/* ---- the forward, in three steps so a host-op can run shards in between ---------------------- */
-
+/* Taking stepwise tokens back (model/rewind.c): qhx_state_mark keeps the recurrent state as it
+ * is; the forward records each stepwise token after it (qhx_state_record, up to QHX_MAX_REWIND; a
+ * sequence call or one more token drops the mark); qhx_state_rewind goes back to any position
+ * from the mark on, bit for bit. */
 typedef struct qhx_exec qhx_exec;
+qhx_status qhx_state_mark(qhx_state *s);
+void qhx_state_record(const qhx_config *c, qhx_layer_state *ls, int at, const float *mixed, const float *xc,
+                      const float *beta, const float *g, int T);
+qhx_status qhx_state_rewind(const qhx_exec *ex, qhx_state *s, int pos);
+
+/* ---- the forward, in three steps so a host-op can run shards in between ---------------------- */
 
 /* x[n][hidden] = embedding rows of tokens (ids already validated). */
 void qhx_qwen35_embed(const qhx_config *c, const qhx_weights *w, const int32_t *tokens, int n, float *x);

@@ -234,8 +234,10 @@ static void deltanet_heads(void *arg, int th, int nth) {
     }
 }
 
+/* record >= 0: the call's tokens are rewindable, their recurrence inputs go to the undo record
+ * from that token on (model/rewind.c) */
 static qhx_status gated_deltanet(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls,
-                           const float *h, float *out, int T, int stepwise, carver cv) {
+                           const float *h, float *out, int T, int stepwise, int record, carver cv) {
     const int C = qhx_config_conv_dim(c), hv = c->lin_v_heads, dv = c->lin_v_dim;
     float *mixed = carve(&cv, (size_t)T * C), *xc = carve(&cv, (size_t)T * C);
     float *z = carve(&cv, (size_t)T * hv * dv), *o = carve(&cv, (size_t)T * hv * dv);
@@ -250,6 +252,7 @@ static qhx_status gated_deltanet(const qhx_exec *ex, const qhx_config *c, const 
     if (rc) return rc;
     heads_job job = {ex->ks, c, lw, ls->conv, mixed, ls->ssm, xc, z, b, a, beta, g, o, work, work_floats, T, stepwise};
     qhx_pool_run(ex->pool, deltanet_heads, &job);
+    if (record >= 0) qhx_state_record(c, ls, record, mixed, xc, beta, g, T);
     return qhx_matmul(ex, &lw->out, o, T, out);
 }
 
@@ -420,13 +423,15 @@ qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_
     const int D = c->hidden;
     carver cv = {s->scratch};
     float *h = carve(&cv, (size_t)n * D), *delta = carve(&cv, (size_t)n * D);
+    if (s->mark >= 0 && (!stepwise || s->pos + n - s->mark > QHX_MAX_REWIND)) s->mark = -1;
+    const int record = s->mark >= 0 ? s->pos - s->mark : -1;
     const unsigned fp = qhx_fp_enter(ex->ks);
 
     for (int l = s->l0; l < s->l1; l++) {
         const qhx_layer_weights *lw = &w->layers[l];
         for (int t = 0; t < n; t++) qhx_rmsnorm1p(h + (size_t)t * D, x + (size_t)t * D, &lw->in_norm, D, c->eps);
         rc = c->full_attn[l] ? gated_attention(ex, c, lw, qhx_state_layer(s, l), s->pos, h, delta, n, cv)
-                             : gated_deltanet(ex, c, lw, qhx_state_layer(s, l), h, delta, n, stepwise, cv);
+                             : gated_deltanet(ex, c, lw, qhx_state_layer(s, l), h, delta, n, stepwise, record, cv);
         if (rc) break;
         for (size_t i = 0; i < (size_t)n * D; i++) x[i] += delta[i];
 

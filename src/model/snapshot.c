@@ -157,7 +157,7 @@ qhx_status qhx_hostop_restore(const qhx_model *m, qhx_hostop_state *hs, const qh
     qhx_kv_segment_unref(old);
     recurrent_copy(m, hs, snap->recurrent, 0);
     hs->pos = snap->pos;
-    for (int i = 0; i < m->n_shards; i++) hs->shards[i].pos = snap->pos;
+    for (int i = 0; i < m->n_shards; i++) hs->shards[i].pos = snap->pos, hs->shards[i].mark = -1;
     return QHX_OK;
 }
 

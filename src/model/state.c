@@ -31,6 +31,7 @@ qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, int l0, int l1) {
     s->cfg = c;
     s->l0 = l0;
     s->l1 = l1;
+    s->mark = -1;
     const size_t conv = qhx_state_conv_floats(c), ssm = qhx_state_ssm_floats(c);
     s->layers = calloc((size_t)(l1 - l0), sizeof *s->layers);
     if (!s->layers) {
@@ -59,6 +60,7 @@ void qhx_state_reset(qhx_state *s) {
         memset(qhx_state_layer(s, l)->ssm, 0, ssm * sizeof(float));
     }
     s->pos = 0;
+    s->mark = -1;
 }
 
 void qhx_state_free(qhx_state *s) {
@@ -69,6 +71,7 @@ void qhx_state_free(qhx_state *s) {
         free(ls->ssm);
         free(ls->k_cache);
         free(ls->v_cache);
+        free(ls->undo);
     }
     free(s->layers);
     free(s->scratch);
