@@ -47,6 +47,7 @@ int cmd_inspect(int argc, char **argv) {
     printf("kernels: %s, %d threads\n", qhx_runtime_kernels(rt), qhx_runtime_threads(rt));
     printf("state per session: %.2f MB fixed (conv + delta-rule), KV cache %.1f KB per token (%.1f MB at full context)\n",
            in.state_bytes / 1e6, in.kv_bytes_per_token / 1e3, in.kv_bytes_per_token * (double)in.max_context / 1e6);
+    printf("MTP head: %s\n", in.mtp_layers ? "1 layer (--draft mtp)" : "none");
     const char *text = qhx_model_manifest(m);
     json_t *root = text ? json_loads(text, 0, NULL) : NULL;
     if (root) {
@@ -65,6 +66,8 @@ int cmd_inspect(int argc, char **argv) {
                json_string_value(json_object_get(json_object_get(plan, "lm_head"), "file")),
                json_string_value(json_object_get(json_object_get(plan, "lm_head"), "dtype")),
                json_is_true(json_object_get(json_object_get(plan, "lm_head"), "tied_to_embedding")) ? ", tied: the embedding file" : "");
+        const json_t *mtp = json_object_get(plan, "mtp");
+        if (mtp) printf("MTP head file: %s (W8)\n", json_string_value(json_object_get(mtp, "file")));
         printf("quantization: weight relative RMS error %.3f %%\n", 100 * jnum(root, "quantization.weight_rel_rms_error"));
         json_t *g = json_object_get(root, "gates");
         if (json_is_true(json_object_get(g, "run")))

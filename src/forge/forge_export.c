@@ -214,6 +214,19 @@ qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n
     json_object_set_new(head, "file", json_string(head_file));
     json_object_set_new(head, "dtype", json_string(w8_head ? "i8" : "f16"));
     json_object_set_new(head, "tied_to_embedding", json_boolean(!strcmp(head_file, "embed_f16.qhx")));
+    if (!rc && w->mtp) { /* the MTP head in a file of its own: decoding never reads it */
+        int n = 0;
+        for (int k = 0; k < f->n_specs; k++)
+            if (f->specs[k].layer == QHX_LAYER_MTP) {
+                e[n] = (qhxf_entry){f->specs[k].name, qhx_bundle_dtype(&f->specs[k]), f->specs[k].dst->rows, f->specs[k].dst->cols};
+                src[n++] = f->specs[k].dst;
+            }
+        rc = write_file(f, "mtp_w8.qhx", QHXF_MTP, 0, 0, e, src, n, &bytes);
+        json_t *mtp = qhx_json_add(plan_json, "mtp", json_object());
+        json_object_set_new(mtp, "file", json_string("mtp_w8.qhx"));
+        json_object_set_new(mtp, "layers", json_integer(1));
+        if (!rc) forge_say(f, "MTP head: %.1f MB", bytes / 1e6);
+    }
     if (f->o->progress) f->o->progress("forge: writing", f->total_bytes, f->total_bytes, f->o->progress_user); /* done */
     free(e);
     free(src);

@@ -63,7 +63,7 @@ static json_t *config_json(const preset *p) {
                      "head_dim", p->head_dim, "linear_num_key_heads", p->lk_heads, "linear_num_value_heads", p->lv_heads,
                      "linear_key_head_dim", p->lk_dim, "linear_value_head_dim", p->lv_dim, "linear_conv_kernel_dim", p->conv,
                      "full_attention_interval", p->interval, "max_position_embeddings", 262144, "rms_norm_eps",
-                     qhx_json_number(1e-6), "tie_word_embeddings", p->tied, "mtp_num_hidden_layers", 0, "layer_types", types,
+                     qhx_json_number(1e-6), "tie_word_embeddings", p->tied, "mtp_num_hidden_layers", 1, "layer_types", types,
                      "rope_parameters", "rope_type", "default", "rope_theta", qhx_json_number(p->theta), "partial_rotary_factor",
                      qhx_json_number(0.25), "mrope_interleaved", 1, "mrope_section", half - 2 * (half / 3), half / 3, half / 3,
                      "eos_token_id", p->vocab > 248046 ? 248046 : p->vocab - 1);

@@ -19,7 +19,7 @@ uint64_t qhxf_data_bytes(qhx_dtype dt, uint64_t rows, uint64_t cols) {
 }
 
 static const char *kind_name(uint32_t k) {
-    return k == QHXF_SHARD ? "decode shard" : k == QHXF_EMBED ? "embedding" : k == QHXF_HEAD ? "lm-head" : "unknown";
+    return k == QHXF_SHARD ? "decode shard" : k == QHXF_EMBED ? "embedding" : k == QHXF_HEAD ? "lm-head" : k == QHXF_MTP ? "MTP head" : "unknown";
 }
 
 /* fixed-size string fields are NUL-padded; a field without a NUL is corrupt */

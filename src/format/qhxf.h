@@ -20,7 +20,7 @@
 #define QHXF_ALIGN 64
 #define QHXF_HEADER_BYTES 128
 
-typedef enum { QHXF_SHARD = 1, QHXF_EMBED = 2, QHXF_HEAD = 3 } qhxf_kind;
+typedef enum { QHXF_SHARD = 1, QHXF_EMBED = 2, QHXF_HEAD = 3, QHXF_MTP = 4 } qhxf_kind;
 
 typedef struct {
     char magic[8];
