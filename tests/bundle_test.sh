@@ -201,6 +201,26 @@ expect_err 1 "tokenizer.qhxtok" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 damaged; cp "$tmp/d/embed_f16.qhx" "$tmp/d/decode_s0_w8.qhx"
 expect_err 1 "is a embedding file" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 
+# the MTP head: forged into a file of its own, the same drafts-verified ids as plain decoding, and
+# every way that file can be missing or wrong refused by name
+"$qhx" forge models/q35-kjv-mtp -o "$tmp/mtp" >"$tmp/forgem.log" 2>&1 || bad "forge with MTP: $(tail -1 "$tmp/forgem.log")"
+check "grep -q '^MTP head: ' $tmp/forgem.log && [[ -s $tmp/mtp/mtp_w8.qhx ]] && grep -q '\"mtp_num_hidden_layers\": 1' $tmp/mtp/manifest.json" \
+    "forge wrote no MTP head: $(cat "$tmp/forgem.log")"
+check "\"$qhx\" inspect $tmp/mtp | grep -q 'MTP head file: mtp_w8.qhx' && \"$qhx\" inspect $tmp/one | grep -q 'MTP head: none'" "inspect: MTP head"
+plain=$("$qhx" generate "$tmp/mtp" "And God said" -n 48 2>/dev/null)
+spec=$("$qhx" generate "$tmp/mtp" "And God said" -n 48 --draft mtp 2>"$tmp/err")
+[[ -n $plain && $plain == "$spec" ]] && grep -q 'drafted [1-9]' "$tmp/err" && ok || bad "bundle --draft mtp: '$spec' vs '$plain' $(cat "$tmp/err")"
+expect_err 1 "has no MTP head" "$qhx" generate "$tmp/one" "And God said" -n 4 --draft mtp
+damagedm() { rm -rf "$tmp/d"; cp -r "$tmp/mtp" "$tmp/d"; }
+damagedm; rm "$tmp/d/mtp_w8.qhx"
+expect_err 1 "mtp_w8.qhx" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+damagedm; sed -i '/"mtp": {/,/}/d' "$tmp/d/manifest.json"
+expect_err 1 "plan.mtp.file" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+damagedm; cp "$tmp/d/decode_s0_w8.qhx" "$tmp/d/mtp_w8.qhx"
+expect_err 1 "mtp_w8.qhx" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+damagedm; printf '\x55' | dd of="$tmp/d/mtp_w8.qhx" bs=1 seek=300000 conv=notrunc 2>/dev/null
+expect_err 1 "checksum mismatch" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+
 # resource limits: absurd sizes are refused by name, with bounded memory
 edit_manifest 's/"context_length": [0-9]*/"context_length": 1099511627776/'
 expect_err 1 "context_length 1.09951e+12 is not in" "$qhx" generate "$tmp/d" --tokens 1 -n 1

@@ -171,7 +171,16 @@ cmp -s "$tmp/sp0" "$tmp/sp1" && ok || bad "--draft ngram changed the ids: $(cat 
     node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const j=JSON.parse(s); process.exit(j.drafted>0 && j.accepted>0 && j.accepted<=j.drafted && j.verify_passes>0 ? 0 : 1)})' \
     && ok || bad "--draft ngram --json counts"
 expect_err 2 "--draft: 'bogus' is not a drafter" "$qhx" generate models/q35-kjv x --draft bogus
-expect_err 2 "--draft mtp: the MTP drafter is not built yet" "$qhx" generate models/q35-kjv x --draft mtp
+expect_err 1 "--draft mtp: models/q35-kjv has no MTP head" "$qhx" generate models/q35-kjv x --draft mtp
+# --draft mtp: the model's own head drafts; the same ids as plain decoding, every draft length
+"$qhx" generate models/q35-kjv-mtp "$long" -n 64 --ids --ignore-eos >"$tmp/mt0" 2>/dev/null
+for dm in 1 3 16; do
+    "$qhx" generate models/q35-kjv-mtp "$long" -n 64 --ids --ignore-eos --draft mtp --draft-max $dm >"$tmp/mt1" 2>/dev/null
+    cmp -s "$tmp/mt0" "$tmp/mt1" && ok || bad "--draft mtp --draft-max $dm changed the ids: $(cat "$tmp/mt1")"
+done
+"$qhx" generate models/q35-kjv-mtp "$long" -n 64 --ignore-eos --draft mtp --json 2>/dev/null |
+    node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const j=JSON.parse(s); process.exit(j.drafted>0 && j.accepted>0 && j.accepted<=j.drafted ? 0 : 1)})' \
+    && ok || bad "--draft mtp --json counts"
 expect_err 2 "--draft-max" "$qhx" generate models/q35-kjv x --draft ngram --draft-max 17
 
 # examples/minimal, on the public API alone, prints what qhx generate prints

@@ -131,6 +131,15 @@ out=$(node tests/oracle/prefix_cache_client.js "http://127.0.0.1:$cport" "http:/
 echo "$out" | grep -v '^ok '
 p=$(sed -nE 's/^prefix-cache: ([0-9]+) passed, ([0-9]+) failed$/\1/p' <<<"$out"); f=$(sed -nE 's/^prefix-cache: ([0-9]+) passed, ([0-9]+) failed$/\2/p' <<<"$out")
 pass=$((pass + ${p:-0})); fail=$((fail + ${f:-1}))
+# the same conversations through a server drafting with the MTP head (q35-kjv-mtp: q35-kjv's trunk,
+# so the same answers as the uncached plain server)
+model=models/q35-kjv-mtp start_server "$tmp/logm" --parallel 4 --draft mtp && mport=$port && mpid=$server_pid ||
+    { echo "server: $pass passed, $((fail + 1)) failed"; exit 1; }
+out=$(node tests/oracle/prefix_cache_client.js "http://127.0.0.1:$mport" "http://127.0.0.1:$nport" "http://127.0.0.1:$tport")
+echo "$out" | grep -v '^ok ' | sed 's/^/mtp: /'
+p=$(sed -nE 's/^prefix-cache: ([0-9]+) passed, ([0-9]+) failed$/\1/p' <<<"$out"); f=$(sed -nE 's/^prefix-cache: ([0-9]+) passed, ([0-9]+) failed$/\2/p' <<<"$out")
+pass=$((pass + ${p:-0})); fail=$((fail + ${f:-1}))
+kill -INT "$mpid"; wait "$mpid"
 for p in $cpid $npid $tpid; do kill -INT "$p"; wait "$p"; done
 grep -E "prefix cache: [1-9][0-9]* hits" "$tmp/logc" && ok || bad "cached server: $(tail -1 "$tmp/logc")"
 grep -E "prefix cache: 0 hits, [0-9]+ misses, 0 evictions, 0 snapshots" "$tmp/logn" && ok || bad "uncached server: $(tail -1 "$tmp/logn")"
@@ -142,5 +151,6 @@ expect_err 2 "--port" "$qhx" serve models/q35-kjv --port 70000
 expect_err 2 "--parallel" "$qhx" serve models/q35-kjv --parallel 0
 expect_err 2 "--cache-mb" "$qhx" serve models/q35-kjv --cache-mb -1
 expect_err 1 "no such model" "$qhx" serve /nope
+expect_err 1 "has no MTP head" "$qhx" serve models/q35-kjv --draft mtp
 
 finish server

@@ -133,6 +133,57 @@ static void check_model(const char *path, const char *kernels, qhx_model *other)
         free(lk), free(l1);
     }
 
+    /* a mark, then QHX_MAX_REWIND stepwise tokens (two decode pieces), rewound to k of them: the
+     * next R tokens give what a session that evaluated only those k gives, bit for bit */
+    {
+        enum { K = QHX_MAX_REWIND };
+        float *lr = malloc(sizeof(float) * f.V * R), *lc = malloc(sizeof(float) * f.V * R);
+        qhx_session *x, *y;
+        qhx_session_new(f.m, &x), qhx_session_new(f.m, &y);
+        const int ks[] = {0, 1, 6, 16, 17};
+        for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
+            const int k = ks[i];
+            qhx_session_reset(x), qhx_session_reset(y);
+            eval(x, 0, P, QHX_EVAL_SEQUENCE, NULL), eval(y, 0, P, QHX_EVAL_SEQUENCE, NULL);
+            CHECK(qhx_session_mark(x) == QHX_OK, "%s: mark: %s", what, qhx_last_error());
+            eval(x, P, K, QHX_EVAL_STEPWISE, NULL);
+            CHECK(qhx_session_rewind(x, P + k) == QHX_OK && qhx_session_pos(x) == P + k, "%s: rewind to %d: %s", what, P + k,
+                  qhx_last_error());
+            for (int t = 0; t < k; t++) eval(y, P + t, 1, QHX_EVAL_STEPWISE, NULL);
+            eval(x, P + k, R, i % 2 ? QHX_EVAL_SEQUENCE : QHX_EVAL_STEPWISE, lr);
+            eval(y, P + k, R, i % 2 ? QHX_EVAL_SEQUENCE : QHX_EVAL_STEPWISE, lc);
+            CHECK(same(lr, lc, (size_t)f.V * R), "%s: rewound to %d of %d tokens: logits differ from cold", what, k, K);
+        }
+        /* within one mark: rewind, go on, rewind further back */
+        qhx_session_reset(x), qhx_session_reset(y);
+        eval(x, 0, P, QHX_EVAL_SEQUENCE, NULL), eval(y, 0, P, QHX_EVAL_SEQUENCE, NULL);
+        for (int t = 0; t < 3; t++) eval(y, P + t, 1, QHX_EVAL_STEPWISE, NULL);
+        qhx_session_mark(x);
+        eval(x, P, 10, QHX_EVAL_STEPWISE, NULL);
+        qhx_session_rewind(x, P + 8);
+        qhx_session_eval(x, branch, 4, QHX_EVAL_STEPWISE, NULL, NULL);
+        CHECK(qhx_session_rewind(x, P + 3) == QHX_OK, "%s: second rewind: %s", what, qhx_last_error());
+        qhx_session_eval(x, branch, R - 2, QHX_EVAL_STEPWISE, lr, NULL);
+        qhx_session_eval(y, branch, R - 2, QHX_EVAL_STEPWISE, lc, NULL);
+        CHECK(same(lr, lc, (size_t)f.V * (R - 2)), "%s: rewind, evaluate, rewind again: logits differ from cold", what);
+        /* out of reach: before the mark, past the position, after a sequence call or more tokens
+         * than the mark keeps, after a restore; the session stays where it was */
+        const int at = qhx_session_pos(x);
+        CHECK(qhx_session_rewind(x, P - 1) == QHX_ERR_ARG && qhx_session_rewind(x, at + 1) == QHX_ERR_ARG && qhx_session_pos(x) == at,
+              "%s: a rewind outside the mark's reach was not refused", what);
+        qhx_session_mark(x);
+        eval(x, 0, 2, QHX_EVAL_SEQUENCE, NULL);
+        CHECK(qhx_session_rewind(x, at + 1) == QHX_ERR_ARG, "%s: a sequence call kept the mark", what);
+        qhx_session_mark(x);
+        for (int t = 0; t <= K; t++) eval(x, t, 1, QHX_EVAL_STEPWISE, NULL);
+        CHECK(qhx_session_rewind(x, at + 2 + K) == QHX_ERR_ARG, "%s: a mark outlived %d tokens", what, K + 1);
+        qhx_session_mark(x);
+        qhx_session_restore(x, s1);
+        CHECK(qhx_session_rewind(x, P) == QHX_ERR_ARG && qhx_session_pos(x) == P, "%s: a restore kept the mark", what);
+        qhx_session_free(x), qhx_session_free(y);
+        free(lr), free(lc);
+    }
+
     /* another model's snapshot and file are refused, the session untouched */
     if (other) {
         qhx_session *o;
@@ -151,7 +202,7 @@ static void check_model(const char *path, const char *kernels, qhx_model *other)
     free(l), free(f.q), free(f.r), free(f.b);
     qhx_model_close(f.m);
     qhx_runtime_free(rt);
-    printf("  %-44s snapshots == cold\n", what);
+    printf("  %-44s snapshots and rewinds == cold\n", what);
 }
 
 /* ---- bad state files ---- */
