@@ -10,6 +10,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     const qhx_generate_opts *o;
@@ -75,7 +76,10 @@ static int push_text(text_state *ts, const char *text, size_t n) {
  * recurrence is replayed, nothing is evaluated again). */
 typedef struct {
     int on, max, len;          /* len: the draft length now */
-    int cooldown, backoff;     /* after a window whose first draft failed: decode plainly a while */
+    int cooldown, backoff;     /* after a window whose first draft failed, or while windows cost more
+                                  time a token than plain steps: decode plainly a while */
+    double t_window;           /* seconds the open window has cost so far */
+    double spec_tpt, plain_tpt;/* seconds a token, a running average: in windows, in plain steps (0: none yet) */
     qhx_session *s;
     int at;                    /* the session's position before the open window */
     int32_t v[QHX_MAX_DRAFT + 1];
@@ -110,24 +114,38 @@ static int draft(spec_state *sp, int32_t tok, int max) {
 }
 
 /* The session has just evaluated its last n tokens: the MTP head takes in their hidden states. */
-static qhx_status observe(spec_state *sp, int n) { return sp->mtp ? qhx_mtp_observe(sp->mtp, n, NULL, NULL) : QHX_OK; }
+static qhx_status observe(spec_state *sp, int n) { return sp->mtp ? qhx_mtp_observe(sp->mtp, n) : QHX_OK; }
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void average(double *avg, double x) { *avg = *avg > 0 ? *avg + 0.3 * (x - *avg) : x; }
 
 /* The draft for the position being sampled, or -1. */
 static int32_t spec_draft(const spec_state *sp) { return sp->n_v && sp->j + 1 < sp->n_v ? sp->v[sp->j + 1] : -1; }
 
-/* Closes the open window: the session back to just after its kept tokens; the draft length adapts. */
+/* Closes the open window: the session back to just after its kept tokens. The draft length
+ * follows the acceptance; drafting pauses (for twice as long each time in a row) after a window
+ * that kept nothing, or while windows have cost more time a token than plain steps (a drafter
+ * whose acceptance does not pay for its passes: the MTP head on a model whose verify pass is not
+ * much cheaper than its steps), and drafts again after it to see whether that still holds. */
 static qhx_status spec_settle(spec_state *sp) {
     if (!sp->n_v) return QHX_OK;
     const int kept = sp->j, drafted = sp->n_v - 1;
+    const double t0 = now_s();
     qhx_status rc = QHX_OK;
     if (kept < drafted) rc = qhx_session_rewind(sp->s, sp->at + kept + 1);
     if (!rc) rc = observe(sp, kept + 1);
     sp->n_v = 0;
+    average(&sp->spec_tpt, (sp->t_window + now_s() - t0) / (kept + 1));
     if (kept == drafted) sp->len = 2 * sp->len < sp->max ? 2 * sp->len : sp->max;
     else sp->len = kept + 1;
-    if (kept == 0) {
+    if (kept == 0 || (sp->plain_tpt > 0 && sp->spec_tpt > sp->plain_tpt)) {
         sp->cooldown = sp->backoff;
-        sp->backoff = sp->backoff < 32 ? 2 * sp->backoff : 32;
+        sp->backoff = sp->backoff < 64 ? 2 * sp->backoff : 64;
     } else {
         sp->backoff = 1;
     }
@@ -148,11 +166,17 @@ static qhx_status spec_advance(spec_state *sp, int32_t tok, float *logits) {
     }
     int n = 0; /* the session now holds exactly the tokens before tok */
     const int room = sp->context - qhx_session_pos(sp->s) - 1;
+    const double t0 = now_s();
     if (sp->cooldown > 0) sp->cooldown--;
     else if ((n = draft(sp, tok, sp->len < room ? sp->len : room)) < 0) return QHX_ERR_NOMEM;
     if (n <= 0) {
         rc = qhx_session_eval(sp->s, &tok, 1, QHX_EVAL_STEPWISE, NULL, logits);
-        return rc ? rc : observe(sp, 1);
+        /* a long pause leaves the MTP head out (its layer costs a tenth of a step on small models):
+         * it takes in the last 16 positions before drafting resumes, and its attention restarts
+         * there (the trunk's hidden state it reads carries the whole context) */
+        if (!rc && sp->cooldown < 16) rc = observe(sp, 1);
+        average(&sp->plain_tpt, now_s() - t0);
+        return rc;
     }
     sp->v[0] = tok;
     sp->n_v = n + 1;
@@ -165,6 +189,7 @@ static qhx_status spec_advance(spec_state *sp, int32_t tok, float *logits) {
     sp->res->n_verify++;
     sp->res->n_drafted += n;
     memcpy(logits, sp->rows, sizeof(float) * sp->vocab);
+    sp->t_window = now_s() - t0;
     return QHX_OK;
 }
 

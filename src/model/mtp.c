@@ -13,12 +13,15 @@ struct qhx_mtp {
     const qhx_model *m;
     qhx_state st;       /* the head's one layer; st.pos positions taken in */
     int base;
-    int pending;        /* 1: h is the trunk's hidden state at the head's next position */
-    float *h;           /* [hidden] */
-    float *in, *y;      /* [rows][hidden] */
-    size_t cap;         /* rows in and y hold */
+    int queued;         /* the trunk's hidden states at the head's next positions, waiting in `in` */
+    float *in, *y;      /* [rows][hidden]: the queue, and the head's outputs */
+    size_t in_cap, y_cap;
     float *logits;      /* [vocab] */
 };
+
+/* Queued positions are taken in when a draft needs them (one pass over the head's weights for
+ * all of them) or when this many wait. */
+#define QUEUE_MAX 64
 
 qhx_status qhx_mtp_new(qhx_session *s, qhx_mtp **out) {
     *out = NULL;
@@ -30,10 +33,8 @@ qhx_status qhx_mtp_new(qhx_session *s, qhx_mtp **out) {
     d->s = s;
     d->m = m;
     d->base = qhx_session_pos(s);
-    d->h = malloc(sizeof(float) * m->cfg.hidden);
     d->logits = malloc(sizeof(float) * m->cfg.vocab_size);
-    qhx_status rc = d->h && d->logits ? qhx_state_init(&d->st, &m->w->mtp->cfg, 0, 1)
-                                      : qhx_fail(QHX_ERR_NOMEM, "MTP drafter: out of memory");
+    qhx_status rc = d->logits ? qhx_state_init(&d->st, &m->w->mtp->cfg, 0, 1) : qhx_fail(QHX_ERR_NOMEM, "MTP drafter: out of memory");
     if (rc) { qhx_mtp_free(d); return rc; }
     *out = d;
     return QHX_OK;
@@ -42,57 +43,54 @@ qhx_status qhx_mtp_new(qhx_session *s, qhx_mtp **out) {
 void qhx_mtp_free(qhx_mtp *d) {
     if (!d) return;
     qhx_state_free(&d->st);
-    free(d->h);
     free(d->in);
     free(d->y);
     free(d->logits);
     free(d);
 }
 
-static qhx_status reserve_rows(qhx_mtp *d, int rows) {
-    size_t cap = d->cap;
-    const size_t D = (size_t)d->m->cfg.hidden;
-    if (qhx_reserve(&d->in, &cap, (size_t)rows * D, sizeof(float)) ||
-        qhx_reserve(&d->y, &d->cap, (size_t)rows * D, sizeof(float)))
-        return qhx_fail(QHX_ERR_NOMEM, "MTP drafter: out of memory for %d positions", rows);
-    return QHX_OK;
+static void start_over(qhx_mtp *d, int at) {
+    qhx_state_reset(&d->st);
+    d->base = at;
+    d->queued = 0;
 }
 
-/* The head over `rows` positions from its next one: hidden states d->in, next tokens `next`; the
- * normed outputs in d->y and, when logits is not NULL, the lm-head over them. */
-static qhx_status head(qhx_mtp *d, const int32_t *next, int rows, float *logits) {
+/* The head over the first `rows` queued positions (next tokens `next`): the normed outputs in
+ * d->y; the lm-head over the last `with_logits` of them into logits. */
+static qhx_status head(qhx_mtp *d, const int32_t *next, int rows, int with_logits, float *logits) {
     qhx_exec ex = d->m->rt->ex;
     ex.per_token = 0;
-    qhx_status rc = qhx_qwen35_mtp(&ex, d->m->w, &d->st, d->in, next, rows, d->y);
-    if (!rc && logits) rc = qhx_qwen35_head(&ex, &d->m->cfg, d->m->w, d->y, rows, logits);
-    if (rc) { /* the head is part-way: start over at the session's next evaluation */
-        qhx_state_reset(&d->st);
-        d->pending = 0;
-        d->base = -1;
-    }
+    const size_t D = (size_t)d->m->cfg.hidden;
+    qhx_status rc = qhx_reserve(&d->y, &d->y_cap, rows * D, sizeof(float))
+                        ? qhx_fail(QHX_ERR_NOMEM, "MTP drafter: out of memory for %d positions", rows)
+                        : qhx_qwen35_mtp(&ex, d->m->w, &d->st, d->in, next, rows, d->y);
+    if (!rc && with_logits)
+        rc = qhx_qwen35_head(&ex, &d->m->cfg, d->m->w, d->y + (rows - with_logits) * D, with_logits, logits);
+    if (rc) start_over(d, -1); /* part-way: start over at the session's next evaluation */
     return rc;
 }
 
-qhx_status qhx_mtp_observe(qhx_mtp *d, int n, float *logits, int *rows) {
-    if (rows) *rows = 0;
-    const int P = qhx_session_pos(d->s), D = d->m->cfg.hidden;
+qhx_status qhx_mtp_observe(qhx_mtp *d, int n) {
+    const int P = qhx_session_pos(d->s);
+    const size_t D = (size_t)d->m->cfg.hidden;
     if (n <= 0 || n > P) return qhx_fail(QHX_ERR_ARG, "MTP drafter: observe %d tokens of %d", n, P);
-    if (d->base + d->st.pos + d->pending != P - n) { /* evaluations went by unseen */
-        qhx_state_reset(&d->st);
-        d->base = P - n;
-        d->pending = 0;
-    }
-    const int r = n - 1 + d->pending;
-    const float *x = qhx_session_hidden(d->s);
-    qhx_status rc = reserve_rows(d, r);
+    if (d->base + d->st.pos + d->queued != P - n) start_over(d, P - n); /* evaluations went by unseen */
+    if (qhx_reserve(&d->in, &d->in_cap, (d->queued + n) * D, sizeof(float)))
+        return qhx_fail(QHX_ERR_NOMEM, "MTP drafter: out of memory for %d positions", d->queued + n);
+    memcpy(d->in + d->queued * D, qhx_session_hidden(d->s), sizeof(float) * D * n);
+    d->queued += n;
+    return d->queued > QUEUE_MAX ? qhx_mtp_flush(d, NULL, NULL) : QHX_OK;
+}
+
+qhx_status qhx_mtp_flush(qhx_mtp *d, float *logits, int *rows) {
+    const int r = d->queued - 1; /* the last waits for the token after it */
+    const size_t D = (size_t)d->m->cfg.hidden;
+    if (rows) *rows = r > 0 ? r : 0;
+    if (r <= 0) return QHX_OK;
+    qhx_status rc = head(d, qhx_session_tokens(d->s) + d->base + d->st.pos + 1, r, logits ? r : 0, logits);
     if (rc) return rc;
-    if (d->pending) memcpy(d->in, d->h, sizeof(float) * D);
-    memcpy(d->in + (size_t)d->pending * D, x, sizeof(float) * D * (size_t)(n - 1));
-    memcpy(d->h, x + (size_t)(n - 1) * D, sizeof(float) * D);
-    const int32_t *next = qhx_session_tokens(d->s) + (P - n + 1 - d->pending);
-    if (r > 0 && (rc = head(d, next, r, logits))) return rc;
-    d->pending = 1;
-    if (rows) *rows = r;
+    memmove(d->in, d->in + r * D, sizeof(float) * D);
+    d->queued = 1;
     return QHX_OK;
 }
 
@@ -104,20 +102,26 @@ static int32_t argmax(const float *x, int n) {
 }
 
 int qhx_mtp_draft(qhx_mtp *d, int32_t tok, int32_t *out, int max, float *first_logits) {
-    const int D = d->m->cfg.hidden, V = d->m->cfg.vocab_size;
-    if (max <= 0 || !d->pending || d->base + d->st.pos + 1 != qhx_session_pos(d->s)) return 0;
-    if (reserve_rows(d, 1)) return -1;
-    /* the first step is the head's real next position (h and tok are the sequence's own): it
-     * stays; the chain after it runs on the head's guesses and is taken back */
-    memcpy(d->in, d->h, sizeof(float) * D);
-    if (head(d, &tok, 1, d->logits)) return -1;
-    d->pending = 0;
+    const int V = d->m->cfg.vocab_size, P = qhx_session_pos(d->s);
+    const size_t D = (size_t)d->m->cfg.hidden;
+    const int q = d->queued;
+    if (max <= 0 || q < 1 || d->base + d->st.pos + q != P) return 0;
+    /* the queue with tok after its last position: the sequence's own, so it stays taken in; the
+     * chain after it runs on the head's guesses and is taken back */
+    int32_t *next = malloc(sizeof(int32_t) * q);
+    if (!next) return qhx_fail(QHX_ERR_NOMEM, "MTP drafter: out of memory"), -1;
+    memcpy(next, qhx_session_tokens(d->s) + P - q + 1, sizeof(int32_t) * (q - 1));
+    next[q - 1] = tok;
+    qhx_status rc = head(d, next, q, 1, d->logits);
+    free(next);
+    if (rc) return -1;
+    d->queued = 0;
     if (first_logits) memcpy(first_logits, d->logits, sizeof(float) * V);
     out[0] = argmax(d->logits, V);
     const int keep = d->st.pos;
     for (int i = 1; i < max; i++) {
-        memcpy(d->in, d->y, sizeof(float) * D);
-        if (head(d, &out[i - 1], 1, d->logits)) return -1;
+        memcpy(d->in, d->y + (size_t)(i == 1 ? q - 1 : 0) * D, sizeof(float) * D);
+        if (head(d, &out[i - 1], 1, 1, d->logits)) return -1;
         out[i] = argmax(d->logits, V);
     }
     d->st.pos = keep;
