@@ -272,8 +272,10 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
     }
     res.n_prompt = n_prompt;
     for (int i = 0; i < o->max_tokens; i++) {
-        const int32_t draft = spec_draft(&spec);
-        int32_t tok = draft >= 0 ? qhx_sampler_sample_draft(&sp, logits, draft) : qhx_sampler_sample(&sp, logits);
+        /* a draft is kept when the token drawn as without drafts is the draft: with probability
+         * p(draft), the speculative-sampling rule for a one-token draft, and with the very tokens
+         * decoding without drafts gives for the seed */
+        const int32_t tok = qhx_sampler_sample(&sp, logits);
         if (is_stop_id(o, &mi, tok)) { res.finish = QHX_FINISH_STOP; break; }
         int stopped = 0;
         if (ts.tok) {

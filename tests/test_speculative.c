@@ -4,7 +4,6 @@
  * several draft lengths; the sampler's draft rule against the exact distribution; bad options. */
 #include "qhexrt.h"
 #include "qhexrt_tools.h"
-#include "sample/sampler.h"
 #include "testlib.h"
 
 #include <math.h>
@@ -82,55 +81,40 @@ static void check_model(const char *path, int drafter, int tokens, int quick, in
     qhx_model_close(m);
 }
 
-/* the draft rule keeps the sampler's distribution: frequencies against softmax over 20,000 draws */
-static void draft_rule(void) {
-    enum { V = 6, DRAWS = 20000 };
-    const float logits[V] = {2.0f, 1.5f, 1.0f, 0.0f, -1.0f, -3.0f};
-    struct { const char *what; qhx_generate_opts o; int32_t draft; } cases[] = {
-        {"draft the top token", {.temperature = 1}, 0},
-        {"draft an unlikely token", {.temperature = 1}, 4},
-        {"draft outside top-k 3", {.temperature = 1, .top_k = 3}, 5},
-        {"draft inside top-p 0.9", {.temperature = 0.7f, .top_p = 0.9f}, 1},
+/* sampled decoding with drafts gives the tokens sampled decoding without them gives for the seed
+ * (a draft is kept when the token drawn as without drafts is the draft), for each drafter, over
+ * sampler settings that keep many tokens and few */
+static void sampled_same(const char *path, int drafter) {
+    qhx_model *m;
+    if (qhx_model_open(NULL, path, &m)) { CHECK(0, "open %s: %s", path, qhx_last_error()); return; }
+    qhx_model_info mi;
+    qhx_model_get_info(m, &mi);
+    float *want = malloc(sizeof(float) * mi.vocab_size), *got = malloc(sizeof(float) * mi.vocab_size);
+    const int32_t prompt[] = {40, 77, 258, 2419, 268, 379, 198, 76, 725, 11, 40, 77, 258, 2419, 268, 379, 198, 76, 725, 11}; /* said twice */
+    const qhx_generate_opts settings[] = {
+        {.temperature = 1.0f, .seed = 1},
+        {.temperature = 0.7f, .top_p = 0.9f, .seed = 2},
+        {.temperature = 0.8f, .top_k = 5, .repeat_penalty = 1.2f, .seed = 3},
+        {.temperature = 0.3f, .min_p = 0.1f, .presence_penalty = 0.5f, .seed = 4},
     };
-    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        double p[V], sum = 0;
-        const float T = cases[c].o.temperature;
-        for (int i = 0; i < V; i++) sum += p[i] = exp(logits[i] / T);
-        for (int i = 0; i < V; i++) p[i] /= sum;
-        if (cases[c].o.top_k == 3) { /* renormalised over the top 3 */
-            const double k3 = p[0] + p[1] + p[2];
-            for (int i = 0; i < V; i++) p[i] = i < 3 ? p[i] / k3 : 0;
-        }
-        if (cases[c].o.top_p > 0) { /* the smallest set holding 0.9: sorted, cumulate */
-            double cum = 0;
-            int keep = 0;
-            while (keep < V && cum < 0.9) cum += p[keep++];
-            for (int i = 0; i < V; i++) p[i] = i < keep ? p[i] / cum : 0;
-        }
-        qhx_sampler s;
-        qhx_sampler_init(&s, &cases[c].o, V);
-        int count[V] = {0};
-        for (int d = 0; d < DRAWS; d++) {
-            float l[V];
-            memcpy(l, logits, sizeof l);
-            count[qhx_sampler_sample_draft(&s, l, cases[c].draft)]++;
-        }
-        double worst = 0;
-        for (int i = 0; i < V; i++) {
-            if (p[i] == 0) { CHECK(count[i] == 0, "%s: token %d drawn %d times", cases[c].what, i, count[i]); continue; }
-            const double z = fabs((double)count[i] / DRAWS - p[i]) / sqrt(p[i] * (1 - p[i]) / DRAWS);
-            worst = z > worst ? z : worst;
-            CHECK(z < 5, "%s: token %d frequency %.4f, want %.4f", cases[c].what, i, (double)count[i] / DRAWS, p[i]);
-        }
-        printf("  %-34s worst deviation %.2f sd\n", cases[c].what, worst);
-        qhx_sampler_free(&s);
+    static collected a, b;
+    int drafted = 0, accepted = 0;
+    for (size_t k = 0; k < sizeof settings / sizeof *settings; k++) {
+        qhx_generate_opts plain = settings[k], spec = settings[k];
+        plain.max_tokens = spec.max_tokens = 96, plain.ignore_eos = spec.ignore_eos = 1;
+        spec.draft = drafter;
+        qhx_generate_result rs;
+        CHECK(run(m, prompt, 20, plain, &a, want, NULL) == 0 && run(m, prompt, 20, spec, &b, got, &rs) == 0, "%s: %s", path, qhx_last_error());
+        int at = 0;
+        while (at < a.n && at < b.n && a.ids[at] == b.ids[at]) at++;
+        CHECK(a.n == b.n && at == a.n && !memcmp(want, got, sizeof(float) * mi.vocab_size),
+              "%s setting %zu: sampled with drafts differs from without at %d of %d", path, k, at, a.n);
+        drafted += rs.n_drafted, accepted += rs.n_accepted;
     }
-    qhx_generate_opts g = {0};
-    qhx_sampler s;
-    qhx_sampler_init(&s, &g, V);
-    float l[V] = {0.1f, 3.0f, 0.2f, 0, 0, 0};
-    CHECK(qhx_sampler_sample_draft(&s, l, 4) == 1, "greedy with a draft is the argmax");
-    qhx_sampler_free(&s);
+    printf("  %-40s %-5s sampled, 4 settings: with drafts == without (drafted %d, accepted %d)\n", path,
+           drafter == QHX_DRAFT_MTP ? "mtp" : "ngram", drafted, accepted);
+    free(want), free(got);
+    qhx_model_close(m);
 }
 
 /* sampled generation with drafts: a seed repeats its tokens; bad options are refused */
@@ -180,7 +164,8 @@ int main(void) {
     check_model(b1, NG, 512, 1, 1);
     check_model("models/q35-kjv-mtp", MTP, 64, 0, 1);
     check_model("models/q35-kjv-mtp", MTP, 512, 1, 1);
-    draft_rule();
+    sampled_same("models/q35-kjv", NG);
+    sampled_same("models/q35-kjv-mtp", MTP);
     sampled_and_bad();
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     if (system(cmd)) return 1;

@@ -167,39 +167,22 @@ static int keep_set(qhx_sampler *s, float *x, int32_t *greedy) {
     return n;
 }
 
-/* A draw from idx[0..n) in proportion to prob[], leaving out `skip` (-1: none) */
-static int32_t draw(qhx_sampler *s, int n, int32_t skip) {
+/* A draw from idx[0..n) in proportion to prob[] */
+static int32_t draw(qhx_sampler *s, int n) {
     const float *p = s->prob;
     const int32_t *idx = s->idx;
     double total = 0;
-    int32_t last = -1;
-    for (int i = 0; i < n; i++)
-        if (idx[i] != skip) total += p[idx[i]], last = idx[i];
+    for (int i = 0; i < n; i++) total += p[idx[i]];
     double r = uniform01(s->rng) * total;
     for (int i = 0; i < n; i++) {
-        if (idx[i] == skip) continue;
         r -= p[idx[i]];
         if (r < 0) return idx[i];
     }
-    return last;
+    return idx[n - 1];
 }
 
 int32_t qhx_sampler_sample(qhx_sampler *s, float *x) {
-    int32_t greedy;
+    int32_t greedy = 0;
     const int n = keep_set(s, x, &greedy);
-    return n ? draw(s, n, -1) : greedy;
-}
-
-int32_t qhx_sampler_sample_draft(qhx_sampler *s, float *x, int32_t draft) {
-    int32_t greedy;
-    const int n = keep_set(s, x, &greedy);
-    if (!n) return greedy;
-    double total = 0, pd = 0;
-    for (int i = 0; i < n; i++) {
-        total += s->prob[s->idx[i]];
-        if (s->idx[i] == draft) pd = s->prob[draft];
-    }
-    /* accept with probability p(draft); else draw from p without it, (p - q)+ for a one-hot q */
-    if (uniform01(s->rng) * total < pd) return draft;
-    return n > 1 || pd == 0 ? draw(s, n, draft) : draft;
+    return n ? draw(s, n) : greedy;
 }

@@ -24,9 +24,4 @@ void qhx_sampler_free(qhx_sampler *s);
 qhx_status qhx_sampler_accept(qhx_sampler *s, int32_t tok);
 /* Picks the next token; logits are modified in place (penalties, temperature). */
 int32_t qhx_sampler_sample(qhx_sampler *s, float *logits);
-/* The same where a drafter proposed `draft` for this position (speculative decoding, a one-hot
- * draft distribution): the draft is kept with probability p(draft), else the token is drawn from
- * p without it, so the result is distributed exactly as qhx_sampler_sample's. Greedy: the argmax. */
-int32_t qhx_sampler_sample_draft(qhx_sampler *s, float *logits, int32_t draft);
-
 #endif
