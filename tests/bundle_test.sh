@@ -30,7 +30,7 @@ check "node -e 'const j=JSON.parse(require(\"fs\").readFileSync(process.argv[1],
 expect_err 2 "--prompts" "$qhx" bench "$tmp/two" --prompts 8,x
 "$qhx" bench "$tmp/two" --json --prompts 8 --decode 4 --draft ngram --draft-max 3 >"$tmp/bench2.json" 2>"$tmp/bench2.err"
 check "node -e 'const j=JSON.parse(require(\"fs\").readFileSync(process.argv[1],\"utf8\")), s=j.speculative, pos=v=>typeof v===\"number\"&&v>0;
-    process.exit(s&&s.verify.length===3&&s.verify[2].drafts===3&&s.verify.every(v=>pos(v.verify_ms)&&pos(v.steps_ms))&&s.snapshot_ms>=0&&s.restore_ms>=0 ? 0 : 1)' $tmp/bench2.json" \
+    process.exit(s&&s.verify.length===3&&s.verify[2].drafts===3&&s.verify.every(v=>pos(v.verify_ms)&&pos(v.steps_ms)&&v.rewind_ms>=0)&&s.mark_ms>=0 ? 0 : 1)' $tmp/bench2.json" \
     "bench --draft --json: $(cat "$tmp/bench2.json" "$tmp/bench2.err")"
 
 ids=$(seq -s, 1 97 4000 | head -c 400)

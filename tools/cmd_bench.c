@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "qhexrt.h"
 #include "qhexrt_tools.h"
+#include "model/mtp.h" /* the MTP head's draft cost */
 
 #include <jansson.h>
 
@@ -22,59 +23,79 @@ static const char bench_help[] =
     "128-token prompt, on seeded random token ids. Reports tok/s, the weight bytes decode reads per\n"
     "second against this machine's read bandwidth measured in the same run, time to first token\n"
     "(the 512-token prompt, or the largest below it) and peak RSS.\n"
-    "  --draft ngram  also time speculative decoding's verify pass: 1 + N tokens in one stepwise call\n"
-    "                 against N + 1 one-token calls from the same state, N = 1 .. --draft-max (default 8),\n"
-    "                 and the snapshot taken before each pass and restored after a rejection\n" RUNTIME_HELP;
+    "  --draft ngram|mtp  also time speculative decoding's verify pass: 1 + N tokens in one stepwise\n"
+    "                 call against N + 1 one-token calls from the same state, N = 1 .. --draft-max\n"
+    "                 (default 8), the mark before each pass and the rewind after a rejection; mtp:\n"
+    "                 also the MTP head drafting N tokens\n" RUNTIME_HELP;
 
 /* Speculative decoding's costs after a 128-token prompt: a verify pass of 1 + N tokens against
- * N + 1 decode steps (best of 3, alternating), and a snapshot's take and restore. */
+ * N + 1 decode steps (best of 3, alternating), the mark before a pass and the rewind after a
+ * rejection, and with the MTP head, its drafts. */
 /* x to `digits` decimals, as the report shows it */
 static json_t *num(double x, int digits) {
     const double k = pow(10, digits);
     return json_real(round(x * k) / k);
 }
 
-static int bench_verify(qhx_model *m, qhx_session *s, const int32_t *ids, int max, json_t *report) {
-    qhx_snapshot *snap = NULL;
+/* best of 3 */
+#define BEST(var, stmt)                                      \
+    do {                                                     \
+        const double t0_ = now_s();                          \
+        stmt;                                                \
+        const double dt_ = now_s() - t0_;                    \
+        var = dt_ < var ? dt_ : var;                         \
+    } while (0)
+
+static int bench_verify(qhx_model *m, qhx_session *s, const int32_t *ids, int max, int mtp, json_t *report) {
+    qhx_snapshot *snap = NULL; /* the state after the prompt, put back before every measurement */
+    qhx_mtp *d = NULL;
+    int rc = 1;
+    json_t *verify = json_array(), *drafts = json_array();
     qhx_session_reset(s);
-    if (qhx_session_eval(s, ids, 128, QHX_EVAL_SEQUENCE, NULL, NULL) || qhx_session_snapshot(s, &snap)) return api_error();
-    double take = 1e30, restore = 1e30;
-    for (int r = 0; r < 3; r++) {
-        double t0 = now_s();
-        if (qhx_session_snapshot_into(s, snap)) return qhx_snapshot_free(snap), api_error();
-        double t1 = now_s();
-        if (qhx_session_restore(s, snap)) return qhx_snapshot_free(snap), api_error();
-        double t2 = now_s();
-        take = t1 - t0 < take ? t1 - t0 : take;
-        restore = t2 - t1 < restore ? t2 - t1 : restore;
-    }
-    json_t *verify = json_array();
+    if (qhx_session_eval(s, ids, 128, QHX_EVAL_SEQUENCE, NULL, NULL) || qhx_session_snapshot(s, &snap)) goto fail;
+    double mark = 1e30;
+    for (int r = 0; r < 3; r++) BEST(mark, if (qhx_session_mark(s)) goto fail);
     if (report)
-        json_object_set_new(report, "speculative",
-                            json_pack("{s:o, s:o, s:o}", "snapshot_ms", num(take * 1e3, 2), "restore_ms", num(restore * 1e3, 2), "verify", verify));
-    else fprintf(stderr, "  speculative decoding: snapshot %.2f ms, restore %.2f ms\n", take * 1e3, restore * 1e3);
+        json_object_set_new(report, "speculative", json_pack("{s:o, s:O}", "mark_ms", num(mark * 1e3, 3), "verify", verify));
+    else fprintf(stderr, "  speculative decoding: mark %.3f ms\n", mark * 1e3);
     for (int n = 1; n <= max; n++) {
-        double one = 1e30, steps = 1e30;
+        double one = 1e30, steps = 1e30, back = 1e30;
         for (int r = 0; r < 3; r++) {
-            if (qhx_session_restore(s, snap)) return qhx_snapshot_free(snap), api_error();
-            double t0 = now_s();
-            if (qhx_session_eval(s, ids + 128 - n - 1, n + 1, QHX_EVAL_STEPWISE, NULL, NULL)) return qhx_snapshot_free(snap), api_error();
-            double t1 = now_s();
-            if (qhx_session_restore(s, snap)) return qhx_snapshot_free(snap), api_error();
-            double t2 = now_s();
-            for (int k = 0; k <= n; k++)
-                if (qhx_session_eval(s, ids + 128 - n - 1 + k, 1, QHX_EVAL_STEPWISE, NULL, NULL)) return qhx_snapshot_free(snap), api_error();
-            double t3 = now_s();
-            one = t1 - t0 < one ? t1 - t0 : one;
-            steps = t3 - t2 < steps ? t3 - t2 : steps;
+            if (qhx_session_restore(s, snap) || qhx_session_mark(s)) goto fail;
+            BEST(one, if (qhx_session_eval(s, ids + 128 - n - 1, n + 1, QHX_EVAL_STEPWISE, NULL, NULL)) goto fail);
+            BEST(back, if (qhx_session_rewind(s, 129)) goto fail); /* the first draft rejected */
+            if (qhx_session_restore(s, snap)) goto fail;
+            BEST(steps, for (int k = 0; k <= n; k++) if (qhx_session_eval(s, ids + 128 - n - 1 + k, 1, QHX_EVAL_STEPWISE, NULL, NULL)) goto fail);
         }
-        if (report) json_array_append_new(verify, json_pack("{s:i, s:o, s:o}", "drafts", n, "verify_ms", num(one * 1e3, 2), "steps_ms", num(steps * 1e3, 2)));
-        else fprintf(stderr, "    verify 1 + %d tokens: %8.1f ms; %d decode steps: %8.1f ms; verify / steps %.3f\n", n, one * 1e3, n + 1,
-                     steps * 1e3, one / steps);
+        if (report)
+            json_array_append_new(verify, json_pack("{s:i, s:o, s:o, s:o}", "drafts", n, "verify_ms", num(one * 1e3, 2), "steps_ms",
+                                                    num(steps * 1e3, 2), "rewind_ms", num(back * 1e3, 3)));
+        else fprintf(stderr, "    verify 1 + %d tokens: %8.1f ms; %d decode steps: %8.1f ms; verify / steps %.3f; rewind %.2f ms\n", n,
+                     one * 1e3, n + 1, steps * 1e3, one / steps, back * 1e3);
     }
-    if (!report) json_decref(verify);
+    /* the MTP head: drafting n tokens after a decode step (its first step takes in that position) */
+    for (int n = 1; mtp && n <= max; n++) {
+        double t = 1e30;
+        int32_t out[QHX_MAX_DRAFT];
+        for (int r = 0; r < 3; r++) {
+            qhx_mtp_free(d), d = NULL;
+            if (qhx_session_restore(s, snap) || qhx_mtp_new(s, &d) || qhx_session_eval(s, ids + 1, 1, QHX_EVAL_STEPWISE, NULL, NULL) ||
+                qhx_mtp_observe(d, 1))
+                goto fail;
+            BEST(t, if (qhx_mtp_draft(d, ids[2], out, n, NULL) != n) goto fail);
+        }
+        if (report) json_array_append_new(drafts, json_pack("{s:i, s:o}", "drafts", n, "ms", num(t * 1e3, 2)));
+        else fprintf(stderr, "    MTP head: %d draft%s %8.1f ms\n", n, n > 1 ? "s:" : ": ", t * 1e3);
+    }
+    if (report && mtp) json_object_set(json_object_get(report, "speculative"), "mtp_draft", drafts);
+    rc = 0;
+fail:
+    if (rc) api_error();
+    json_decref(verify);
+    json_decref(drafts);
+    qhx_mtp_free(d);
     qhx_snapshot_free(snap);
-    return 0;
+    return rc;
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -169,7 +190,7 @@ int cmd_bench(int argc, char **argv) {
                 ttft * 1e3, rss_mb, in.weight_bytes / 1e6);
     }
     free(pre);
-    if (o.gen.draft && bench_verify(m, s, ids, o.gen.draft_max ? o.gen.draft_max : 8, report)) goto done;
+    if (o.gen.draft && bench_verify(m, s, ids, o.gen.draft_max ? o.gen.draft_max : 8, o.gen.draft == QHX_DRAFT_MTP, report)) goto done;
     if (report && (json_dumpf(report, stdout, JSON_REAL_PRECISION(15)) || putchar('\n') == EOF)) { die("stdout: write error"); goto done; }
     rc = 0;
 done:
