@@ -263,11 +263,14 @@ typedef struct {
 } qhx_generate_opts;
 
 /* Speculative decoding drafts a few tokens, evaluates them after the current one in one pass
- * (the weights stream once for all), keeps the longest prefix the model agrees with and rolls
- * the session back past the rest. The output is what decoding without it gives: greedy, the
- * same tokens (the verify pass computes every token as decode does, bit for bit); sampled, the
- * same distribution (a draft is kept with the probability the sampler gives it). The session is
- * left as if the tokens had been decoded one by one. The draft length adapts to the acceptance. */
+ * (the weights stream once for all), keeps the longest prefix the model agrees with and takes the
+ * rest back (qhx_session_rewind). The output is what decoding without it gives: greedy, the same
+ * tokens (the verify pass computes every token as decode does, bit for bit); sampled, the same
+ * tokens for the same seed (each token is drawn as without drafts, and a draft is kept when the
+ * draw is the draft: with probability p(draft), the speculative-sampling rule for a one-token
+ * draft). The session is left as if the tokens had been decoded one by one. The draft length
+ * follows the acceptance, and drafting pauses while it does not pay (windows costing more time a
+ * token than plain steps, measured as it runs). */
 enum {
     QHX_DRAFT_NONE = 0,
     QHX_DRAFT_NGRAM = 1,       /* prompt lookup: the tokens that followed the latest earlier occurrence

@@ -146,15 +146,20 @@ static void sampled_and_bad(void) {
 }
 
 int main(void) {
-    char root[256], b1[300], b2[300], cmd[700];
+    char root[256], b1[300], b2[300], m1[300], m2[300], cmd[700];
     snprintf(root, sizeof root, "/tmp/qhx-test-spec-%d", (int)getpid());
     snprintf(b1, sizeof b1, "%s/b1", root), snprintf(b2, sizeof b2, "%s/b2", root);
+    snprintf(m1, sizeof m1, "%s/m1", root), snprintf(m2, sizeof m2, "%s/m2", root);
     snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", root, root);
     if (system(cmd)) return 1;
     qhx_forge_opts fo = {.checkpoint = "models/q35-kjv", .out = b1};
     CHECK(qhx_forge(&fo) == QHX_OK, "forge: %s", qhx_last_error());
     fo.out = b2, fo.max_context_bytes = 3500000; /* 2 shards (tests/bundle_test.sh) */
     CHECK(qhx_forge(&fo) == QHX_OK, "forge: %s", qhx_last_error());
+    qhx_forge_opts fm = {.checkpoint = "models/q35-kjv-mtp", .out = m1}; /* with the head's own file */
+    CHECK(qhx_forge(&fm) == QHX_OK, "forge: %s", qhx_last_error());
+    fm.out = m2, fm.max_context_bytes = 3500000;
+    CHECK(qhx_forge(&fm) == QHX_OK, "forge: %s", qhx_last_error());
     const int NG = QHX_DRAFT_NGRAM, MTP = QHX_DRAFT_MTP;
     check_model("models/q35-kjv", NG, 64, 0, 1);
     check_model("models/q35-rand-tiny", NG, 64, 0, 0); /* random weights: its text never repeats, so nothing is drafted */
@@ -164,6 +169,9 @@ int main(void) {
     check_model(b1, NG, 512, 1, 1);
     check_model("models/q35-kjv-mtp", MTP, 64, 0, 1);
     check_model("models/q35-kjv-mtp", MTP, 512, 1, 1);
+    check_model(m1, MTP, 64, 0, 1);
+    check_model(m2, MTP, 64, 1, 1);
+    check_model(m1, MTP, 512, 1, 1);
     sampled_same("models/q35-kjv", NG);
     sampled_same("models/q35-kjv-mtp", MTP);
     sampled_and_bad();
