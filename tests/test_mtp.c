@@ -5,6 +5,7 @@
  * measure as test_parity (max |ours - golden| over a row / the row's standard deviation). Also the
  * greedy draft hits beside the golden ones, and a model without the head refused. */
 #include "qhexrt.h"
+#include "qhexrt_tools.h"
 #include "model/mtp.h"
 #include "testlib.h"
 
@@ -12,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TOL 2e-4
 #define DIR "models/q35-kjv-mtp"
@@ -49,7 +51,7 @@ static double worst_dev(const float *ours, const float *gold, int g0, int n, int
     return worst;
 }
 
-static void check_golden(const char *kernels) {
+static void check_golden(const char *dir, const char *kernels) {
     char *text = tl_read(DIR "/golden/mtp.json", NULL);
     CHECK(text != NULL, "cannot read %s", DIR "/golden/mtp.json");
     if (!text) return;
@@ -59,9 +61,10 @@ static void check_golden(const char *kernels) {
     qhx_model *m;
     qhx_session *s;
     qhx_runtime_opts ro = {.kernels = kernels};
-    printf("  %s on %s kernels\n", DIR, kernels);
+    const int exact = !strcmp(dir, DIR); /* the checkpoint: the fp32 reference's tolerance; a W8 bundle: hits only */
+    printf("  %s on %s kernels\n", dir, kernels);
     CHECK(qhx_runtime_new(&ro, &rt) == QHX_OK, "%s", qhx_last_error());
-    CHECK(qhx_model_open(rt, DIR, &m) == QHX_OK, "%s", qhx_last_error());
+    CHECK(qhx_model_open(rt, dir, &m) == QHX_OK, "%s", qhx_last_error());
     CHECK(qhx_session_new(m, &s) == QHX_OK, "%s", qhx_last_error());
     qhx_model_info info;
     qhx_model_get_info(m, &info);
@@ -100,15 +103,17 @@ static void check_golden(const char *kernels) {
         CHECK(qhx_mtp_draft(d, S[T - 1], draft, 3, ours + (size_t)(T - 2) * V) == 3, "%s", qhx_last_error());
         double w = worst_dev(ours, gold, 0, T - 1, V);
         printf("  %s sequence   max dev %.2e of logit std over %d positions\n", name, w, T - 1);
-        CHECK(w < TOL, "%s sequence: deviation %.3e >= %.1e", name, w, TOL);
+        CHECK(!exact || w < TOL, "%s sequence: deviation %.3e >= %.1e", name, w, TOL);
         int agree = 0, hits = 0, gold_hits = (int)json_integer_value(json_object_get(c, "greedy_draft_hits"));
         const json_t *gam = json_object_get(c, "mtp_argmax");
         for (int t = 0; t < T - 1; t++) agree += argmax(ours + (size_t)t * V, V) == (int)json_integer_value(json_array_get(gam, t));
         for (int t = P - 1; t + 2 < T; t++) hits += argmax(ours + (size_t)t * V, V) == S[t + 2];
         printf("  %s argmax = golden at %d/%d positions; greedy draft hits %d/%d (golden %d)\n", name, agree, T - 1, hits,
                T - 1 - P, gold_hits);
-        CHECK(agree == T - 1, "%s: argmax differs at %d positions", name, T - 1 - agree);
-        CHECK(hits == gold_hits, "%s: %d greedy draft hits, golden %d", name, hits, gold_hits);
+        /* W8 weights move the logits by ~1 %: near-ties of the head may flip, a few of them */
+        CHECK(exact ? agree == T - 1 : agree >= T - 1 - 6, "%s: argmax differs at %d positions", name, T - 1 - agree);
+        CHECK(exact ? hits == gold_hits : abs(hits - gold_hits) <= 3, "%s: %d greedy draft hits, golden %d", name, hits, gold_hits);
+        if (!exact) goto done_case;
         qhx_mtp_free(d);
 
         /* 2. decoding: the prompt, then stepwise tokens, a draft of 1-3 before two of every three
@@ -128,6 +133,7 @@ static void check_golden(const char *kernels) {
         w = worst_dev(ours, gold, 0, T - 1, V);
         printf("  %s decoding   max dev %.2e of logit std over %d positions (a third queued, not drafted)\n", name, w, T - 1);
         CHECK(w < TOL, "%s decoding: deviation %.3e >= %.1e", name, w, TOL);
+    done_case:
         qhx_mtp_free(d);
     next:
         free(ours);
@@ -154,8 +160,17 @@ static void check_missing(void) {
 }
 
 int main(void) {
-    check_golden("ref");
-    check_golden("auto");
+    check_golden(DIR, "ref");
+    check_golden(DIR, "auto");
+    char root[128], cmd[300];
+    snprintf(root, sizeof root, "/tmp/qhx-test-mtp-%d", (int)getpid());
+    qhx_forge_opts fo = {.checkpoint = DIR, .out = root};
+    CHECK(qhx_forge(&fo) == QHX_OK, "forge: %s", qhx_last_error());
+    const double exact_worst = worst_seen;
+    check_golden(root, "auto"); /* the head forged to W8, in its own file */
+    worst_seen = exact_worst;
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    if (system(cmd)) return 1;
     check_missing();
     printf("  worst deviation %.2e of logit std (tolerance %.0e)\n", worst_seen, TOL);
     return tl_finish("mtp");
