@@ -127,6 +127,33 @@ int main(void) {
     }
     CHECK(variants >= 1, "no kernel set besides scalar ran");
 
+    /* the first rows of a matrix as a view of their own (the MTP drafter's draft vocabulary: a
+     * prefix of the lm-head, a multiple of the W8 row group) give the full product's first rows,
+     * bit for bit, in every set and dtype */
+    int prefix_cases = 0;
+    for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+        const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
+        if (!ks) continue;
+        for (size_t d = 0; d < 4; d++)
+            for (int T = 1; T <= 3; T += 2) {
+                matrix m = make(dts[d], 67, 100);
+                qhx_tensor view = m.t;
+                view.rows = 64;
+                float *X = malloc(sizeof(float) * T * 100), *a = malloc(sizeof(float) * T * 67), *b = malloc(sizeof(float) * T * 64);
+                for (int i = 0; i < T * 100; i++) X[i] = frand();
+                const qhx_exec ex = {.ks = ks};
+                qhx_matmul(&ex, &m.t, X, T, a);
+                qhx_matmul(&ex, &view, X, T, b);
+                int same = 1;
+                for (int t = 0; t < T; t++) same &= !memcmp(a + t * 67, b + t * 64, sizeof(float) * 64);
+                CHECK(same, "%s %s: a 64-row prefix view differs from the full product's rows (T=%d)", sets[s], dt_name(dts[d]), T);
+                prefix_cases++;
+                free(X), free(a), free(b);
+                drop(&m);
+            }
+    }
+    printf("  a prefix of rows as a view: the full product's rows in %d set x dtype x T cases\n", prefix_cases);
+
     /* gemm (the delta rule's products) of every set against the double reference, odd shapes and
      * strides, C accumulated into: |error| relative to sum_k |alpha A B| + |C| */
     for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {

@@ -27,9 +27,10 @@ qhx_status qhx_mtp_observe(qhx_mtp *d, int n);
 qhx_status qhx_mtp_flush(qhx_mtp *d, float *logits, int *rows);
 
 /* tok was sampled after the session's last token: drafts the max tokens that follow it (each the
- * head's argmax, the next fed the head's own output as vLLM does), into out; returns how many
- * (0 when there is nothing to draft from), or -1 on failure (qhx_last_error). first_logits, when
- * not NULL, gets the head's logits for the first draft. */
+ * head's argmax over the draft vocabulary, the lm-head's first 65,536 rows; the next fed the
+ * head's own output as vLLM does), into out; returns how many (0 when there is nothing to draft
+ * from), or -1 on failure (qhx_last_error). first_logits, when not NULL, gets the head's logits
+ * for the first draft over the draft vocabulary. */
 int qhx_mtp_draft(qhx_mtp *d, int32_t tok, int32_t *out, int max, float *first_logits);
 
 #endif
