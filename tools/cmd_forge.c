@@ -19,7 +19,8 @@
 static const char synth_help_head[] =
     "usage: qhx synth --preset NAME --seed N --out DIR [--force]\n"
     "Writes a Hugging Face checkpoint (config.json + safetensors, sharded when large) with seeded\n"
-    "random weights. Streams to disk; the directory appears only when complete.\n"
+    "random weights, with the MTP head real Qwen3.5 checkpoints carry (mtp.*). Streams to disk;\n"
+    "the directory appears only when complete.\n"
     "  --force   replace an existing DIR\n"
     "presets:\n";
 
@@ -51,8 +52,8 @@ static const char forge_help[] =
     "usage: qhx forge CHECKPOINT -o BUNDLE [--max-context-bytes N] [--context-len N] [--lmhead f16|w8]\n"
     "                 [--no-gate] [--gate-tokens N] [--gate-trials N] [--force] [-t N] [--kernels K]\n"
     "Forges a Hugging Face checkpoint into a bundle: W8 decode shards by layer range (as few as fit\n"
-    "the per-shard ceiling), an fp16 embedding, an fp16 (or W8) lm-head, the tokenizer and a\n"
-    "manifest. Then gates it against the fp32 reference: each shard on random hidden states, and\n"
+    "the per-shard ceiling), an fp16 embedding, an fp16 (or W8) lm-head, the MTP head (W8, a file\n"
+    "of its own) when the checkpoint has one, the tokenizer and a manifest. Then gates it against the fp32 reference: each shard on random hidden states, and\n"
     "greedy generation end to end. A failed gate fails the forge; nothing is left behind.\n"
     "  --max-context-bytes N  per-shard ceiling (default 2147483648: the 4B shape -> 2 shards)\n"
     "  --context-len N        positions a session may use (default min(max_position_embeddings, 4096))\n"
