@@ -204,7 +204,7 @@ expect_err 1 "is a embedding file" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 # the MTP head: forged into a file of its own, the same drafts-verified ids as plain decoding, and
 # every way that file can be missing or wrong refused by name
 "$qhx" forge models/q35-kjv-mtp -o "$tmp/mtp" >"$tmp/forgem.log" 2>&1 || bad "forge with MTP: $(tail -1 "$tmp/forgem.log")"
-check "grep -q '^MTP head: ' $tmp/forgem.log && [[ -s $tmp/mtp/mtp_w8.qhx ]] && grep -q '\"mtp_num_hidden_layers\": 1' $tmp/mtp/manifest.json" \
+check "grep -q '^MTP head: ' $tmp/forgem.log && grep -q '^export gate: MTP head 5/5' $tmp/forgem.log && [[ -s $tmp/mtp/mtp_w8.qhx ]] && grep -q '\"mtp_num_hidden_layers\": 1' $tmp/mtp/manifest.json" \
     "forge wrote no MTP head: $(cat "$tmp/forgem.log")"
 check "\"$qhx\" inspect $tmp/mtp | grep -q 'MTP head file: mtp_w8.qhx' && \"$qhx\" inspect $tmp/one | grep -q 'MTP head: none'" "inspect: MTP head"
 plain=$("$qhx" generate "$tmp/mtp" "And God said" -n 48 2>/dev/null)
