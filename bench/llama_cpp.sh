@@ -4,7 +4,9 @@
 # npm package node-llama-cpp, then the qhexrt bundle of the same checkpoint timed by `qhx bench`.
 #   bench/llama_cpp.sh CHECKPOINT_DIR BUNDLE_DIR [THREADS]
 # QHX_BENCH_KERNELS="auto avx512-q8 avx512" times each of those kernel sets after llama.cpp, in
-# the same run (default: auto).
+# the same run (default: auto). QHX_LLAMA_CPU=haswell gives llama.cpp only that build of its CPU
+# backend (ggml loads the best of its libggml-cpu-*.so for the CPU; haswell is AVX2 + FMA): with
+# QHX_BENCH_KERNELS=avx2-q16, an AVX2-only machine measured on this one.
 # Writes CHECKPOINT_DIR.q8_0.gguf next to the checkpoint (4.5 GB for the 4B shape).
 set -euo pipefail
 ck=${1:?usage: bench/llama_cpp.sh CHECKPOINT_DIR BUNDLE_DIR [THREADS]}
@@ -17,6 +19,17 @@ gguf="${ck%/}.q8_0.gguf"
 nl="$root/build/node-llama-cpp"
 if [[ ! -d $nl/node_modules/node-llama-cpp ]]; then
     mkdir -p "$nl" && (cd "$nl" && npm install --silent --no-audit --no-fund node-llama-cpp @node-llama-cpp/linux-x64 >/dev/null)
+fi
+if [[ -n ${QHX_LLAMA_CPU:-} ]]; then
+    one="$nl-$QHX_LLAMA_CPU"
+    if [[ ! -d $one ]]; then
+        cp -r "$nl" "$one.tmp"
+        bins="$one.tmp/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64"
+        [[ -f $bins/libggml-cpu-$QHX_LLAMA_CPU.so ]] || { echo "no llama.cpp CPU build '$QHX_LLAMA_CPU' in $bins" >&2; exit 2; }
+        find "$bins" -name 'libggml-cpu-*.so' ! -name "libggml-cpu-$QHX_LLAMA_CPU.so" -delete
+        mv "$one.tmp" "$one"
+    fi
+    nl=$one
 fi
 cp "$root/bench/llama_cpp_bench.mjs" "$nl/"
 echo "llama.cpp: $(node "$nl/llama_cpp_bench.mjs" "$gguf" --threads "$threads" --prompts 128,512 --decode 128)"

@@ -171,10 +171,10 @@ static qhx_status spec_advance(spec_state *sp, int32_t tok, float *logits) {
     else if ((n = draft(sp, tok, sp->len < room ? sp->len : room)) < 0) return QHX_ERR_NOMEM;
     if (n <= 0) {
         rc = qhx_session_eval(sp->s, &tok, 1, QHX_EVAL_STEPWISE, NULL, logits);
-        /* a long pause leaves the MTP head out (its layer costs a tenth of a step on small models):
-         * it takes in the last 16 positions before drafting resumes, and its attention restarts
-         * there (the trunk's hidden state it reads carries the whole context) */
-        if (!rc && sp->cooldown < 16) rc = observe(sp, 1);
+        /* a long pause leaves the MTP head out (a position costs it a tenth of a step on small
+         * models): it takes in the last 4 positions before drafting resumes, and its attention
+         * restarts there (the trunk's hidden state it reads carries the whole context) */
+        if (!rc && sp->cooldown < 4) rc = observe(sp, 1);
         average(&sp->plain_tpt, now_s() - t0);
         return rc;
     }
