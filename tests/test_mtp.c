@@ -20,19 +20,6 @@
 
 static double worst_seen;
 
-static double row_dev(const float *a, const float *g, int V) {
-    double mean = 0, var = 0, mx = 0;
-    for (int i = 0; i < V; i++) mean += g[i];
-    mean /= V;
-    for (int i = 0; i < V; i++) var += (g[i] - mean) * (g[i] - mean);
-    double sd = sqrt(var / V);
-    for (int i = 0; i < V; i++) {
-        double d = fabs((double)a[i] - g[i]);
-        if (!(d <= mx)) mx = d;
-    }
-    return mx / (sd > 0 ? sd : 1);
-}
-
 static int argmax(const float *x, int n) {
     int b = 0;
     for (int i = 1; i < n; i++)
@@ -44,7 +31,7 @@ static int argmax(const float *x, int n) {
 static double worst_dev(const float *ours, const float *gold, int g0, int n, int V) {
     double worst = 0;
     for (int t = 0; t < n; t++) {
-        double d = row_dev(ours + (size_t)t * V, gold + (size_t)(g0 + t) * V, V);
+        double d = tl_row_dev(ours + (size_t)t * V, gold + (size_t)(g0 + t) * V, V);
         if (!(d <= worst)) worst = d;
     }
     if (worst > worst_seen) worst_seen = worst;
@@ -52,20 +39,15 @@ static double worst_dev(const float *ours, const float *gold, int g0, int n, int
 }
 
 static void check_golden(const char *dir, const char *kernels) {
-    char *text = tl_read(DIR "/golden/mtp.json", NULL);
-    CHECK(text != NULL, "cannot read %s", DIR "/golden/mtp.json");
-    if (!text) return;
-    json_t *root = json_loads(text, 0, NULL);
-    free(text);
+    json_t *root = tl_json(DIR "/golden/mtp.json");
     qhx_runtime *rt;
     qhx_model *m;
     qhx_session *s;
-    qhx_runtime_opts ro = {.kernels = kernels};
+    if (!root || tl_open(dir, kernels, &rt, &m, &s)) {
+        json_decref(root);
+        return;
+    }
     const int exact = !strcmp(dir, DIR); /* the checkpoint: the fp32 reference's tolerance; a W8 bundle: hits only */
-    printf("  %s on %s kernels\n", dir, kernels);
-    CHECK(qhx_runtime_new(&ro, &rt) == QHX_OK, "%s", qhx_last_error());
-    CHECK(qhx_model_open(rt, dir, &m) == QHX_OK, "%s", qhx_last_error());
-    CHECK(qhx_session_new(m, &s) == QHX_OK, "%s", qhx_last_error());
     qhx_model_info info;
     qhx_model_get_info(m, &info);
     CHECK(info.mtp_layers == 1, "mtp_layers %d", info.mtp_layers);

@@ -15,19 +15,6 @@
 
 static double worst_seen;
 
-static double row_dev(const float *a, const float *g, int V) {
-    double mean = 0, var = 0, mx = 0;
-    for (int i = 0; i < V; i++) mean += g[i];
-    mean /= V;
-    for (int i = 0; i < V; i++) var += (g[i] - mean) * (g[i] - mean);
-    double sd = sqrt(var / V);
-    for (int i = 0; i < V; i++) {
-        double d = fabs((double)a[i] - g[i]);
-        if (!(d <= mx)) mx = d; /* NaN-safe: a NaN makes the deviation NaN */
-    }
-    return mx / (sd > 0 ? sd : 1);
-}
-
 typedef struct { int32_t *ids; int n; } idlist;
 
 static int collect(int32_t tok, const char *text, size_t len, void *user) {
@@ -39,19 +26,14 @@ static int collect(int32_t tok, const char *text, size_t len, void *user) {
 static void check_model(const char *dir, const char *kernels) {
     char path[512];
     snprintf(path, sizeof path, "%s/golden/golden.json", dir);
-    char *text = tl_read(path, NULL);
-    CHECK(text != NULL, "cannot read %s", path);
-    if (!text) return;
-    json_t *root = json_loads(text, 0, NULL);
-    free(text);
+    json_t *root = tl_json(path);
     qhx_runtime *rt;
     qhx_model *m;
     qhx_session *s;
-    qhx_runtime_opts ro = {.kernels = kernels};
-    printf("  %s on %s kernels\n", dir, kernels);
-    CHECK(qhx_runtime_new(&ro, &rt) == QHX_OK, "%s", qhx_last_error());
-    CHECK(qhx_model_open(rt, dir, &m) == QHX_OK, "%s", qhx_last_error());
-    CHECK(qhx_session_new(m, &s) == QHX_OK, "%s", qhx_last_error());
+    if (!root || tl_open(dir, kernels, &rt, &m, &s)) {
+        json_decref(root);
+        return;
+    }
     qhx_model_info info;
     qhx_model_get_info(m, &info);
     const int V = info.vocab_size;
@@ -74,7 +56,7 @@ static void check_model(const char *dir, const char *kernels) {
             CHECK(qhx_session_eval(s, ids, T, mode, ours, NULL) == QHX_OK, "%s", qhx_last_error());
             double worst = 0;
             for (int t = 0; t < T; t++) {
-                double d = row_dev(ours + (size_t)t * V, gold + (size_t)t * V, V);
+                double d = tl_row_dev(ours + (size_t)t * V, gold + (size_t)t * V, V);
                 if (!(d <= worst)) worst = d;
             }
             if (worst > worst_seen) worst_seen = worst;
@@ -96,7 +78,7 @@ static void check_model(const char *dir, const char *kernels) {
             CHECK(qhx_session_eval(s, seq_ids, TS, mode, seq_ours[mode], NULL) == QHX_OK, "%s", qhx_last_error());
             double worst = 0;
             for (int t = 0; t < TS; t++) {
-                double d = row_dev(seq_ours[mode] + (size_t)t * V, seq_gold + (size_t)t * V, V);
+                double d = tl_row_dev(seq_ours[mode] + (size_t)t * V, seq_gold + (size_t)t * V, V);
                 if (!(d <= worst)) worst = d;
             }
             if (worst > worst_seen) worst_seen = worst;
@@ -106,7 +88,7 @@ static void check_model(const char *dir, const char *kernels) {
         /* decode-over-prompt against whole-sequence evaluation, directly */
         double worst = 0;
         for (int t = 0; t < TS; t++) {
-            double d = row_dev(seq_ours[1] + (size_t)t * V, seq_ours[0] + (size_t)t * V, V);
+            double d = tl_row_dev(seq_ours[1] + (size_t)t * V, seq_ours[0] + (size_t)t * V, V);
             if (!(d <= worst)) worst = d;
         }
         printf("  %s %s stepwise vs sequence: max dev %.2e\n", dir, name, worst);

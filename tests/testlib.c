@@ -1,5 +1,8 @@
 #include "testlib.h"
 
+#include <jansson.h>
+
+#include <math.h>
 #include <stdlib.h>
 
 int tl_passed, tl_failed;
@@ -21,4 +24,36 @@ void *tl_read(const char *path, size_t *len) {
     fclose(f);
     if (len) *len = (size_t)n;
     return buf;
+}
+
+double tl_row_dev(const float *a, const float *g, int V) {
+    double mean = 0, var = 0, mx = 0;
+    for (int i = 0; i < V; i++) mean += g[i];
+    mean /= V;
+    for (int i = 0; i < V; i++) var += (g[i] - mean) * (g[i] - mean);
+    const double sd = sqrt(var / V);
+    for (int i = 0; i < V; i++) {
+        const double d = fabs((double)a[i] - g[i]);
+        if (!(d <= mx)) mx = d; /* NaN-safe: a NaN makes the deviation NaN */
+    }
+    return mx / (sd > 0 ? sd : 1);
+}
+
+int tl_open(const char *dir, const char *kernels, qhx_runtime **rt, qhx_model **m, qhx_session **s) {
+    qhx_runtime_opts ro = {.kernels = kernels};
+    *rt = NULL, *m = NULL, *s = NULL;
+    printf("  %s on %s kernels\n", dir, kernels);
+    const int ok = qhx_runtime_new(&ro, rt) == QHX_OK && qhx_model_open(*rt, dir, m) == QHX_OK && qhx_session_new(*m, s) == QHX_OK;
+    CHECK(ok, "%s [%s]: %s", dir, kernels, qhx_last_error());
+    if (ok) return 0;
+    qhx_session_free(*s), qhx_model_close(*m), qhx_runtime_free(*rt);
+    return -1;
+}
+
+json_t *tl_json(const char *path) {
+    char *text = tl_read(path, NULL);
+    json_t *root = text ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    CHECK(root != NULL, "cannot read or parse %s", path);
+    return root;
 }

@@ -3,6 +3,7 @@
 #ifndef QHX_TESTLIB_H
 #define QHX_TESTLIB_H
 #include <stdio.h>
+#include "qhexrt.h"
 
 extern int tl_passed, tl_failed;
 
@@ -19,6 +20,14 @@ extern int tl_passed, tl_failed;
 
 /* Prints the summary and returns the process exit code. */
 int tl_finish(const char *suite);
+/* max |a - g| over a row of V logits, divided by the standard deviation of the golden row g (the
+ * logit scale): the parity tests' measure. A NaN in a gives NaN. */
+double tl_row_dev(const float *a, const float *g, int V);
+/* A runtime on `kernels`, the model at dir and a session on it, CHECKed; 0 when all opened (else
+ * nothing is left open). */
+int tl_open(const char *dir, const char *kernels, qhx_runtime **rt, qhx_model **m, qhx_session **s);
+/* A JSON file, CHECKed; NULL when it cannot be read or parsed. */
+struct json_t *tl_json(const char *path);
 /* Reads a whole file; NULL if absent. */
 void *tl_read(const char *path, size_t *len);
 
