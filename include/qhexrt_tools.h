@@ -31,6 +31,11 @@ typedef struct {
 } qhx_read_probe;
 qhx_read_probe qhx_model_read_weights(qhx_model *m);
 
+/* Seconds the model's MTP head takes to draft n tokens after tok, from a drafter started on s
+ * whose last evaluation was one token (its first step takes that position in, as in decoding);
+ * negative on failure (qhx_last_error). */
+double qhx_bench_mtp_draft(qhx_session *s, int32_t tok, int n);
+
 /* ---- the forge and synthetic checkpoints (what `qhx forge` and `qhx synth` run) ------------ */
 
 typedef struct {

@@ -211,6 +211,10 @@ plain=$("$qhx" generate "$tmp/mtp" "And God said" -n 48 2>/dev/null)
 spec=$("$qhx" generate "$tmp/mtp" "And God said" -n 48 --draft mtp 2>"$tmp/err")
 [[ -n $plain && $plain == "$spec" ]] && grep -q 'drafted [1-9]' "$tmp/err" && ok || bad "bundle --draft mtp: '$spec' vs '$plain' $(cat "$tmp/err")"
 expect_err 1 "has no MTP head" "$qhx" generate "$tmp/one" "And God said" -n 4 --draft mtp
+"$qhx" bench "$tmp/mtp" --json --prompts 8 --decode 4 --draft mtp --draft-max 2 >"$tmp/bench3.json" 2>"$tmp/bench3.err"
+check "node -e 'const s=JSON.parse(require(\"fs\").readFileSync(process.argv[1],\"utf8\")).speculative;
+    process.exit(s&&s.mtp_draft.length===2&&s.mtp_draft[1].drafts===2&&s.mtp_draft.every(d=>d.ms>0)&&s.verify.length===2 ? 0 : 1)' $tmp/bench3.json" \
+    "bench --draft mtp --json: $(cat "$tmp/bench3.json" "$tmp/bench3.err")"
 damagedm() { rm -rf "$tmp/d"; cp -r "$tmp/mtp" "$tmp/d"; }
 damagedm; rm "$tmp/d/mtp_w8.qhx"
 expect_err 1 "mtp_w8.qhx" "$qhx" generate "$tmp/d" --tokens 1 -n 1

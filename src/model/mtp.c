@@ -2,11 +2,13 @@
  * session position it started at. */
 #include "model/mtp.h"
 #include "model/model.h"
+#include "qhexrt_tools.h"
 #include "util/buf.h"
 #include "util/error.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct qhx_mtp {
     qhx_session *s;
@@ -140,6 +142,21 @@ int qhx_mtp_draft(qhx_mtp *d, int32_t tok, int32_t *out, int max, float *first_l
     }
     d->st.pos = keep;
     return max;
+}
+
+double qhx_bench_mtp_draft(qhx_session *s, int32_t tok, int n) {
+    qhx_mtp *d;
+    int32_t out[QHX_MAX_DRAFT];
+    if (n < 1 || n > QHX_MAX_DRAFT) return qhx_fail(QHX_ERR_ARG, "bench: %d drafts is not in [1, %d]", n, QHX_MAX_DRAFT), -1;
+    if (qhx_mtp_new(s, &d)) return -1;
+    struct timespec t0, t1;
+    int got = qhx_mtp_observe(d, 1) ? -1 : 0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!got) got = qhx_mtp_draft(d, tok, out, n, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    qhx_mtp_free(d);
+    if (got != n) return got < 0 ? -1 : (qhx_fail(QHX_ERR_ARG, "bench: the MTP head drafted %d of %d", got, n), -1);
+    return (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
 }
 
 /* a verify pass (the current token and its drafts) is one decode piece, whose hidden states the
