@@ -148,13 +148,9 @@ static qhx_status bind(const manifest *mf, const qhxf_file *f, const char *name,
 qhx_dtype qhx_bundle_dtype(const qhx_tensor_spec *s) { return s->init == QHX_INIT_MATRIX ? QHX_I8 : QHX_F32; }
 
 /* The MTP head the model description promises, from the file plan.mtp names. */
-static qhx_status load_mtp(qhx_model *m, manifest *mf, const qhxf_expect *base) {
+static qhx_status load_mtp(qhx_model *m, manifest *mf, const qhxf_expect *base, const qhx_tensor_spec *specs, int n_specs) {
     const json_t *file = get(mf, "plan.mtp.file", JSON_STRING);
     if (!file) return QHX_ERR_FORMAT;
-    const int n_specs = qhx_qwen35_specs(&m->cfg, "", m->w, NULL);
-    qhx_tensor_spec *specs = calloc((size_t)n_specs, sizeof *specs);
-    if (!specs) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
-    qhx_qwen35_specs(&m->cfg, "", m->w, specs);
     qhxf_file *f;
     qhx_status rc = open_file(m, mf, json_string_value(file), QHXF_MTP, base, &f);
     for (int k = 0; k < n_specs && !rc; k++) {
@@ -163,7 +159,6 @@ static qhx_status load_mtp(qhx_model *m, manifest *mf, const qhxf_expect *base) 
         qhx_spec_dims(&specs[k], &rows, &cols);
         rc = bind(mf, f, specs[k].name, qhx_bundle_dtype(&specs[k]), rows, cols, specs[k].dst);
     }
-    free(specs);
     return rc;
 }
 
@@ -265,6 +260,7 @@ static qhx_status load(qhx_model *m, manifest *mf) {
             rc = bind(mf, f, s->name, qhx_bundle_dtype(s), rows, cols, s->dst);
         }
     }
+    if (!rc && m->w->mtp) rc = load_mtp(m, mf, &base, specs, n_specs);
     free(specs);
     if (!rc && next != m->cfg.n_layers)
         rc = qhx_fail(QHX_ERR_FORMAT, "%s: the decode shards end at layer %d of %d", mf->path, next, m->cfg.n_layers);
@@ -278,11 +274,9 @@ static qhx_status load(qhx_model *m, manifest *mf) {
     const int w8 = !strcmp(json_string_value(head_dt), "i8");
     if (!w8 && strcmp(json_string_value(head_dt), "f16"))
         return qhx_fail(QHX_ERR_FORMAT, "%s: plan.lm_head.dtype '%s' is not f16 or i8", mf->path, json_string_value(head_dt));
-    if ((rc = open_file(m, mf, json_string_value(head), QHXF_HEAD, &base, &f)) ||
-        (rc = bind(mf, f, f->h.kind == QHXF_EMBED ? "embed_tokens.weight" : "lm_head.weight", w8 ? QHX_I8 : QHX_F16, V, D,
-                   &m->w->lm_head)))
-        return rc;
-    return m->w->mtp ? load_mtp(m, mf, &base) : QHX_OK;
+    if ((rc = open_file(m, mf, json_string_value(head), QHXF_HEAD, &base, &f))) return rc;
+    return bind(mf, f, f->h.kind == QHXF_EMBED ? "embed_tokens.weight" : "lm_head.weight", w8 ? QHX_I8 : QHX_F16, V, D,
+                &m->w->lm_head);
 }
 
 /* Files the loader does not map (the tokenizer) are checked here, at open, like the rest. */

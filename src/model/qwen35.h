@@ -38,11 +38,9 @@ struct qhx_mtp_weights {
 #define QHX_LAYER_MTP (-2)
 
 /* An empty weight table for c's layers and, when c->mtp_layers, its MTP head (views bound by the
- * loader); NULL when out of memory. qhx_weights_drop_mtp forgets the head (a checkpoint without
- * the mtp.* tensors, a bundle forged without them). */
+ * loader); NULL when out of memory. */
 qhx_weights *qhx_weights_new(const qhx_config *c);
 void qhx_weights_free(qhx_weights *w);
-void qhx_weights_drop_mtp(qhx_weights *w, qhx_config *c);
 
 /* How a synthetic checkpoint initialises a tensor (see forge/synth.c). */
 typedef enum { QHX_INIT_MATRIX, QHX_INIT_EMBED, QHX_INIT_NORM, QHX_INIT_GNORM, QHX_INIT_CONV,

@@ -49,12 +49,6 @@ qhx_weights *qhx_weights_new(const qhx_config *c) {
     return w;
 }
 
-void qhx_weights_drop_mtp(qhx_weights *w, qhx_config *c) {
-    free(w->mtp);
-    w->mtp = NULL;
-    c->mtp_layers = 0;
-}
-
 void qhx_weights_free(qhx_weights *w) {
     if (w) free(w->layers), free(w->mtp);
     free(w);
