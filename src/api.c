@@ -168,6 +168,7 @@ void qhx_model_close(qhx_model *m) {
     free(m->manifest);
     free(m->dir);
     qhx_tokenizer_free(m->tok);
+    qhx_config_free(&m->cfg);
     if (m->owns_rt) qhx_runtime_free(m->rt);
     free(m);
 }

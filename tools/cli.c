@@ -88,19 +88,26 @@ int parse_ids(const char *flag, const char *s, int32_t **ids, int *n) {
 
 /* Writes a whole file under a temporary name and renames it into place. */
 int write_atomic(const char *path, const void *data, size_t len) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    char *tmp = malloc(strlen(path) + 32);
+    if (!tmp) return die("out of memory");
+    sprintf(tmp, "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "wb");
-    if (!f) return die("%s: %s", path, strerror(errno));
+    if (!f) {
+        int e = errno;
+        free(tmp);
+        return die("%s: %s", path, strerror(e));
+    }
     int ok = fwrite(data, 1, len, f) == len;
     ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok &= fclose(f) == 0;
+    int rc = 0;
     if (!ok || rename(tmp, path) != 0) {
         int e = errno;
         unlink(tmp);
-        return die("%s: write failed: %s", path, strerror(e));
+        rc = die("%s: write failed: %s", path, strerror(e));
     }
-    return 0;
+    free(tmp);
+    return rc;
 }
 
 /* ---- shared option parsing ------------------------------------------------------------------- */

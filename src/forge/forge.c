@@ -63,7 +63,7 @@ qhx_status qhx_forge(const qhx_forge_opts *o) {
     qhx_runtime *ref_rt = NULL;
     qhx_model *b = NULL;
     json_t *root = NULL;
-    int first[QHX_MAX_LAYERS + 1], n_shards = 0;
+    int *first = NULL, n_shards = 0;
     /* The reference: the checkpoint's own weights in fp32 arithmetic, on the same kernel set (its
      * bf16/f32 kernels are tested against the double-accumulating "ref" set to ~1e-7). */
     qhx_status rc = QHX_OK;
@@ -87,8 +87,9 @@ qhx_status qhx_forge(const qhx_forge_opts *o) {
     f.model_hash = XXH3_64bits(f.model_json, strlen(f.model_json));
     f.bundle_id = forge_random_id();
     const uint64_t ceiling = o->max_context_bytes ? o->max_context_bytes : QHX_FORGE_DEFAULT_CEILING;
+    if (!(first = calloc((size_t)c->n_layers + 1, sizeof *first))) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto out; }
     if ((rc = forge_plan(&f, &n_shards, first, ceiling))) goto out;
-    if ((rc = qhx_outdir_begin(o->out, o->force, f.tmp, sizeof f.tmp))) { f.tmp[0] = 0; goto out; }
+    if ((rc = qhx_outdir_begin(o->out, o->force, &f.tmp))) goto out;
     for (int i = 0; i < f.n_specs; i++) f.total_bytes += forge_spec_bytes(&f.specs[i]);
     f.total_bytes += (uint64_t)c->vocab_size * c->hidden * (w8_head ? 3 : 2);
 
@@ -143,12 +144,14 @@ qhx_status qhx_forge(const qhx_forge_opts *o) {
     qhx_model_close(b);
     b = NULL;
     rc = qhx_outdir_publish(f.tmp, o->out);
-    if (!rc) f.tmp[0] = 0;
+    if (!rc) free(f.tmp), f.tmp = NULL;
 out:
     qhx_model_close(b);
-    if (f.tmp[0]) qhx_outdir_remove(f.tmp);
+    if (f.tmp) qhx_outdir_remove(f.tmp);
+    free(f.tmp);
     qhx_model_close(f.src);
     qhx_runtime_free(ref_rt);
+    free(first);
     free(f.specs);
     free(f.model_json);
     json_decref(f.files);

@@ -64,10 +64,10 @@ static void progress(uint64_t bytes, void *user) {
 
 /* Adds a written file's size and XXH3 to the manifest's "files"; returns the size. */
 static uint64_t record_file(forge *f, const char *name, uint64_t hash) {
-    char path[4400], hex[17];
+    char *path = qhx_path_join(f->tmp, name), hex[17];
     struct stat st;
-    snprintf(path, sizeof path, "%s/%s", f->tmp, name);
-    const uint64_t size = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+    const uint64_t size = path && stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+    free(path);
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
     json_t *fe = qhx_json_add(f->files, name, json_object());
     json_object_set_new(fe, "bytes", qhx_json_number((double)size));
@@ -77,8 +77,6 @@ static uint64_t record_file(forge *f, const char *name, uint64_t hash) {
 
 static qhx_status write_file(forge *f, const char *name, qhxf_kind kind, int l0, int l1, const qhxf_entry *e,
                              const qhx_tensor *const *src, int n, uint64_t *bytes) {
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s", f->tmp, name);
     qhxf_header h;
     memset(&h, 0, sizeof h);
     h.kind = kind;
@@ -91,15 +89,13 @@ static qhx_status write_file(forge *f, const char *name, qhxf_kind kind, int l0,
     int maxcols = 1;
     for (int i = 0; i < n; i++) maxcols = e[i].cols > maxcols ? e[i].cols : maxcols;
     write_ctx w = {f, e, src, malloc(sizeof(float) * (size_t)maxcols), malloc((size_t)maxcols)};
-    if (!w.row || !w.qrow) {
-        free(w.row);
-        free(w.qrow);
-        return qhx_fail(QHX_ERR_NOMEM, "out of memory");
-    }
+    char *path = qhx_path_join(f->tmp, name);
     uint64_t hash;
-    qhx_status rc = qhxf_write(path, &h, e, n, fill_entry, &w, &hash, progress);
+    qhx_status rc = !w.row || !w.qrow || !path ? qhx_fail(QHX_ERR_NOMEM, "out of memory")
+                                               : qhxf_write(path, &h, e, n, fill_entry, &w, &hash, progress);
     free(w.row);
     free(w.qrow);
+    free(path);
     if (rc) return rc;
     *bytes = record_file(f, name, hash);
     f->done_bytes += *bytes;
@@ -116,38 +112,48 @@ static qhx_status write_text(const char *path, const char *text) {
     return ok ? QHX_OK : qhx_fail(QHX_ERR_IO, "%s: write failed", path);
 }
 
+/* Writes text to f->tmp/name. */
+static qhx_status write_out(forge *f, const char *name, const char *text) {
+    char *path = qhx_path_join(f->tmp, name);
+    qhx_status rc = path ? write_text(path, text) : qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    free(path);
+    return rc;
+}
+
+static qhx_status record_hashed(forge *f, const char *name) {
+    char *path = qhx_path_join(f->tmp, name);
+    uint64_t hash;
+    qhx_status rc = path ? qhxf_hash_file(path, &hash) : qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    if (!rc) record_file(f, name, hash);
+    free(path);
+    return rc;
+}
+
 qhx_status forge_copy_tokenizer(forge *f) {
-    char src[1200], dst[4400];
-    snprintf(src, sizeof src, "%s/tokenizer.json", f->src->dir);
-    if (access(src, R_OK) != 0) return QHX_OK; /* a checkpoint without one gives a bundle without one */
-    char *text;
+    char *src = qhx_path_join(f->src->dir, "tokenizer.json"), *text = NULL;
+    if (!src) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    const int have = access(src, R_OK) == 0; /* a checkpoint without one gives a bundle without one */
     size_t len;
-    qhx_status rc = qhx_read_file(src, 1u << 30, &text, &len);
-    if (rc) return rc;
-    snprintf(dst, sizeof dst, "%s/tokenizer.json", f->tmp);
-    rc = write_text(dst, text);
+    qhx_status rc = have ? qhx_read_file(src, 1u << 30, &text, &len) : QHX_OK;
+    free(src);
+    if (!have || rc) return rc;
+    rc = write_out(f, "tokenizer.json", text);
     free(text);
     qhx_tokenizer *tok;
+    char *dst = qhx_path_join(f->tmp, "tokenizer.qhxtok");
+    if (!rc && !dst) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
     if (!rc) rc = qhx_model_tokenizer(f->src, &tok);
-    if (rc) return rc;
-    snprintf(dst, sizeof dst, "%s/tokenizer.qhxtok", f->tmp);
-    if ((rc = qhx_tokenizer_save_compact(tok, dst))) return rc;
-    const char *names[] = {"tokenizer.json", "tokenizer.qhxtok"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(dst, sizeof dst, "%s/%s", f->tmp, names[i]);
-        uint64_t hash;
-        if ((rc = qhxf_hash_file(dst, &hash))) return rc;
-        record_file(f, names[i], hash);
-    }
-    return QHX_OK;
+    if (!rc) rc = qhx_tokenizer_save_compact(tok, dst);
+    free(dst);
+    if (!rc) rc = record_hashed(f, "tokenizer.json");
+    if (!rc) rc = record_hashed(f, "tokenizer.qhxtok");
+    return rc;
 }
 
 qhx_status forge_write_manifest(forge *f, json_t *root) {
-    char path[4400];
-    snprintf(path, sizeof path, "%s/manifest.json", f->tmp);
     char *text = json_dumps(root, JSON_INDENT(2));
     if (!text) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
-    qhx_status rc = write_text(path, text);
+    qhx_status rc = write_out(f, "manifest.json", text);
     free(text);
     return rc;
 }

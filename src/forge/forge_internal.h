@@ -13,7 +13,7 @@ typedef struct {
     qhx_model *src;            /* the checkpoint, on the reference runtime */
     qhx_tensor_spec *specs;
     int n_specs;
-    char tmp[4096];
+    char *tmp;                 /* the bundle being written (qhx_outdir_begin) */
     uint64_t bundle_id, model_hash;
     char *model_json;
     json_t *files;              /* name -> {bytes, xxh3} */

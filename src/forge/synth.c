@@ -145,19 +145,20 @@ qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force
     json_t *cj = config_json(p);
     char *text = json_dumps(cj, JSON_INDENT(2));
     json_decref(cj);
-    qhx_config *cfg = malloc(sizeof *cfg);
+    qhx_config *cfg = calloc(1, sizeof *cfg);
     qhx_status rc = cfg && text ? qhx_config_parse(cfg, "synth config", text, strlen(text)) : qhx_fail(QHX_ERR_NOMEM, "out of memory");
     int n = rc ? 0 : qhx_qwen35_specs(cfg, "model.language_model.", NULL, NULL);
     qhx_tensor_spec *specs = calloc((size_t)n + 1, sizeof *specs);
     qhx_st_entry *entries = calloc((size_t)n + 1, sizeof *entries);
     size_t *index = calloc((size_t)n + 1, sizeof *index);
     int *shard_of = calloc((size_t)n + 1, sizeof *shard_of);
-    char tmp[4096], path[4200];
+    char *tmp = NULL, *path = NULL;
     if (!rc && (!specs || !entries || !index || !shard_of)) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
-    if (!rc) rc = qhx_outdir_begin(dir, force, tmp, sizeof tmp);
+    if (!rc) rc = qhx_outdir_begin(dir, force, &tmp);
     if (rc) goto out;
+    if (!(path = malloc(strlen(tmp) + 64))) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto fail; } /* tmp/ + our names */
     qhx_qwen35_specs(cfg, "model.language_model.", NULL, specs);
-    snprintf(path, sizeof path, "%s/config.json", tmp);
+    sprintf(path, "%s/config.json", tmp);
     if ((rc = write_text(path, text))) goto fail;
 
     filler f = {specs, index, seed, 0, 0, 0, show_progress, progress_user};
@@ -185,7 +186,7 @@ qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force
         if (n_shards == 1) snprintf(fname, sizeof fname, "model.safetensors");
         else snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
         for (size_t k = 0; k < cnt; k++) json_object_set_new(wmap, entries[k].name, json_string(fname));
-        snprintf(path, sizeof path, "%s/%s", tmp, fname);
+        sprintf(path, "%s/%s", tmp, fname);
         rc = qhx_st_write(path, entries, cnt, fill, &f, progress);
         f.base_bytes += shard_bytes;
     }
@@ -198,7 +199,7 @@ qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force
         wmap = NULL;
         char *itext = json_dumps(idx, JSON_INDENT(2));
         json_decref(idx);
-        snprintf(path, sizeof path, "%s/model.safetensors.index.json", tmp);
+        sprintf(path, "%s/model.safetensors.index.json", tmp);
         rc = itext ? write_text(path, itext) : qhx_fail(QHX_ERR_NOMEM, "out of memory");
         free(itext);
     }
@@ -210,7 +211,10 @@ qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force
 fail:
     qhx_outdir_remove(tmp);
 out:
+    free(tmp);
+    free(path);
     free(text);
+    if (cfg) qhx_config_free(cfg);
     free(cfg);
     free(specs);
     free(entries);

@@ -116,6 +116,7 @@ static qhx_status parse_text(qhx_config *c, const ctx *x) {
         return qhx_fail(QHX_ERR_FORMAT, "%s: rotary dimension %d (head_dim x partial_rotary_factor) must be even",
                         x->path, c->rot_dim);
 
+    if (!(c->full_attn = calloc((size_t)c->n_layers, 1))) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     const json_t *lt = field(x, "layer_types");
     if (lt) {
         if (!json_is_array(lt) || json_array_size(lt) != (size_t)c->n_layers)
@@ -177,27 +178,34 @@ qhx_status qhx_config_parse(qhx_config *c, const char *path, const char *json, s
                       path, type);
     }
     json_decref(root);
+    if (rc) qhx_config_free(c);
     return rc;
 }
 
+void qhx_config_free(qhx_config *c) {
+    free(c->full_attn);
+    c->full_attn = NULL;
+}
+
 qhx_status qhx_config_load(qhx_config *c, const char *dir) {
-    char path[4096];
-    char *buf;
+    char *path = qhx_path_join(dir, "config.json"), *buf;
     size_t len;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    qhx_status rc = qhx_read_file(path, 16u << 20, &buf, &len);
-    if (rc) return rc;
-    rc = qhx_config_parse(c, path, buf, len);
-    free(buf);
+    qhx_status rc = path ? qhx_read_file(path, 16u << 20, &buf, &len) : qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    if (!rc) {
+        rc = qhx_config_parse(c, path, buf, len);
+        free(buf);
+    }
+    free(path);
     if (rc) return rc;
     /* generation_config.json names the ids generation stops on; it is optional. */
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    if (qhx_read_file(path, 1u << 20, &buf, &len) == QHX_OK) {
+    path = qhx_path_join(dir, "generation_config.json");
+    if (path && qhx_read_file(path, 1u << 20, &buf, &len) == QHX_OK) {
         json_t *g = qhx_json_parse(buf, len);
         if (g) read_eos(c, json_object_get(g, "eos_token_id"));
         json_decref(g);
         free(buf);
     }
+    free(path);
     qhx_clear_error();
     return QHX_OK;
 }

@@ -5,7 +5,8 @@
 #include <stdint.h>
 #include "qhexrt.h"
 
-#define QHX_MAX_LAYERS 1024
+/* A plausibility bound on num_hidden_layers (tables are sized from the config, not by this). */
+#define QHX_MAX_LAYERS 65536
 
 typedef struct {
     int vocab_size, hidden, n_layers, ffn;
@@ -18,13 +19,15 @@ typedef struct {
     int mtp_layers;   /* mtp_num_hidden_layers: 0, or 1 when the model carries its MTP head (mtp.*) */
     int n_eos;
     int32_t eos[4];
-    uint8_t full_attn[QHX_MAX_LAYERS];  /* 1 where layer i is gated softmax attention */
+    uint8_t *full_attn;  /* n_layers entries, 1 where layer i is gated softmax attention; owned */
 } qhx_config;
 
-/* Parses config text; `path` only names the file in messages. */
+/* Parses config text; `path` only names the file in messages. On success c owns full_attn
+ * (qhx_config_free); on failure c holds nothing. */
 qhx_status qhx_config_parse(qhx_config *c, const char *path, const char *json, size_t len);
 /* Reads dir/config.json and, if present, the eos ids of dir/generation_config.json. */
 qhx_status qhx_config_load(qhx_config *c, const char *dir);
+void qhx_config_free(qhx_config *c);
 
 /* The config as a flat text-config JSON object that qhx_config_parse reads back identically
  * (a bundle manifest's "model"). malloc'd; NULL when out of memory. */

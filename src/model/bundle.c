@@ -191,9 +191,10 @@ static qhx_status load(qhx_model *m, manifest *mf) {
     char *mtext = qhx_json_canonical(model);
     if (!mtext) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     const uint64_t hash = XXH3_64bits(mtext, strlen(mtext));
-    char where[1200];
-    snprintf(where, sizeof where, "%s: model", mf->path);
-    rc = qhx_config_parse(&m->cfg, where, mtext, strlen(mtext));
+    char *where = malloc(strlen(mf->path) + 8);
+    if (where) sprintf(where, "%s: model", mf->path);
+    rc = where ? qhx_config_parse(&m->cfg, where, mtext, strlen(mtext)) : qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    free(where);
     free(mtext);
     if (rc) return rc;
     if (hash != base.model_hash)

@@ -31,7 +31,8 @@ struct qhx_mtp_weights {
     qhx_tensor fc, norm_embed, norm_hidden;
     qhx_weights block;
     qhx_layer_weights layer;
-    qhx_config cfg;
+    qhx_config cfg;            /* the trunk's, as one gated-attention layer */
+    uint8_t full_attn_one;     /* cfg.full_attn's one entry */
 };
 
 /* Spec layer number of the MTP head's tensors (not in any decode shard). */

@@ -41,7 +41,8 @@ qhx_weights *qhx_weights_new(const qhx_config *c) {
         qhx_mtp_weights *m = w->mtp;
         m->cfg = *c; /* the head's layer is shaped as the trunk's gated-attention layers */
         m->cfg.n_layers = 1;
-        m->cfg.full_attn[0] = 1;
+        m->full_attn_one = 1;
+        m->cfg.full_attn = &m->full_attn_one;
         m->cfg.mtp_layers = 0;
         m->block.layers = &m->layer;
     }

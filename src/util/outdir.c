@@ -1,6 +1,7 @@
 #define _XOPEN_SOURCE 700
 #include "util/outdir.h"
 #include "util/error.h"
+#include "util/mapfile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -20,14 +21,16 @@ int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpa
 
 /* Removes DIR.tmp-PID and DIR.old-PID left by writers that were killed (their PID is gone). */
 static void remove_stale(const char *dir) {
-    char parent[4096], prefix[4096 + 512];
-    snprintf(parent, sizeof parent, "%s", dir);
+    char *parent = strdup(dir);
+    if (!parent) return;
     char *slash = strrchr(parent, '/');
-    const char *base = slash ? slash + 1 : dir;
-    if (slash) *slash = 0; else snprintf(parent, sizeof parent, ".");
-    if (!*parent) snprintf(parent, sizeof parent, "/");
-    DIR *d = opendir(parent);
-    if (!d) return;
+    const char *base = slash ? dir + (slash - parent) + 1 : dir;
+    const char *where = !slash ? "." : slash == parent ? "/" : (*slash = 0, parent);
+    DIR *d = opendir(where);
+    if (!d) {
+        free(parent);
+        return;
+    }
     struct dirent *e;
     while ((e = readdir(d))) {
         const size_t n = strlen(base);
@@ -35,40 +38,53 @@ static void remove_stale(const char *dir) {
         char *end;
         long pid = strtol(e->d_name + n + 5, &end, 10);
         if (*end || pid <= 0 || pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-        snprintf(prefix, sizeof prefix, "%s/%s", parent, e->d_name);
-        qhx_outdir_remove(prefix);
+        char *path = qhx_path_join(where, e->d_name);
+        if (path) qhx_outdir_remove(path);
+        free(path);
     }
     closedir(d);
+    free(parent);
 }
 
-qhx_status qhx_outdir_begin(const char *dir, int force, char *tmp, size_t cap) {
+qhx_status qhx_outdir_begin(const char *dir, int force, char **tmp) {
     struct stat st;
+    *tmp = NULL;
     if (!*dir) return qhx_fail(QHX_ERR_ARG, "output directory name is empty");
     if (stat(dir, &st) == 0 && !force) return qhx_fail(QHX_ERR_IO, "%s: already exists (use --force to replace it)", dir);
-    if ((size_t)snprintf(tmp, cap, "%s.tmp-%d", dir, (int)getpid()) >= cap)
-        return qhx_fail(QHX_ERR_ARG, "%s: path too long", dir);
-    qhx_outdir_remove(tmp); /* a leftover of an earlier process with our pid */
+    char *t = malloc(strlen(dir) + 32);
+    if (!t) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    sprintf(t, "%s.tmp-%d", dir, (int)getpid());
+    qhx_outdir_remove(t); /* a leftover of an earlier process with our pid */
     remove_stale(dir);
-    if (mkdir(tmp, 0755) != 0) return qhx_fail(QHX_ERR_IO, "%s: %s", tmp, strerror(errno));
+    if (mkdir(t, 0755) != 0) {
+        qhx_status rc = qhx_fail(QHX_ERR_IO, "%s: %s", t, strerror(errno));
+        free(t);
+        return rc;
+    }
+    *tmp = t;
     return QHX_OK;
 }
 
 qhx_status qhx_outdir_publish(const char *tmp, const char *dir) {
-    char old[4200];
     struct stat st;
-    snprintf(old, sizeof old, "%s.old-%d", dir, (int)getpid());
+    char *old = malloc(strlen(dir) + 32);
+    if (!old) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    sprintf(old, "%s.old-%d", dir, (int)getpid());
     /* One atomic swap where the filesystem can: at every instant dir is the old or the new one. */
     if (stat(dir, &st) == 0 && renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
         qhx_outdir_remove(tmp); /* the old one, now under the temporary name */
+        free(old);
         return QHX_OK;
     }
     const int replaced = stat(dir, &st) == 0 && rename(dir, old) == 0;
     if (rename(tmp, dir) != 0) {
         qhx_status rc = qhx_fail(QHX_ERR_IO, "%s: %s", dir, strerror(errno));
         if (replaced) rename(old, dir);
+        free(old);
         return rc;
     }
     if (replaced) qhx_outdir_remove(old);
+    free(old);
     return QHX_OK;
 }
 

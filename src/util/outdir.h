@@ -6,9 +6,9 @@
 #include <stddef.h>
 #include "qhexrt.h"
 
-/* Refuses an existing dir unless force; creates the temporary directory (its path in tmp), and
+/* Refuses an existing dir unless force; creates the temporary directory (*tmp, malloc'd), and
  * removes the temporary directories of earlier writers that were killed. */
-qhx_status qhx_outdir_begin(const char *dir, int force, char *tmp, size_t cap);
+qhx_status qhx_outdir_begin(const char *dir, int force, char **tmp);
 /* Renames tmp to dir; an existing dir is swapped out atomically (renameat2 RENAME_EXCHANGE, or two
  * renames where the filesystem cannot) and then deleted. */
 qhx_status qhx_outdir_publish(const char *tmp, const char *dir);
