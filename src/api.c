@@ -4,6 +4,7 @@
 #include "qhexrt_tools.h"
 #include "model/model.h"
 #include "model/snapshot.h"
+#include "format/gguf.h"
 #include "util/error.h"
 
 #include <pthread.h>
@@ -124,6 +125,14 @@ static int is_file(const char *p) {
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+static int is_gguf(const char *p) {
+    char magic[4] = {0};
+    FILE *f = fopen(p, "rb");
+    const int yes = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, QHX_GGUF_MAGIC, 4);
+    if (f) fclose(f);
+    return yes;
+}
+
 qhx_status qhx_model_open(qhx_runtime *rt, const char *path, qhx_model **out) {
     *out = NULL;
     if (!path) return qhx_fail(QHX_ERR_ARG, "model path is NULL");
@@ -141,7 +150,7 @@ qhx_status qhx_model_open(qhx_runtime *rt, const char *path, qhx_model **out) {
     } else if (!manifest) {
         rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
     } else if (is_file(path)) {
-        rc = qhx_bundle_open(m, path);
+        rc = is_gguf(path) ? qhx_gguf_model_open(m, path) : qhx_bundle_open(m, path);
     } else if (!is_dir(path)) {
         rc = qhx_fail(QHX_ERR_IO, "%s: no such model directory or manifest", path);
     } else if (is_file(manifest)) {

@@ -33,6 +33,7 @@ typedef struct {
 typedef struct qhx_weight_source qhx_weight_source;
 struct qhx_weight_source {
     int n_files;
+    uint64_t identity;  /* nonzero: what state files name the model by, as the source defines it */
     const qhx_mapfile *(*file)(const qhx_weight_source *src, int i);
     void (*close)(qhx_weight_source *src);
 };
@@ -58,6 +59,8 @@ struct qhx_model {
  * either, also part-way. */
 qhx_status qhx_bundle_open(qhx_model *m, const char *manifest_path);
 qhx_status qhx_checkpoint_model_open(qhx_model *m, const char *dir);
+/* A GGUF file of llama.cpp's qwen35 architecture (model/gguf_model.c); sets m->tok as well. */
+qhx_status qhx_gguf_model_open(qhx_model *m, const char *path);
 /* The dtype a bundle stores a decoder tensor in: int8 for matrices, fp32 for the rest. */
 qhx_dtype qhx_bundle_dtype(const qhx_tensor_spec *s);
 

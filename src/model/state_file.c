@@ -50,6 +50,7 @@ static uint64_t payload_bytes(int pos, uint64_t recurrent_floats, uint64_t row_f
  * (hashing whole multi-GB checkpoints at every open would cost more than the state saves). */
 uint64_t qhx_model_identity(const qhx_model *m) {
     if (m->manifest) return XXH3_64bits(m->manifest, strlen(m->manifest));
+    if (m->src->identity) return m->src->identity;
     XXH3_state_t *st = XXH3_createState();
     if (!st) return 0;
     XXH3_64bits_reset(st);

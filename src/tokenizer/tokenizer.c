@@ -391,6 +391,54 @@ qhx_status qhx_tokenizer_compile_split(qhx_tokenizer *t, const char *pattern, co
     return t->split_pattern ? QHX_OK : qhx_fail(QHX_ERR_NOMEM, "out of memory");
 }
 
+void qhx_bytelevel_tables(uint32_t byte_to_cp[256]) {
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+        byte_to_cp[b] = printable ? (uint32_t)b : (uint32_t)(256 + n++);
+    }
+}
+
+/* The alphabet lies below U+0200, so one- and two-byte sequences are decoded here (half the load
+ * time went to a library call per character). */
+size_t qhx_unbytelevel(char *s, size_t len, const int16_t cp_to_byte[512]) {
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        const unsigned char c = (unsigned char)s[i];
+        if (c < 0x80 && cp_to_byte[c] >= 0) {
+            s[o++] = (char)cp_to_byte[c], i++;
+            continue;
+        }
+        if (c >= 0xc2 && c <= 0xc7 && i + 1 < len && ((unsigned char)s[i + 1] & 0xc0) == 0x80) {
+            const int cp = (c & 0x1f) << 6 | ((unsigned char)s[i + 1] & 0x3f);
+            if (cp_to_byte[cp] >= 0) {
+                s[o++] = (char)cp_to_byte[cp], i += 2;
+                continue;
+            }
+        }
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &cp);
+        if (k <= 0) { s[o++] = s[i++]; continue; }
+        if (cp < 512 && cp_to_byte[cp] >= 0) {
+            s[o++] = (char)cp_to_byte[cp];
+        } else {
+            memmove(s + o, s + i, (size_t)k);
+            o += (size_t)k;
+        }
+        i += (size_t)k;
+    }
+    return o;
+}
+
+qhx_status qhx_tok_set_piece(qhx_tokenizer *t, int32_t id, const char *bytes, size_t len, const char *name) {
+    if (id < 0 || id >= t->id_cap) return qhx_fail(QHX_ERR_FORMAT, "%s: token id %d out of range", name, id);
+    t->piece[id] = bytes;
+    t->piece_len[id] = (uint32_t)len;
+    if (len > t->max_piece) t->max_piece = (uint32_t)len;
+    if (id >= t->n_ids) t->n_ids = id + 1;
+    return QHX_OK;
+}
+
 qhx_tokenizer *qhx_tokenizer_alloc(int n_ids) {
     qhx_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return NULL;

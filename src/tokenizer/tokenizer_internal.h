@@ -46,6 +46,13 @@ struct qhx_tokenizer {
 
 /* GPT-2's byte <-> printable-unicode map used by byte-level BPE files. */
 void qhx_bytelevel_tables(uint32_t byte_to_cp[256]);
+/* Byte-level token text -> raw bytes, in place (the result is never longer); characters outside
+ * the byte alphabet keep their UTF-8 bytes. cp_to_byte: the inverse of qhx_bytelevel_tables, -1
+ * where a code point below 512 stands for no byte. */
+size_t qhx_unbytelevel(char *s, size_t len, const int16_t cp_to_byte[512]);
+/* Records id's piece. Pieces are never owned alone: a vocab token's lies in the vocab's record, an
+ * added token's is its content, a compact form's lies in the file. */
+qhx_status qhx_tok_set_piece(qhx_tokenizer *t, int32_t id, const char *bytes, size_t len, const char *name);
 
 qhx_status qhx_tokenizer_parse(const char *json, size_t len, const char *name, qhx_tokenizer **out);
 qhx_status qhx_tokenizer_compile_split(qhx_tokenizer *t, const char *pattern, const char *name);

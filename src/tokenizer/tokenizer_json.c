@@ -12,57 +12,6 @@
 #include <utf8proc.h>
 
 
-void qhx_bytelevel_tables(uint32_t byte_to_cp[256]) {
-    int n = 0;
-    for (int b = 0; b < 256; b++) {
-        int printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
-        byte_to_cp[b] = printable ? (uint32_t)b : (uint32_t)(256 + n++);
-    }
-}
-
-/* Byte-level token text -> raw bytes, in place (the result is never longer). Characters outside
- * the byte alphabet keep their UTF-8 bytes. The alphabet lies below U+0200, so one- and two-byte
- * sequences are decoded here (half the load time went to a library call per character). */
-static size_t unbytelevel(char *s, size_t len, const int16_t cp_to_byte[512]) {
-    size_t o = 0;
-    for (size_t i = 0; i < len;) {
-        const unsigned char c = (unsigned char)s[i];
-        if (c < 0x80 && cp_to_byte[c] >= 0) {
-            s[o++] = (char)cp_to_byte[c], i++;
-            continue;
-        }
-        if (c >= 0xc2 && c <= 0xc7 && i + 1 < len && ((unsigned char)s[i + 1] & 0xc0) == 0x80) {
-            const int cp = (c & 0x1f) << 6 | ((unsigned char)s[i + 1] & 0x3f);
-            if (cp_to_byte[cp] >= 0) {
-                s[o++] = (char)cp_to_byte[cp], i += 2;
-                continue;
-            }
-        }
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &cp);
-        if (k <= 0) { s[o++] = s[i++]; continue; }
-        if (cp < 512 && cp_to_byte[cp] >= 0) {
-            s[o++] = (char)cp_to_byte[cp];
-        } else {
-            memmove(s + o, s + i, (size_t)k);
-            o += (size_t)k;
-        }
-        i += (size_t)k;
-    }
-    return o;
-}
-
-/* Pieces are never owned alone: a vocab token's lies in the vocab's record, an added token's is
- * its content, a compact form's lies in the file. */
-static qhx_status set_piece(qhx_tokenizer *t, int32_t id, const char *bytes, size_t len, const char *name) {
-    if (id < 0 || id >= t->id_cap) return qhx_fail(QHX_ERR_FORMAT, "%s: token id %d out of range", name, id);
-    t->piece[id] = bytes;
-    t->piece_len[id] = (uint32_t)len;
-    if (len > t->max_piece) t->max_piece = (uint32_t)len;
-    if (id >= t->n_ids) t->n_ids = id + 1;
-    return QHX_OK;
-}
-
 static qhx_status read_normalizer(qhx_tokenizer *t, const cJSON *n, const char *name) {
     if (!n || cJSON_IsNull(n)) return QHX_OK;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(n, "type");
@@ -167,9 +116,9 @@ static merge_status merge_entry(const qhx_tokenizer *t, const cJSON *e, int rank
         if (!(w->buf = malloc(w->cap))) { w->cap = 0; return MERGE_NOMEM; }
     }
     memcpy(w->buf, a, na);
-    const size_t la = unbytelevel(w->buf, na, cp_to_byte);
+    const size_t la = qhx_unbytelevel(w->buf, na, cp_to_byte);
     memcpy(w->buf + la, b, nb);
-    const size_t lb = unbytelevel(w->buf + la, nb, cp_to_byte);
+    const size_t lb = qhx_unbytelevel(w->buf + la, nb, cp_to_byte);
     int32_t ia, ib, im;
     if (!qhx_strmap_get(&t->vocab, w->buf, la, &ia) || !qhx_strmap_get(&t->vocab, w->buf + la, lb, &ib) ||
         !qhx_strmap_get(&t->vocab, w->buf, la + lb, &im))
@@ -273,13 +222,13 @@ static qhx_status read_model(qhx_tokenizer *t, const cJSON *model, const char *n
         size_t len = strlen(e->string);
         if (len + 1 > cap) { cap = 2 * len + 64; free(buf); buf = malloc(cap); if (!buf) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); break; } }
         memcpy(buf, e->string, len);
-        len = unbytelevel(buf, len, cp_to_byte);
+        len = qhx_unbytelevel(buf, len, cp_to_byte);
         if (qhx_strmap_put(&t->vocab, buf, len, (int32_t)e->valuedouble)) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
     }
     free(buf);
     /* the vocab's pieces are its keys: the records stay put from here on */
     for (size_t at = 0; !rc && at < t->vocab.rec_len; at += qhx_strmap_rec_words(t->vocab.rec[at + 1]))
-        rc = set_piece(t, (int32_t)t->vocab.rec[at], (const char *)(t->vocab.rec + at + 2), t->vocab.rec[at + 1], name);
+        rc = qhx_tok_set_piece(t, (int32_t)t->vocab.rec[at], (const char *)(t->vocab.rec + at + 2), t->vocab.rec[at + 1], name);
     if (!rc) rc = read_merges(t, merges, nm, name, cp_to_byte);
     if (rc) return rc;
     for (int b = 0; b < 256; b++) {
@@ -311,7 +260,7 @@ static qhx_status read_added(qhx_tokenizer *t, const cJSON *added, const char *n
         a->lstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "lstrip"));
         a->rstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "rstrip"));
         t->added_first[(unsigned char)a->content[0]] = 1;
-        qhx_status rc = set_piece(t, a->id, a->content, a->len, name);
+        qhx_status rc = qhx_tok_set_piece(t, a->id, a->content, a->len, name);
         if (rc) return rc;
     }
     return QHX_OK;
