@@ -125,7 +125,10 @@ static int is_file(const char *p) {
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* by its magic, or by its name when it is too short to have one (a truncated .gguf) */
 static int is_gguf(const char *p) {
+    const size_t n = strlen(p);
+    if (n > 5 && !strcmp(p + n - 5, ".gguf")) return 1;
     char magic[4] = {0};
     FILE *f = fopen(p, "rb");
     const int yes = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, QHX_GGUF_MAGIC, 4);

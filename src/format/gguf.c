@@ -183,8 +183,11 @@ qhx_status qhx_gguf_parse(qhx_gguf *g, const char *path, const unsigned char *p,
         return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: GGUF version %u is not supported (2 or 3)", path, g->version);
     const uint64_t nt = rd(&r, 8, "the tensor count"), nkv = rd(&r, 8, "the metadata count");
     if (r.rc) return r.rc;
-    if (nt > QHX_GGUF_MAX_COUNT || nkv > QHX_GGUF_MAX_COUNT || nkv > n / 13 || nt > n / 24)
+    if (nt > QHX_GGUF_MAX_COUNT || nkv > QHX_GGUF_MAX_COUNT)
         return qhx_fail(QHX_ERR_FORMAT, "%s: absurd counts (%" PRIu64 " tensors, %" PRIu64 " metadata entries)", path, nt, nkv);
+    if (nkv * 13 + nt * 32 > n) /* the least each entry takes */
+        return qhx_fail(QHX_ERR_FORMAT, "%s: truncated GGUF header (%" PRIu64 " metadata entries and %" PRIu64 " tensors cannot fit in %zu bytes)",
+                        path, nkv, nt, n);
     g->n_kv = (size_t)nkv;
     g->n_tensors = (size_t)nt;
     g->kv = calloc(g->n_kv + 1, sizeof *g->kv);
