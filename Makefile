@@ -24,7 +24,7 @@ FUZZ_REPLAY := $(FUZZERS:%=$(BUILD)/fuzz/%)
 
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
-all: $(BUILD)/qhx $(BUILD)/qhx_generate $(BUILD)/$(SONAME) $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/pty_drive $(EXAMPLES)
+all: $(BUILD)/qhx $(BUILD)/qhx_generate $(BUILD)/gguf_synth $(BUILD)/$(SONAME) $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/pty_drive $(EXAMPLES)
 
 # objects rebuild when the compiler or its flags change, not only their sources
 FLAGS_FILE := $(BUILD)/.cflags

@@ -1,26 +1,34 @@
-/* A llama.cpp model of a checkpoint's exact shapes, for timing llama.cpp against qhexrt on the
- * same architecture: a GGUF (v3) of arch "qwen35" with the checkpoint's config, Q8_0 matrices
- * (llama.cpp's 8-bit format: blocks of 32 int8 with one fp16 scale) filled with seeded random
- * values, fp32 norms and small tensors, and a placeholder byte-level vocabulary. Timing does not
- * depend on the values; the output is not the checkpoint's model and is never used for accuracy.
- *   build/gguf_synth CHECKPOINT_DIR OUT.gguf */
-#include "format/hfconfig.h"
+/* GGUF files (v3) of llama.cpp's "qwen35" architecture made from a checkpoint, in two ways:
+ *   build/gguf_synth CHECKPOINT OUT.gguf [q8_0|q4_0|q4_k]
+ *       the checkpoint's shapes with seeded random weights of that type (default q8_0), fp32
+ *       norms and small tensors and a placeholder byte-level vocabulary: for timing llama.cpp on
+ *       our shapes (timing does not depend on the values; never used for accuracy);
+ *   build/gguf_synth --convert CHECKPOINT OUT.gguf
+ *       the checkpoint's own weights in fp32, changed as llama.cpp's converter changes them
+ *       (conversion/qwen.py: 1 + w for the zero-centred norms, -exp(A_log), value heads from
+ *       grouped to tiled order where key and value head counts differ, the MTP head as an extra
+ *       nextn layer), for testing that qhexrt's GGUF reader undoes each on odd shapes. The
+ *       changes are written here from the converter's definitions, not with the reader's code. */
+#include "model/model.h"
 #include "util/half.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 enum { GGUF_U32 = 4, GGUF_I32 = 5, GGUF_F32 = 6, GGUF_BOOL = 7, GGUF_STR = 8, GGUF_ARR = 9 };
-enum { T_F32 = 0, T_Q8_0 = 8 };
+enum { T_F32 = 0, T_Q4_0 = 2, T_Q8_0 = 8, T_Q4_K = 12 };
 #define ALIGN 32
 
 typedef struct {
-    char name[64];
+    char name[96];
     int type;
-    uint64_t ne0, ne1; /* ne0: the row length (columns), ne1: rows; ne1 == 0 for a vector */
+    uint64_t ne0, ne1;            /* ne0: the row length (columns), ne1: rows; 0 for a vector */
+    const qhx_tensor *src;        /* --convert: the checkpoint's tensor and its change */
+    qhx_gguf_change change;
 } tensor;
 
 static FILE *out;
@@ -40,9 +48,10 @@ static uint64_t next(void) {
     return rng;
 }
 
+static uint64_t block_bytes(int type) { return type == T_Q8_0 ? 34 : type == T_Q4_0 ? 18 : type == T_Q4_K ? 144 : 4; }
+static uint64_t block_values(int type) { return type == T_Q4_K ? 256 : type == T_F32 ? 1 : 32; }
 static uint64_t tensor_bytes(const tensor *t) {
-    const uint64_t n = t->ne0 * (t->ne1 ? t->ne1 : 1);
-    return t->type == T_Q8_0 ? n / 32 * 34 : n * 4;
+    return t->ne0 * (t->ne1 ? t->ne1 : 1) / block_values(t->type) * block_bytes(t->type);
 }
 
 /* The GPT-2 byte-level alphabet: the printable bytes stand for themselves, the others map to
@@ -58,82 +67,37 @@ static void byte_token(int b, char *s) {
     else s[0] = (char)(0xC0 | cp >> 6), s[1] = (char)(0x80 | (cp & 63)), s[2] = 0;
 }
 
-int main(int argc, char **argv) {
-    if (argc != 3) return fprintf(stderr, "usage: gguf_synth CHECKPOINT_DIR OUT.gguf\n"), 2;
-    qhx_config c;
-    if (qhx_config_load(&c, argv[1])) return fprintf(stderr, "gguf_synth: %s\n", qhx_last_error()), 1;
-
-    const uint64_t D = (uint64_t)c.hidden, V = (uint64_t)c.vocab_size, conv = (uint64_t)qhx_config_conv_dim(&c);
-    const uint64_t vd = (uint64_t)c.lin_v_heads * c.lin_v_dim, qd = (uint64_t)c.n_heads * c.head_dim;
-    const uint64_t kvd = (uint64_t)c.n_kv_heads * c.head_dim;
-    tensor *t = calloc((size_t)c.n_layers * 16 + 3, sizeof *t);
-    if (!t) return fprintf(stderr, "gguf_synth: out of memory\n"), 1;
-    int n = 0;
-#define ADD(TYPE, NE0, NE1, ...) (snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__), t[n].type = TYPE, t[n].ne0 = NE0, t[n++].ne1 = NE1)
-    ADD(T_Q8_0, D, V, "token_embd.weight");
-    ADD(T_F32, D, 0, "output_norm.weight");
-    if (!c.tie_embeddings) ADD(T_Q8_0, D, V, "output.weight");
-    for (int l = 0; l < c.n_layers; l++) {
-        ADD(T_F32, D, 0, "blk.%d.attn_norm.weight", l);
-        ADD(T_F32, D, 0, "blk.%d.post_attention_norm.weight", l);
-        ADD(T_Q8_0, D, (uint64_t)c.ffn, "blk.%d.ffn_gate.weight", l);
-        ADD(T_Q8_0, D, (uint64_t)c.ffn, "blk.%d.ffn_up.weight", l);
-        ADD(T_Q8_0, (uint64_t)c.ffn, D, "blk.%d.ffn_down.weight", l);
-        if (c.full_attn[l]) {
-            ADD(T_Q8_0, D, 2 * qd, "blk.%d.attn_q.weight", l); /* query and output gate */
-            ADD(T_Q8_0, D, kvd, "blk.%d.attn_k.weight", l);
-            ADD(T_Q8_0, D, kvd, "blk.%d.attn_v.weight", l);
-            ADD(T_Q8_0, qd, D, "blk.%d.attn_output.weight", l);
-            ADD(T_F32, (uint64_t)c.head_dim, 0, "blk.%d.attn_q_norm.weight", l);
-            ADD(T_F32, (uint64_t)c.head_dim, 0, "blk.%d.attn_k_norm.weight", l);
-        } else {
-            ADD(T_Q8_0, D, conv, "blk.%d.attn_qkv.weight", l);
-            ADD(T_Q8_0, D, vd, "blk.%d.attn_gate.weight", l);
-            ADD(T_F32, (uint64_t)c.conv_kernel, conv, "blk.%d.ssm_conv1d.weight", l);
-            ADD(T_F32, (uint64_t)c.lin_v_heads, 0, "blk.%d.ssm_dt.bias", l);
-            ADD(T_F32, (uint64_t)c.lin_v_heads, 0, "blk.%d.ssm_a", l);
-            ADD(T_Q8_0, D, (uint64_t)c.lin_v_heads, "blk.%d.ssm_beta.weight", l);
-            ADD(T_Q8_0, D, (uint64_t)c.lin_v_heads, "blk.%d.ssm_alpha.weight", l);
-            ADD(T_F32, (uint64_t)c.lin_v_dim, 0, "blk.%d.ssm_norm.weight", l);
-            ADD(T_Q8_0, vd, D, "blk.%d.ssm_out.weight", l);
-        }
-    }
-    for (int i = 0; i < n; i++)
-        if (t[i].type == T_Q8_0 && t[i].ne0 % 32) return fprintf(stderr, "gguf_synth: %s: rows of %llu are not whole Q8_0 blocks\n", t[i].name, (unsigned long long)t[i].ne0), 1;
-
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%d", argv[2], (int)getpid());
-    out = fopen(tmp, "wbx");
-    if (!out) return fprintf(stderr, "gguf_synth: %s: %s\n", tmp, strerror(errno)), 1;
-
-    const int n_kv = 24;
-    put("GGUF", 4), put_u32(3), put_u64((uint64_t)n), put_u64((uint64_t)n_kv);
+static void write_metadata(const qhx_config *c, int n_tensors) {
+    const int n_kv = 26 + (c->mtp_layers > 0);
+    put("GGUF", 4), put_u32(3), put_u64((uint64_t)n_tensors), put_u64((uint64_t)n_kv);
     kv_str("general.architecture", "qwen35");
-    kv_str("general.name", "qhexrt gguf_synth (random weights)");
-    kv_u32("qwen35.block_count", (uint32_t)c.n_layers);
-    kv_u32("qwen35.context_length", (uint32_t)c.max_pos);
-    kv_u32("qwen35.embedding_length", (uint32_t)D);
-    kv_u32("qwen35.feed_forward_length", (uint32_t)c.ffn);
-    kv_u32("qwen35.attention.head_count", (uint32_t)c.n_heads);
-    kv_u32("qwen35.attention.head_count_kv", (uint32_t)c.n_kv_heads);
-    kv_u32("qwen35.attention.key_length", (uint32_t)c.head_dim);
-    kv_u32("qwen35.attention.value_length", (uint32_t)c.head_dim);
-    kv_u32("qwen35.rope.dimension_count", (uint32_t)c.rot_dim);
-    kv_f32("qwen35.rope.freq_base", c.rope_theta);
-    kv_f32("qwen35.attention.layer_norm_rms_epsilon", c.eps);
+    kv_str("general.name", "qhexrt gguf_synth");
+    kv_u32("qwen35.block_count", (uint32_t)(c->n_layers + c->mtp_layers));
+    if (c->mtp_layers) kv_u32("qwen35.nextn_predict_layers", (uint32_t)c->mtp_layers);
+    kv_u32("qwen35.context_length", (uint32_t)c->max_pos);
+    kv_u32("qwen35.embedding_length", (uint32_t)c->hidden);
+    kv_u32("qwen35.feed_forward_length", (uint32_t)c->ffn);
+    kv_u32("qwen35.attention.head_count", (uint32_t)c->n_heads);
+    kv_u32("qwen35.attention.head_count_kv", (uint32_t)c->n_kv_heads);
+    kv_u32("qwen35.attention.key_length", (uint32_t)c->head_dim);
+    kv_u32("qwen35.attention.value_length", (uint32_t)c->head_dim);
+    kv_u32("qwen35.rope.dimension_count", (uint32_t)c->rot_dim);
+    kv_f32("qwen35.rope.freq_base", c->rope_theta);
+    kv_f32("qwen35.attention.layer_norm_rms_epsilon", c->eps);
     int interval = 0; /* the distance between full-attention layers */
-    for (int l = 0; l < c.n_layers && !interval; l++) interval = c.full_attn[l] ? l + 1 : 0;
+    for (int l = 0; l < c->n_layers && !interval; l++) interval = c->full_attn[l] ? l + 1 : 0;
     kv_u32("qwen35.full_attention_interval", (uint32_t)(interval ? interval : 4));
-    kv_u32("qwen35.ssm.conv_kernel", (uint32_t)c.conv_kernel);
-    kv_u32("qwen35.ssm.state_size", (uint32_t)c.lin_k_dim);
-    kv_u32("qwen35.ssm.group_count", (uint32_t)c.lin_k_heads);
-    kv_u32("qwen35.ssm.time_step_rank", (uint32_t)c.lin_v_heads);
-    kv_u32("qwen35.ssm.inner_size", (uint32_t)vd);
+    kv_u32("qwen35.ssm.conv_kernel", (uint32_t)c->conv_kernel);
+    kv_u32("qwen35.ssm.state_size", (uint32_t)c->lin_k_dim);
+    kv_u32("qwen35.ssm.group_count", (uint32_t)c->lin_k_heads);
+    kv_u32("qwen35.ssm.time_step_rank", (uint32_t)c->lin_v_heads);
+    kv_u32("qwen35.ssm.inner_size", (uint32_t)(c->lin_v_heads * c->lin_v_dim));
     put_str("qwen35.rope.dimension_sections"), put_u32(GGUF_ARR), put_u32(GGUF_I32), put_u64(4);
-    const int32_t sections[4] = {c.rot_dim / 2 - 2 * (c.rot_dim / 6), c.rot_dim / 6, c.rot_dim / 6, 0};
+    const int32_t sections[4] = {c->rot_dim / 2 - 2 * (c->rot_dim / 6), c->rot_dim / 6, c->rot_dim / 6, 0};
     put(sections, sizeof sections);
     kv_str("tokenizer.ggml.model", "gpt2");
     kv_str("tokenizer.ggml.pre", "qwen2");
+    const uint64_t V = (uint64_t)c->vocab_size;
     put_str("tokenizer.ggml.tokens"), put_u32(GGUF_ARR), put_u32(GGUF_STR), put_u64(V);
     for (uint64_t i = 0; i < V; i++) {
         char s[32];
@@ -141,8 +105,151 @@ int main(int argc, char **argv) {
         else snprintf(s, sizeof s, "<|synth_%llu|>", (unsigned long long)i);
         put_str(s);
     }
+    put_str("tokenizer.ggml.token_type"), put_u32(GGUF_ARR), put_u32(GGUF_I32), put_u64(V);
+    for (uint64_t i = 0; i < V; i++) put_u32(i < 256 ? 1 : 3); /* normal bytes, control placeholders */
     put_str("tokenizer.ggml.merges"), put_u32(GGUF_ARR), put_u32(GGUF_STR), put_u64(0);
+    kv_u32("tokenizer.ggml.eos_token_id", (uint32_t)(V - 1));
+}
 
+/* ---- --convert: the converter's changes, forwards ----------------------------------------- */
+
+static float value(const qhx_tensor *t, size_t i) {
+    switch (t->dtype) {
+    case QHX_F32: return ((const float *)t->data)[i];
+    case QHX_BF16: return qhx_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    case QHX_F16: return qhx_f16_to_f32(((const uint16_t *)t->data)[i]);
+    default: return NAN;
+    }
+}
+
+/* llama.cpp's _reorder_v_heads: index i of a [n_k, r, head] block moves to [r, n_k, head]. */
+static uint64_t to_tiled(const qhx_config *c, uint64_t i, uint64_t head) {
+    const uint64_t nk = (uint64_t)c->lin_k_heads, r = (uint64_t)(c->lin_v_heads / c->lin_k_heads);
+    const uint64_t h = i / head, e = i % head, k = h / r, j = h % r;
+    return (j * nk + k) * head + e;
+}
+
+static float *converted(const qhx_config *c, const tensor *t) {
+    const uint64_t cols = t->ne0, rows = t->ne1 ? t->ne1 : 1, qk = 2 * (uint64_t)c->lin_k_heads * c->lin_k_dim;
+    float *y = malloc(sizeof(float) * cols * rows);
+    if (!y) return NULL;
+    const int reorder = c->lin_v_heads != c->lin_k_heads;
+    for (uint64_t r = 0; r < rows; r++)
+        for (uint64_t j = 0; j < cols; j++) {
+            float v = value(t->src, r * cols + j);
+            uint64_t R = r, J = j;
+            if (reorder && t->change == QHX_GGUF_V_ROWS && rows > 1) R = to_tiled(c, r, rows == (uint64_t)c->lin_v_heads ? 1 : (uint64_t)c->lin_v_dim);
+            if (reorder && (t->change == QHX_GGUF_V_ROWS || t->change == QHX_GGUF_A_LOG) && rows == 1) J = to_tiled(c, j, 1);
+            if (reorder && t->change == QHX_GGUF_V_ROWS_AFTER_QK && r >= qk) R = qk + to_tiled(c, r - qk, (uint64_t)c->lin_v_dim);
+            if (reorder && t->change == QHX_GGUF_V_COLS) J = to_tiled(c, j, (uint64_t)c->lin_v_dim);
+            if (t->change == QHX_GGUF_NORM) v = v + 1.0f;
+            if (t->change == QHX_GGUF_A_LOG) v = -expf(v);
+            y[R * cols + J] = v;
+        }
+    return y;
+}
+
+/* ---- the tensor list ---------------------------------------------------------------------- */
+
+static int list_random(const qhx_config *c, int type, tensor *t) {
+    const uint64_t D = (uint64_t)c->hidden, V = (uint64_t)c->vocab_size, conv = (uint64_t)qhx_config_conv_dim(c);
+    const uint64_t vd = (uint64_t)c->lin_v_heads * c->lin_v_dim, qd = (uint64_t)c->n_heads * c->head_dim;
+    const uint64_t kvd = (uint64_t)c->n_kv_heads * c->head_dim;
+    int n = 0;
+#define ADD(TYPE, NE0, NE1, ...) (snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__), t[n].type = TYPE, t[n].ne0 = NE0, t[n++].ne1 = NE1)
+    ADD(type, D, V, "token_embd.weight");
+    ADD(T_F32, D, 0, "output_norm.weight");
+    if (!c->tie_embeddings) ADD(type, D, V, "output.weight");
+    for (int l = 0; l < c->n_layers; l++) {
+        ADD(T_F32, D, 0, "blk.%d.attn_norm.weight", l);
+        ADD(T_F32, D, 0, "blk.%d.post_attention_norm.weight", l);
+        ADD(type, D, (uint64_t)c->ffn, "blk.%d.ffn_gate.weight", l);
+        ADD(type, D, (uint64_t)c->ffn, "blk.%d.ffn_up.weight", l);
+        ADD(type, (uint64_t)c->ffn, D, "blk.%d.ffn_down.weight", l);
+        if (c->full_attn[l]) {
+            ADD(type, D, 2 * qd, "blk.%d.attn_q.weight", l); /* query and output gate */
+            ADD(type, D, kvd, "blk.%d.attn_k.weight", l);
+            ADD(type, D, kvd, "blk.%d.attn_v.weight", l);
+            ADD(type, qd, D, "blk.%d.attn_output.weight", l);
+            ADD(T_F32, (uint64_t)c->head_dim, 0, "blk.%d.attn_q_norm.weight", l);
+            ADD(T_F32, (uint64_t)c->head_dim, 0, "blk.%d.attn_k_norm.weight", l);
+        } else {
+            ADD(type, D, conv, "blk.%d.attn_qkv.weight", l);
+            ADD(type, D, vd, "blk.%d.attn_gate.weight", l);
+            ADD(T_F32, (uint64_t)c->conv_kernel, conv, "blk.%d.ssm_conv1d.weight", l);
+            ADD(T_F32, (uint64_t)c->lin_v_heads, 0, "blk.%d.ssm_dt.bias", l);
+            ADD(T_F32, (uint64_t)c->lin_v_heads, 0, "blk.%d.ssm_a", l);
+            ADD(type, D, (uint64_t)c->lin_v_heads, "blk.%d.ssm_beta.weight", l);
+            ADD(type, D, (uint64_t)c->lin_v_heads, "blk.%d.ssm_alpha.weight", l);
+            ADD(T_F32, (uint64_t)c->lin_v_dim, 0, "blk.%d.ssm_norm.weight", l);
+            ADD(type, vd, D, "blk.%d.ssm_out.weight", l);
+        }
+    }
+#undef ADD
+    return n;
+}
+
+/* Every tensor the checkpoint holds, under its GGUF name, in fp32. */
+static int list_converted(qhx_model *m, tensor *t) {
+    const int n = qhx_qwen35_specs(&m->cfg, "", m->w, NULL);
+    qhx_tensor_spec *s = calloc((size_t)n, sizeof *s);
+    if (!s) return -1;
+    qhx_qwen35_specs(&m->cfg, "", m->w, s);
+    for (int i = 0; i < n; i++) {
+        int rows, cols;
+        qhx_spec_dims(&s[i], &rows, &cols);
+        if (!qhx_gguf_tensor_name(&m->cfg, s[i].name, t[i].name, sizeof t[i].name, &t[i].change)) {
+            fprintf(stderr, "gguf_synth: no GGUF name for %s\n", s[i].name);
+            free(s);
+            return -1;
+        }
+        t[i].type = T_F32;
+        t[i].ne0 = (uint64_t)cols;
+        t[i].ne1 = s[i].ndim == 1 ? 0 : (uint64_t)rows;
+        t[i].src = s[i].dst;
+    }
+    free(s);
+    return n;
+}
+
+/* Random blocks of a quantized type: small scales, random quants. */
+static void put_random_blocks(int type, uint64_t bytes) {
+    unsigned char b[144];
+    const uint64_t bb = block_bytes(type);
+    for (uint64_t done = 0; done < bytes && !failed; done += bb) {
+        for (uint64_t k = 0; k < bb; k += 8) {
+            const uint64_t r = next();
+            memcpy(b + k, &r, bb - k < 8 ? bb - k : 8);
+        }
+        const uint16_t d = qhx_f32_to_f16(0.02f / 127);
+        memcpy(b, &d, 2);
+        if (type == T_Q4_K) memcpy(b + 2, &d, 2);
+        put(b, (size_t)bb);
+    }
+}
+
+int main(int argc, char **argv) {
+    const int convert = argc == 4 && !strcmp(argv[1], "--convert");
+    const char *ck = argv[convert ? 2 : 1], *dst = argv[convert ? 3 : 2];
+    const char *tname = !convert && argc == 4 ? argv[3] : "q8_0";
+    const int type = !strcmp(tname, "q8_0") ? T_Q8_0 : !strcmp(tname, "q4_0") ? T_Q4_0 : !strcmp(tname, "q4_k") ? T_Q4_K : -1;
+    if ((!convert && argc != 3 && argc != 4) || type < 0)
+        return fprintf(stderr, "usage: gguf_synth CHECKPOINT OUT.gguf [q8_0|q4_0|q4_k]\n       gguf_synth --convert CHECKPOINT OUT.gguf\n"), 2;
+    qhx_model *m;
+    if (qhx_model_open(NULL, ck, &m)) return fprintf(stderr, "gguf_synth: %s\n", qhx_last_error()), 1;
+    const qhx_config *c = &m->cfg;
+    tensor *t = calloc((size_t)c->n_layers * 20 + 40, sizeof *t);
+    const int n = !t ? -1 : convert ? list_converted(m, t) : list_random(c, type, t);
+    if (n < 0) return fprintf(stderr, "gguf_synth: out of memory\n"), 1;
+    for (int i = 0; i < n; i++)
+        if (t[i].ne0 % block_values(t[i].type))
+            return fprintf(stderr, "gguf_synth: %s: rows of %llu are not whole blocks of %s\n", t[i].name, (unsigned long long)t[i].ne0, tname), 1;
+
+    char *tmp = malloc(strlen(dst) + 32);
+    sprintf(tmp, "%s.tmp-%d", dst, (int)getpid());
+    out = fopen(tmp, "wbx");
+    if (!out) return fprintf(stderr, "gguf_synth: %s: %s\n", tmp, strerror(errno)), 1;
+    write_metadata(c, n);
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         put_str(t[i].name);
@@ -154,39 +261,30 @@ int main(int argc, char **argv) {
     static const char zeros[ALIGN];
     long pos = ftell(out);
     put(zeros, (size_t)((ALIGN - pos % ALIGN) % ALIGN));
-
-    unsigned char *buf = malloc(34 << 16);
-    for (int i = 0; i < n && buf && !failed; i++) {
-        uint64_t left = tensor_bytes(&t[i]);
-        if (t[i].type == T_F32) { /* norms 1, decays and biases small: values llama.cpp computes with */
-            for (uint64_t k = 0; k < left / 4; k++) {
+    for (int i = 0; i < n && !failed; i++) {
+        const uint64_t bytes = tensor_bytes(&t[i]);
+        if (convert) {
+            float *y = converted(c, &t[i]);
+            failed |= !y;
+            if (y) put(y, (size_t)bytes);
+            free(y);
+        } else if (t[i].type == T_F32) { /* norms 1, decays and biases small: values llama.cpp computes with */
+            for (uint64_t k = 0; k < bytes / 4; k++) {
                 const float v = strstr(t[i].name, "norm") ? 1.0f : 0.01f * (float)(next() % 100) / 100.0f;
                 put(&v, 4);
             }
-        } else
-            while (left && !failed) {
-                const uint64_t blocks = left / 34 < (1u << 16) ? left / 34 : (1u << 16);
-                for (uint64_t b = 0; b < blocks; b++) {
-                    const uint16_t d = qhx_f32_to_f16(0.02f / 127);
-                    memcpy(buf + 34 * b, &d, 2);
-                    for (int k = 0; k < 32; k += 8) {
-                        const uint64_t r = next();
-                        memcpy(buf + 34 * b + 2 + k, &r, 8);
-                    }
-                }
-                put(buf, (size_t)(34 * blocks));
-                left -= 34 * blocks;
-            }
-        const uint64_t pad = (ALIGN - tensor_bytes(&t[i]) % ALIGN) % ALIGN;
-        put(zeros, (size_t)pad);
+        } else {
+            put_random_blocks(t[i].type, bytes);
+        }
+        put(zeros, (size_t)((ALIGN - bytes % ALIGN) % ALIGN));
     }
-    failed |= !buf;
-    free(buf);
     free(t);
+    qhx_model_close(m);
     failed |= fclose(out) != 0;
-    if (failed || rename(tmp, argv[2])) {
+    if (failed || rename(tmp, dst)) {
         unlink(tmp);
-        return fprintf(stderr, "gguf_synth: %s: write failed\n", argv[2]), 1;
+        return fprintf(stderr, "gguf_synth: %s: write failed\n", dst), 1;
     }
+    free(tmp);
     return 0;
 }

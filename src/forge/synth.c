@@ -33,6 +33,7 @@ typedef struct {
 static const preset presets[] = {
     {"tiny", "4 layers, hidden 128, GQA 4/2, GDN 2/4 heads (vocab 4160)", 4160, 128, 4, 320, 4, 2, 32, 2, 4, 32, 32, 4, 1, 1e7, 4},
     {"tiny-odd", "5 layers, GDN key dim 24 != value dim 40, heads 6/3, untied", 1000, 96, 5, 200, 6, 3, 40, 3, 6, 24, 40, 4, 0, 1e6, 3},
+    {"tiny-3to1", "4 layers, GDN heads 2/6 (value:key 3:1), key dim 24 != value dim 40", 1000, 96, 4, 200, 4, 2, 32, 2, 6, 24, 40, 4, 1, 1e7, 4},
     {"0.8b", "Qwen3.5-0.8B shape (24 layers, hidden 1024)", 248320, 1024, 24, 3584, 8, 2, 256, 16, 16, 128, 128, 4, 1, 1e7, 4},
     {"2b", "Qwen3.5-2B shape (24 layers, hidden 2048)", 248320, 2048, 24, 6144, 8, 2, 256, 16, 16, 128, 128, 4, 1, 1e7, 4},
     {"4b", "Qwen3.5-4B shape (32 layers, hidden 2560, ~9 GB BF16)", 248320, 2560, 32, 9216, 16, 4, 256, 16, 32, 128, 128, 4, 1, 1e7, 4},

@@ -31,7 +31,7 @@ typedef struct {
     uint64_t nbytes;
 } qhx_gguf_tensor;
 
-typedef struct {
+typedef struct qhx_gguf {
     qhx_mapfile map;
     const char *path;
     uint32_t version;

@@ -31,8 +31,6 @@ typedef struct {
     int n_owned;
 } gguf_source;
 
-/* What the converter did to a tensor, to undo. */
-typedef enum { AS_IS, NORM, A_LOG, V_ROWS, V_ROWS_AFTER_QK, V_COLS } undo_kind;
 
 static const qhx_mapfile *file(const qhx_weight_source *src, int i) { return &((const gguf_source *)src)->g.map; }
 
@@ -46,7 +44,7 @@ static void close_source(qhx_weight_source *src) {
 
 /* ---- configuration ------------------------------------------------------------------------ */
 
-static qhx_status read_config(qhx_model *m, const qhx_gguf *g) {
+qhx_status qhx_gguf_read_config(qhx_config *c, const qhx_gguf *g) {
     const char *arch;
     size_t alen;
     qhx_status rc = qhx_gguf_string(g, "general.architecture", 0, &arch, &alen);
@@ -108,7 +106,7 @@ static qhx_status read_config(qhx_model *m, const qhx_gguf *g) {
         json_object_set_new(tc, "eos_token_id", eos);
         qhx_clear_error();
         char *text = json_dumps(tc, 0);
-        rc = text ? qhx_config_parse(&m->cfg, g->path, text, strlen(text)) : qhx_fail(QHX_ERR_NOMEM, "out of memory");
+        rc = text ? qhx_config_parse(c, g->path, text, strlen(text)) : qhx_fail(QHX_ERR_NOMEM, "out of memory");
         free(text);
     }
     json_decref(tc);
@@ -117,34 +115,33 @@ static qhx_status read_config(qhx_model *m, const qhx_gguf *g) {
 
 /* ---- tensors ------------------------------------------------------------------------------ */
 
-/* The GGUF name of Hugging Face tensor `hf` (a spec name without prefix) and what to undo. */
-static int gguf_name(const qhx_config *c, const char *hf, char *out, size_t cap, undo_kind *undo) {
+int qhx_gguf_tensor_name(const qhx_config *c, const char *hf, char *out, size_t cap, qhx_gguf_change *undo) {
     static const struct {
         const char *hf, *gguf;
-        undo_kind undo;
+        qhx_gguf_change undo;
     } layer[] = {
-        {"input_layernorm.weight", "attn_norm.weight", NORM},
-        {"post_attention_layernorm.weight", "post_attention_norm.weight", NORM},
-        {"mlp.gate_proj.weight", "ffn_gate.weight", AS_IS}, {"mlp.up_proj.weight", "ffn_up.weight", AS_IS},
-        {"mlp.down_proj.weight", "ffn_down.weight", AS_IS},
-        {"self_attn.q_proj.weight", "attn_q.weight", AS_IS}, {"self_attn.k_proj.weight", "attn_k.weight", AS_IS},
-        {"self_attn.v_proj.weight", "attn_v.weight", AS_IS}, {"self_attn.o_proj.weight", "attn_output.weight", AS_IS},
-        {"self_attn.q_norm.weight", "attn_q_norm.weight", NORM}, {"self_attn.k_norm.weight", "attn_k_norm.weight", NORM},
-        {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight", V_ROWS_AFTER_QK},
-        {"linear_attn.in_proj_z.weight", "attn_gate.weight", V_ROWS}, {"linear_attn.in_proj_b.weight", "ssm_beta.weight", V_ROWS},
-        {"linear_attn.in_proj_a.weight", "ssm_alpha.weight", V_ROWS},
-        {"linear_attn.conv1d.weight", "ssm_conv1d.weight", V_ROWS_AFTER_QK},
-        {"linear_attn.dt_bias", "ssm_dt.bias", V_ROWS}, {"linear_attn.A_log", "ssm_a", A_LOG},
-        {"linear_attn.norm.weight", "ssm_norm.weight", AS_IS}, {"linear_attn.out_proj.weight", "ssm_out.weight", V_COLS},
+        {"input_layernorm.weight", "attn_norm.weight", QHX_GGUF_NORM},
+        {"post_attention_layernorm.weight", "post_attention_norm.weight", QHX_GGUF_NORM},
+        {"mlp.gate_proj.weight", "ffn_gate.weight", QHX_GGUF_AS_IS}, {"mlp.up_proj.weight", "ffn_up.weight", QHX_GGUF_AS_IS},
+        {"mlp.down_proj.weight", "ffn_down.weight", QHX_GGUF_AS_IS},
+        {"self_attn.q_proj.weight", "attn_q.weight", QHX_GGUF_AS_IS}, {"self_attn.k_proj.weight", "attn_k.weight", QHX_GGUF_AS_IS},
+        {"self_attn.v_proj.weight", "attn_v.weight", QHX_GGUF_AS_IS}, {"self_attn.o_proj.weight", "attn_output.weight", QHX_GGUF_AS_IS},
+        {"self_attn.q_norm.weight", "attn_q_norm.weight", QHX_GGUF_NORM}, {"self_attn.k_norm.weight", "attn_k_norm.weight", QHX_GGUF_NORM},
+        {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight", QHX_GGUF_V_ROWS_AFTER_QK},
+        {"linear_attn.in_proj_z.weight", "attn_gate.weight", QHX_GGUF_V_ROWS}, {"linear_attn.in_proj_b.weight", "ssm_beta.weight", QHX_GGUF_V_ROWS},
+        {"linear_attn.in_proj_a.weight", "ssm_alpha.weight", QHX_GGUF_V_ROWS},
+        {"linear_attn.conv1d.weight", "ssm_conv1d.weight", QHX_GGUF_V_ROWS_AFTER_QK},
+        {"linear_attn.dt_bias", "ssm_dt.bias", QHX_GGUF_V_ROWS}, {"linear_attn.A_log", "ssm_a", QHX_GGUF_A_LOG},
+        {"linear_attn.norm.weight", "ssm_norm.weight", QHX_GGUF_AS_IS}, {"linear_attn.out_proj.weight", "ssm_out.weight", QHX_GGUF_V_COLS},
     };
     static const struct {
         const char *hf, *gguf;
-        undo_kind undo;
+        qhx_gguf_change undo;
     } top[] = {
-        {"embed_tokens.weight", "token_embd.weight", AS_IS}, {"norm.weight", "output_norm.weight", NORM},
-        {"lm_head.weight", "output.weight", AS_IS}, {"mtp.fc.weight", "nextn.eh_proj.weight", AS_IS},
-        {"mtp.pre_fc_norm_embedding.weight", "nextn.enorm.weight", NORM},
-        {"mtp.pre_fc_norm_hidden.weight", "nextn.hnorm.weight", NORM}, {"mtp.norm.weight", "nextn.shared_head_norm.weight", NORM},
+        {"embed_tokens.weight", "token_embd.weight", QHX_GGUF_AS_IS}, {"norm.weight", "output_norm.weight", QHX_GGUF_NORM},
+        {"lm_head.weight", "output.weight", QHX_GGUF_AS_IS}, {"mtp.fc.weight", "nextn.eh_proj.weight", QHX_GGUF_AS_IS},
+        {"mtp.pre_fc_norm_embedding.weight", "nextn.enorm.weight", QHX_GGUF_NORM},
+        {"mtp.pre_fc_norm_hidden.weight", "nextn.hnorm.weight", QHX_GGUF_NORM}, {"mtp.norm.weight", "nextn.shared_head_norm.weight", QHX_GGUF_NORM},
     };
     int l, n = 0;
     const char *rest = NULL;
@@ -172,16 +169,16 @@ static int64_t tiled(const qhx_config *c, int64_t i, int64_t head) {
 }
 
 /* Decodes t into an fp32 [rows][cols] matrix in Hugging Face order. */
-static void decode(const qhx_config *c, const qhx_gguf_tensor *t, undo_kind undo, int rows, int cols, float *out) {
+static void decode(const qhx_config *c, const qhx_gguf_tensor *t, qhx_gguf_change undo, int rows, int cols, float *out) {
     const size_t row_bytes = (size_t)cols / (size_t)qhx_ggml_block_values(t->type) * qhx_ggml_block_bytes(t->type);
     const int reorder = c->lin_v_heads != c->lin_k_heads;
     const int64_t qk = 2 * (int64_t)c->lin_k_heads * c->lin_k_dim; /* rows before V in qkv and conv */
-    const int64_t head = undo == V_ROWS && rows == c->lin_v_heads ? 1 : c->lin_v_dim;
-    float *tmp = undo == V_COLS && reorder ? malloc(sizeof(float) * (size_t)cols) : NULL;
+    const int64_t head = undo == QHX_GGUF_V_ROWS && rows == c->lin_v_heads ? 1 : c->lin_v_dim;
+    float *tmp = undo == QHX_GGUF_V_COLS && reorder ? malloc(sizeof(float) * (size_t)cols) : NULL;
     for (int64_t r = 0; r < rows; r++) {
         int64_t src = r;
-        if (reorder && undo == V_ROWS) src = tiled(c, r, head);
-        if (reorder && undo == V_ROWS_AFTER_QK && r >= qk) src = qk + tiled(c, r - qk, c->lin_v_dim);
+        if (reorder && undo == QHX_GGUF_V_ROWS) src = tiled(c, r, head);
+        if (reorder && undo == QHX_GGUF_V_ROWS_AFTER_QK && r >= qk) src = qk + tiled(c, r - qk, c->lin_v_dim);
         float *y = out + r * (int64_t)cols;
         if (tmp) {
             qhx_ggml_dequant(t->type, t->data + (size_t)src * row_bytes, tmp, cols);
@@ -190,7 +187,7 @@ static void decode(const qhx_config *c, const qhx_gguf_tensor *t, undo_kind undo
             qhx_ggml_dequant(t->type, t->data + (size_t)src * row_bytes, y, cols);
         }
         /* 1D tensors (rows == 1): the value heads run along the row */
-        if (rows == 1 && reorder && (undo == V_ROWS || undo == A_LOG)) {
+        if (rows == 1 && reorder && (undo == QHX_GGUF_V_ROWS || undo == QHX_GGUF_A_LOG)) {
             float *h = malloc(sizeof(float) * (size_t)cols);
             if (h) {
                 memcpy(h, y, sizeof(float) * (size_t)cols);
@@ -199,8 +196,8 @@ static void decode(const qhx_config *c, const qhx_gguf_tensor *t, undo_kind undo
             }
         }
         for (int64_t j = 0; j < cols; j++) {
-            if (undo == NORM) y[j] -= 1.0f;
-            if (undo == A_LOG) y[j] = (float)log(-(double)y[j]);
+            if (undo == QHX_GGUF_NORM) y[j] -= 1.0f;
+            if (undo == QHX_GGUF_A_LOG) y[j] = (float)log(-(double)y[j]);
         }
     }
     free(tmp);
@@ -210,8 +207,8 @@ static qhx_status bind(qhx_model *m, gguf_source *s, const qhx_tensor_spec *sp) 
     const qhx_config *c = &m->cfg;
     const char *path = s->g.path;
     char name[200];
-    undo_kind undo;
-    if (!gguf_name(c, sp->name, name, sizeof name, &undo))
+    qhx_gguf_change undo;
+    if (!qhx_gguf_tensor_name(c, sp->name, name, sizeof name, &undo))
         return qhx_fail(QHX_ERR_FORMAT, "%s: no GGUF name for tensor '%s'", path, sp->name);
     const qhx_gguf_tensor *t = qhx_gguf_tensor_find(&s->g, name);
     if (!t) return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
@@ -224,7 +221,7 @@ static qhx_status bind(qhx_model *m, gguf_source *s, const qhx_tensor_spec *sp) 
     dst->rows = rows;
     dst->cols = cols;
     const int plain = t->type == QHX_GGML_F32 || t->type == QHX_GGML_F16 || t->type == QHX_GGML_BF16;
-    const int changed = undo == NORM || undo == A_LOG || (undo != AS_IS && c->lin_v_heads != c->lin_k_heads);
+    const int changed = undo == QHX_GGUF_NORM || undo == QHX_GGUF_A_LOG || (undo != QHX_GGUF_AS_IS && c->lin_v_heads != c->lin_k_heads);
     if (plain && !changed) {
         dst->dtype = t->type == QHX_GGML_F32 ? QHX_F32 : t->type == QHX_GGML_F16 ? QHX_F16 : QHX_BF16;
         dst->data = t->data;
@@ -247,7 +244,7 @@ static qhx_status bind(qhx_model *m, gguf_source *s, const qhx_tensor_spec *sp) 
 
 /* ---- tokenizer ---------------------------------------------------------------------------- */
 
-static qhx_status read_tokenizer(qhx_model *m, const qhx_gguf *g) {
+qhx_status qhx_gguf_read_tokenizer(const qhx_gguf *g, qhx_tokenizer **out) {
     const qhx_gguf_kv *tokens, *types, *merges;
     const char *model, *pre;
     size_t model_len, pre_len;
@@ -278,7 +275,7 @@ static qhx_status read_tokenizer(qhx_model *m, const qhx_gguf *g) {
         memcpy(pre_z, pre, pre_len);
         pre_z[pre_len] = 0;
         const qhx_vocab_lists v = {nt, tok, tlen, ty, nm, mer, mlen, pre_z};
-        rc = qhx_tokenizer_from_lists(&v, g->path, &m->tok);
+        rc = qhx_tokenizer_from_lists(&v, g->path, out);
     }
     free(tok), free(mer), free(tlen), free(mlen), free(ty), free(pre_z);
     return rc;
@@ -318,7 +315,7 @@ qhx_status qhx_gguf_model_open(qhx_model *m, const char *path) {
         return rc;
     }
     m->src = &s->src;
-    if ((rc = read_config(m, &s->g))) return rc;
+    if ((rc = qhx_gguf_read_config(&m->cfg, &s->g))) return rc;
     m->w = qhx_weights_new(&m->cfg);
     int n = qhx_qwen35_specs(&m->cfg, "", m->w, NULL);
     qhx_tensor_spec *specs = calloc((size_t)n, sizeof *specs);
@@ -329,7 +326,7 @@ qhx_status qhx_gguf_model_open(qhx_model *m, const char *path) {
     qhx_qwen35_specs(&m->cfg, "", m->w, specs);
     for (int i = 0; i < n && !rc; i++) rc = bind(m, s, &specs[i]);
     free(specs);
-    if (rc || (rc = read_tokenizer(m, &s->g))) return rc;
+    if (rc || (rc = qhx_gguf_read_tokenizer(&s->g, &m->tok))) return rc;
     if (m->cfg.tie_embeddings) m->w->lm_head = m->w->embed;
     m->n_shards = 1;
     m->shards[0].l0 = 0;

@@ -61,6 +61,16 @@ qhx_status qhx_bundle_open(qhx_model *m, const char *manifest_path);
 qhx_status qhx_checkpoint_model_open(qhx_model *m, const char *dir);
 /* A GGUF file of llama.cpp's qwen35 architecture (model/gguf_model.c); sets m->tok as well. */
 qhx_status qhx_gguf_model_open(qhx_model *m, const char *path);
+/* What llama.cpp's converter did to a tensor: stored 1 + w; stored -exp(A_log); value heads
+ * reordered from grouped to tiled along the rows, along the rows past q and k, along the columns. */
+typedef enum { QHX_GGUF_AS_IS, QHX_GGUF_NORM, QHX_GGUF_A_LOG, QHX_GGUF_V_ROWS, QHX_GGUF_V_ROWS_AFTER_QK, QHX_GGUF_V_COLS } qhx_gguf_change;
+/* The GGUF name of Hugging Face tensor `hf` (a qhx_qwen35_specs name, no prefix) and its change;
+ * 0 when it has none. */
+int qhx_gguf_tensor_name(const qhx_config *c, const char *hf, char *out, size_t cap, qhx_gguf_change *change);
+/* Its two readers of metadata: the configuration from qwen35.*, the tokenizer from tokenizer.ggml.* */
+struct qhx_gguf;
+qhx_status qhx_gguf_read_config(qhx_config *c, const struct qhx_gguf *g);
+qhx_status qhx_gguf_read_tokenizer(const struct qhx_gguf *g, qhx_tokenizer **out);
 /* The dtype a bundle stores a decoder tensor in: int8 for matrices, fp32 for the rest. */
 qhx_dtype qhx_bundle_dtype(const qhx_tensor_spec *s);
 
