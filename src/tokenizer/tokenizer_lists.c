@@ -4,6 +4,7 @@
  * NFC, the named split regex, BPE, added tokens matched first. */
 #include "tokenizer/tokenizer_internal.h"
 #include "tokenizer/tokenizer_lists.h"
+#include "util/buf.h"
 #include "util/error.h"
 
 #include <stdlib.h>
@@ -33,16 +34,25 @@ static qhx_status read_tokens(qhx_tokenizer *t, const qhx_vocab_lists *v, const 
         size_t len = v->token_len[i];
         switch (v->types[i]) {
         case QHX_TOKTYPE_NORMAL: case QHX_TOKTYPE_UNKNOWN:
-            if (len + 1 > cap && !(buf = realloc(buf, cap = 2 * len + 64))) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+            if (qhx_reserve((void **)&buf, &cap, len + 1, 1)) {
+                rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
+                break;
+            }
             memcpy(buf, s, len);
             len = qhx_unbytelevel(buf, len, c2b);
             if (qhx_strmap_put(&t->vocab, buf, len, i)) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
             break;
         case QHX_TOKTYPE_CONTROL: case QHX_TOKTYPE_USER: {
             /* added tokens are stored as their text; a control token is a special one */
-            if (!len || memchr(s, 0, len)) return qhx_fail(QHX_ERR_FORMAT, "%s: added token %d is empty or holds a NUL", name, i);
+            if (!len || memchr(s, 0, len)) {
+                rc = qhx_fail(QHX_ERR_FORMAT, "%s: added token %d is empty or holds a NUL", name, i);
+                break;
+            }
             qhx_added_token *a = &t->added[t->n_added++];
-            if (!(a->content = malloc(len + 1))) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+            if (!(a->content = malloc(len + 1))) {
+                rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
+                break;
+            }
             memcpy(a->content, s, len);
             a->content[len] = 0;
             a->len = len;
@@ -74,7 +84,10 @@ static qhx_status read_merges(qhx_tokenizer *t, const qhx_vocab_lists *v, const 
             rc = qhx_fail(QHX_ERR_FORMAT, "%s: merge %d '%.*s' is not two tokens", name, r, (int)(len < 40 ? len : 40), m);
             break;
         }
-        if (len + 1 > cap && !(buf = realloc(buf, cap = 2 * len + 64))) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+        if (qhx_reserve((void **)&buf, &cap, len + 1, 1)) {
+            rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
+            break;
+        }
         const size_t na = (size_t)(sp - m), nb = len - na - 1;
         memcpy(buf, m, na);
         const size_t la = qhx_unbytelevel(buf, na, c2b);
