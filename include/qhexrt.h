@@ -119,6 +119,7 @@ typedef struct {
     uint64_t state_bytes;  /* conv FIFOs + delta-rule states of one session */
     uint64_t kv_bytes_per_token;  /* KV cache of one session, per token */
     int mtp_layers;        /* 1 when the model carries its multi-token-prediction head (QHX_DRAFT_MTP) */
+    int is_gguf;           /* opened from a GGUF file (llama.cpp's qwen35), its weights decoded at open */
 } qhx_model_info;
 
 /* Sizes, layer counts and end-of-generation ids of an open model. */

@@ -196,6 +196,7 @@ void qhx_model_get_info(const qhx_model *m, qhx_model_info *info) {
     info->n_eos = c->n_eos;
     memcpy(info->eos, c->eos, sizeof info->eos);
     info->is_bundle = m->manifest != NULL;
+    info->is_gguf = !strcmp(m->src->kind, "gguf");
     info->n_shards = m->n_shards;
     info->weight_bytes = m->weight_bytes;
     info->decode_bytes_per_token = qhx_weights_bytes_per_token(c, m->w);

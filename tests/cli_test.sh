@@ -183,6 +183,27 @@ done
     && ok || bad "--draft mtp --json counts"
 expect_err 2 "--draft-max" "$qhx" generate models/q35-kjv x --draft ngram --draft-max 17
 
+# GGUF in: llama.cpp's files run directly and forge to bundles (tests/test_gguf.c checks the values)
+gg=models/q35-kjv-gguf/q35-kjv-
+want=$("$qhx" generate models/q35-kjv "In the beginning God" -n 24 --ids 2>/dev/null)
+for t in bf16 Q8_0; do
+    got=$("$qhx" generate "$gg$t.gguf" "In the beginning God" -n 24 --ids 2>/dev/null)
+    [[ -n $got && $got == "$want" ]] && ok || bad "$t.gguf greedy ids '$got', checkpoint '$want'"
+done
+"$qhx" perplexity models/q35-kjv tests/data/corpora/kjv-dev.txt --ctx 256 --json >"$tmp/p0" 2>/dev/null
+"$qhx" perplexity "${gg}Q4_K_M.gguf" tests/data/corpora/kjv-dev.txt --ctx 256 --json >"$tmp/p1" 2>/dev/null
+node -e 'const [a,b]=process.argv.slice(1).map(f=>JSON.parse(require("fs").readFileSync(f,"utf8"))); process.exit(a.tokens===b.tokens && b.perplexity/a.perplexity-1<0.01 ? 0 : 1)' "$tmp/p0" "$tmp/p1" \
+    && ok || bad "Q4_K_M perplexity $(cat "$tmp/p1") against $(cat "$tmp/p0")"
+"$qhx" inspect "${gg}Q4_K_M.gguf" 2>/dev/null | grep -q "GGUF (llama.cpp qwen35)" && ok || bad "inspect of a GGUF"
+"$qhx" forge "${gg}Q4_K_M.gguf" -o "$tmp/gb" >"$tmp/gforge" 2>&1 && [[ -s $tmp/gb/tokenizer.qhxtok && ! -e $tmp/gb/tokenizer.json ]] \
+    && ok || bad "forge from GGUF: $(tail -2 "$tmp/gforge")"
+"$qhx" generate "$tmp/gb" "In the beginning God" -n 8 >"$tmp/gtext" 2>/dev/null && grep -q "In the beginning God" "$tmp/gtext" \
+    && ok || bad "a bundle forged from GGUF does not generate text"
+head -c 100000 "${gg}Q4_K_M.gguf" >"$tmp/cut.gguf"
+expect_err 1 "cut.gguf: truncated GGUF header" "$qhx" generate "$tmp/cut.gguf" x
+head -c 3000000 "${gg}Q4_K_M.gguf" >"$tmp/cut2.gguf"
+expect_err 1 "cut2.gguf: tensor" "$qhx" generate "$tmp/cut2.gguf" x
+
 # examples/minimal, on the public API alone, prints what qhx generate prints
 "$build/examples/minimal" models/q35-kjv "In the beginning" 12 >"$tmp/ex" 2>&1
 [[ "$(head -n -1 "$tmp/ex")" == "$(cat "$tmp/gen")" ]] && tail -1 "$tmp/ex" | grep -q "^\[4 prompt tokens, 12 generated\]$" \

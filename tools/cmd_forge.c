@@ -49,13 +49,14 @@ int cmd_synth(int argc, char **argv) {
 /* ---- qhx forge ------------------------------------------------------------------------------- */
 
 static const char forge_help[] =
-    "usage: qhx forge CHECKPOINT -o BUNDLE [--max-context-bytes N] [--context-len N] [--lmhead f16|w8]\n"
-    "                 [--no-gate] [--gate-tokens N] [--gate-trials N] [--force] [-t N] [--kernels K]\n"
-    "Forges a Hugging Face checkpoint into a bundle: W8 decode shards by layer range (as few as fit\n"
-    "the per-shard ceiling), an fp16 embedding, an fp16 (or W8) lm-head, the MTP head (W8, a file\n"
-    "of its own) when the checkpoint has one, the tokenizer and a manifest. Then gates it against\n"
-    "the fp32 reference: each shard on random hidden states, and greedy generation end to end. A\n"
-    "failed gate fails the forge; nothing is left behind.\n"
+    "usage: qhx forge (CHECKPOINT | FILE.gguf) -o BUNDLE [--max-context-bytes N] [--context-len N]\n"
+    "                 [--lmhead f16|w8] [--no-gate] [--gate-tokens N] [--gate-trials N] [--force] [-t N] [--kernels K]\n"
+    "Forges a Hugging Face checkpoint, or a GGUF of llama.cpp's qwen35 (its weights decoded exactly\n"
+    "and the converter's changes undone), into a bundle: W8 decode shards by layer range (as few as\n"
+    "fit the per-shard ceiling), an fp16 embedding, an fp16 (or W8) lm-head, the MTP head (W8, a\n"
+    "file of its own) when the source has one, the tokenizer and a manifest. Then gates it against\n"
+    "the fp32 reference (the source's own weights): each shard on random hidden states, and greedy\n"
+    "generation end to end. A failed gate fails the forge; nothing is left behind.\n"
     "  --max-context-bytes N  per-shard ceiling (default 2147483648: the 4B shape -> 2 shards)\n"
     "  --context-len N        positions a session may use (default min(max_position_embeddings, 4096))\n"
     "  --lmhead f16|w8        lm-head precision (default f16; a tied f16 head is the embedding file)\n"

@@ -17,7 +17,7 @@
 
 static const char inspect_help[] =
     "usage: qhx inspect MODEL\n"
-    "Summarises a bundle (manifest, shards and their sizes, gate results) or a checkpoint, and the\n"
+    "Summarises a bundle (manifest, shards and their sizes, gate results), a checkpoint or a GGUF, and the\n"
     "per-session state footprint: conv + delta-rule state, KV cache per token.\n";
 
 static double jnum(json_t *o, const char *path) {
@@ -40,7 +40,7 @@ int cmd_inspect(int argc, char **argv) {
     if (open_model(&o, &rt, &m)) { close_model(rt, m, NULL); return 1; }
     qhx_model_info in;
     qhx_model_get_info(m, &in);
-    printf("%s: %s\n", o.model, in.is_bundle ? "bundle" : "Hugging Face checkpoint");
+    printf("%s: %s\n", o.model, in.is_bundle ? "bundle" : in.is_gguf ? "GGUF (llama.cpp qwen35)" : "Hugging Face checkpoint");
     printf("model: %d layers (%d Gated DeltaNet, %d gated attention), hidden %d, vocab %d\n", in.n_layers,
            in.n_linear_layers, in.n_full_layers, in.hidden_size, in.vocab_size);
     printf("context: %d positions\nweights: %.1f MB mapped\n", in.max_context, in.weight_bytes / 1e6);

@@ -22,8 +22,8 @@ static const struct {
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server"},
     {"template", cmd_template, "render conversations in the Qwen3.5 chat format"},
     {"synth", cmd_synth, "write a random-weight checkpoint of a preset shape"},
-    {"forge", cmd_forge, "forge a checkpoint into a gated W8 bundle"},
-    {"inspect", cmd_inspect, "summarise a bundle or checkpoint: plan, sizes, gates, state"},
+    {"forge", cmd_forge, "forge a checkpoint or GGUF into a gated W8 bundle"},
+    {"inspect", cmd_inspect, "summarise a bundle, checkpoint or GGUF: plan, sizes, gates, state"},
     {"perplexity", cmd_perplexity, "perplexity of a model on a text file"},
     {"bench", cmd_bench, "prefill and decode speed against the machine's memory bandwidth"},
 };
@@ -31,6 +31,10 @@ static const struct {
 static void usage(FILE *f) {
     fprintf(f, "qhx %s — Qwen3.5 runtime\nusage: qhx COMMAND [ARGS]   (qhx COMMAND --help for details)\ncommands:\n", QHX_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].about);
+    fprintf(f, "MODEL: a Hugging Face checkpoint directory, a bundle (its directory or manifest.json), or a GGUF\n"
+               "file of llama.cpp's qwen35 architecture (any of F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,\n"
+               "Q4_K, Q5_K, Q6_K; its weights are decoded to fp32 at open, so forging it into a bundle is the\n"
+               "way to run it at speed).\n");
 }
 
 int qhx_main(int argc, char **argv) {

@@ -55,7 +55,7 @@ void forge_say(const forge *f, const char *fmt, ...) {
 }
 
 qhx_status qhx_forge(const qhx_forge_opts *o) {
-    if (!o->checkpoint || !o->out) return qhx_fail(QHX_ERR_ARG, "forge: needs a checkpoint and an output directory");
+    if (!o->checkpoint || !o->out) return qhx_fail(QHX_ERR_ARG, "forge: needs a checkpoint (or GGUF) and an output directory");
     const int w8_head = o->lmhead && !strcmp(o->lmhead, "w8");
     if (o->lmhead && !w8_head && strcmp(o->lmhead, "f16"))
         return qhx_fail(QHX_ERR_ARG, "--lmhead: '%s' is not f16 or w8", o->lmhead);
@@ -69,7 +69,7 @@ qhx_status qhx_forge(const qhx_forge_opts *o) {
     qhx_status rc = QHX_OK;
     if (!o->rt) rc = qhx_runtime_new(NULL, &ref_rt);
     if (!rc) rc = qhx_model_open(o->rt ? o->rt : ref_rt, o->checkpoint, &f.src);
-    if (!rc && f.src->manifest) rc = qhx_fail(QHX_ERR_ARG, "%s: is a bundle already; forge needs a checkpoint", o->checkpoint);
+    if (!rc && f.src->manifest) rc = qhx_fail(QHX_ERR_ARG, "%s: is a bundle already; forge needs a checkpoint or a GGUF", o->checkpoint);
     if (rc) goto out;
     const qhx_config *c = &f.src->cfg;
     int ctx = o->context_len ? o->context_len : (c->max_pos < 4096 ? c->max_pos : 4096);
@@ -110,9 +110,9 @@ qhx_status qhx_forge(const qhx_forge_opts *o) {
     json_object_set_new(plan_json, "host_op", json_string("qwen3_5_generate"));
     json_object_set_new(plan_json, "max_context_bytes", qhx_json_number((double)ceiling));
     if ((rc = forge_export_all(&f, plan_json, first, n_shards, w8_head)) || (rc = forge_copy_tokenizer(&f))) goto out;
-    if (json_object_get(f.files, "tokenizer.json")) {
+    if (json_object_get(f.files, "tokenizer.qhxtok")) {
         json_t *tk = qhx_json_add(plan_json, "tokenizer", json_object());
-        json_object_set_new(tk, "json", json_string("tokenizer.json"));
+        if (json_object_get(f.files, "tokenizer.json")) json_object_set_new(tk, "json", json_string("tokenizer.json"));
         json_object_set_new(tk, "compact", json_string("tokenizer.qhxtok"));
     }
     json_t *q = qhx_json_add(root, "quantization", json_object());

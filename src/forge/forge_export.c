@@ -129,15 +129,18 @@ static qhx_status record_hashed(forge *f, const char *name) {
     return rc;
 }
 
+/* The source's tokenizer.json, copied, and the compact form of its tokenizer; a GGUF (whose
+ * tokenizer was built from its metadata) gives the compact form alone, a checkpoint without a
+ * tokenizer a bundle without one. */
 qhx_status forge_copy_tokenizer(forge *f) {
     char *src = qhx_path_join(f->src->dir, "tokenizer.json"), *text = NULL;
     if (!src) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
-    const int have = access(src, R_OK) == 0; /* a checkpoint without one gives a bundle without one */
+    const int have = access(src, R_OK) == 0;
     size_t len;
     qhx_status rc = have ? qhx_read_file(src, 1u << 30, &text, &len) : QHX_OK;
     free(src);
-    if (!have || rc) return rc;
-    rc = write_out(f, "tokenizer.json", text);
+    if (rc || (!have && !f->src->tok)) return rc;
+    if (have) rc = write_out(f, "tokenizer.json", text);
     free(text);
     qhx_tokenizer *tok;
     char *dst = qhx_path_join(f->tmp, "tokenizer.qhxtok");
@@ -145,7 +148,7 @@ qhx_status forge_copy_tokenizer(forge *f) {
     if (!rc) rc = qhx_model_tokenizer(f->src, &tok);
     if (!rc) rc = qhx_tokenizer_save_compact(tok, dst);
     free(dst);
-    if (!rc) rc = record_hashed(f, "tokenizer.json");
+    if (!rc && have) rc = record_hashed(f, "tokenizer.json");
     if (!rc) rc = record_hashed(f, "tokenizer.qhxtok");
     return rc;
 }

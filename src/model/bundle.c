@@ -314,7 +314,7 @@ qhx_status qhx_bundle_open(qhx_model *m, const char *manifest_path) {
         free(b);
         return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     }
-    b->src = (qhx_weight_source){.file = file, .close = close_bundle};
+    b->src = (qhx_weight_source){.kind = "bundle", .file = file, .close = close_bundle};
     m->src = &b->src;
     size_t len;
     qhx_status rc = qhx_read_file(manifest_path, 16u << 20, &m->manifest, &len);

@@ -136,7 +136,7 @@ qhx_status qhx_checkpoint_model_open(qhx_model *m, const char *dir) {
         free(ck);
         return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     }
-    ck->src = (qhx_weight_source){.file = file, .close = close_checkpoint};
+    ck->src = (qhx_weight_source){.kind = "checkpoint", .file = file, .close = close_checkpoint};
     ck->dir = m->dir;
     m->src = &ck->src;
     qhx_status rc = qhx_config_load(&m->cfg, dir);

@@ -308,7 +308,7 @@ qhx_status qhx_gguf_model_open(qhx_model *m, const char *path) {
         free(s);
         return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     }
-    s->src = (qhx_weight_source){.n_files = 1, .file = file, .close = close_source};
+    s->src = (qhx_weight_source){.n_files = 1, .kind = "gguf", .file = file, .close = close_source};
     qhx_status rc = qhx_gguf_open(&s->g, path);
     if (rc) {
         free(s);

@@ -33,6 +33,7 @@ typedef struct {
 typedef struct qhx_weight_source qhx_weight_source;
 struct qhx_weight_source {
     int n_files;
+    const char *kind;   /* "checkpoint", "bundle" or "gguf" */
     uint64_t identity;  /* nonzero: what state files name the model by, as the source defines it */
     const qhx_mapfile *(*file)(const qhx_weight_source *src, int i);
     void (*close)(qhx_weight_source *src);
