@@ -210,6 +210,7 @@ int parse_common(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--greedy")) o->greedy = 1;
         else if (!strcmp(a, "--ids")) o->ids = 1;
         else if (!strcmp(a, "--stepwise")) o->stepwise = 1;
+        else if (!strcmp(a, "--second-half")) o->second_half = 1;
         else if (!strcmp(a, "--special")) o->special = 1;
         else if (a[0] == '-' && a[1]) return die("unknown option '%s' (see %s --help)", a, cmd_name), -1;
         else if (!o->model) o->model = a;

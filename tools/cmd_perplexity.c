@@ -16,11 +16,13 @@
 /* ---- qhx perplexity -------------------------------------------------------------------------- */
 
 static const char perplexity_help[] =
-    "usage: qhx perplexity MODEL FILE [--ctx N] [--json] [-t N] [--kernels K]\n"
+    "usage: qhx perplexity MODEL FILE [--ctx N] [--second-half] [--json] [-t N] [--kernels K]\n"
     "The whole FILE is tokenized as one text (no special tokens), split into consecutive windows of\n"
     "N tokens (default 512; the last may be shorter), each evaluated from a fresh state.\n"
     "perplexity = exp(mean negative log-likelihood of every token of every window but its first).\n"
-    "  --json   print {\"tokens\": scored tokens, \"perplexity\": X} only\n" RUNTIME_HELP;
+    "  --second-half  llama.cpp's definition (llama-perplexity): whole windows only, and of each only\n"
+    "                 the tokens after its first half are scored, so figures compare with llama.cpp's\n"
+    "  --json         print {\"tokens\": scored tokens, \"perplexity\": X} only\n" RUNTIME_HELP;
 
 int cmd_perplexity(int argc, char **argv) {
     opts o = {.ctx = 512};
@@ -55,13 +57,16 @@ int cmd_perplexity(int argc, char **argv) {
     if (!logits) { die("out of memory"); goto done; }
     double nll = 0;
     size_t scored = 0;
-    for (size_t w0 = 0; w0 < n; w0 += (size_t)ctx) {
+    /* scored: the tokens at window positions first+1 .. wn-1 */
+    const size_t first = o.second_half ? (size_t)ctx / 2 : 0;
+    for (size_t w0 = 0; w0 < n && !(o.second_half && n - w0 < (size_t)ctx); w0 += (size_t)ctx) {
         const size_t wn = n - w0 < (size_t)ctx ? n - w0 : (size_t)ctx;
         qhx_session_reset(s);
         for (size_t p0 = 0; p0 < wn; p0 += PIECE) {
             const size_t pn = wn - p0 < PIECE ? wn - p0 : PIECE;
             if (qhx_session_eval(s, ids + w0 + p0, (int)pn, QHX_EVAL_SEQUENCE, logits, NULL)) { api_error(); goto done; }
             for (size_t t = 0; t < pn && p0 + t + 1 < wn; t++) {
+                if (p0 + t < first) continue;
                 const float *row = logits + t * V;
                 float mx = row[0];
                 for (size_t v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
