@@ -246,12 +246,13 @@ out:
 
 /* ---- bad files ---------------------------------------------------------------------------- */
 
+static char bin[256] = "build"; /* the build directory: where this test and gguf_synth live */
 static unsigned char *orig;
 static size_t orig_len;
 
 static void expect_refused(const unsigned char *bytes, size_t len, const char *needle, const char *what) {
-    char path[64];
-    snprintf(path, sizeof path, "build/test_gguf_bad.%d.gguf", (int)getpid());
+    char path[320];
+    snprintf(path, sizeof path, "%s/test_gguf_bad.%d.gguf", bin, (int)getpid());
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(bytes, 1, len, f) != len) { CHECK(0, "cannot write %s", path); if (f) fclose(f); return; }
     fclose(f);
@@ -288,9 +289,10 @@ static void bad_files(void) {
     CHECK(orig != NULL, "Q4_K_M");
     if (!orig) return;
     qhx_gguf g;
+    memset(&g, 0, sizeof g);
     CHECK(qhx_gguf_parse(&g, "mem", orig, orig_len) == QHX_OK, "%s", qhx_last_error());
-    const size_t data = (size_t)(g.tensors[0].data - orig) - 0; /* within the data section */
-    free(g.kv), free(g.tensors);
+    const size_t data = (size_t)(g.tensors[0].data - orig); /* the data section starts at or before it */
+    qhx_gguf_close(&g);
     const size_t cuts[] = {0, 3, 4, 7, 12, 23, 100, 5000, 100000, data - 1, orig_len / 2, orig_len - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
         char what[64];
@@ -334,11 +336,11 @@ static void bad_files(void) {
  * its MTP head as a nextn layer) reads back as the checkpoint: every weight as above (the head's
  * too), and the logits. */
 static void converted(const char *preset) {
-    char ck[128], gg[160], cmd[512];
-    snprintf(ck, sizeof ck, "build/test_gguf.%d.%s", (int)getpid(), preset);
+    char ck[320], gg[340], cmd[1100];
+    snprintf(ck, sizeof ck, "%s/test_gguf.%d.%s", bin, (int)getpid(), preset);
     snprintf(gg, sizeof gg, "%s.gguf", ck);
     CHECK(qhx_synth(preset, 11, ck, 1, NULL, NULL) == QHX_OK, "%s", qhx_last_error());
-    snprintf(cmd, sizeof cmd, "build/gguf_synth --convert %s %s", ck, gg);
+    snprintf(cmd, sizeof cmd, "%s/gguf_synth --convert %s %s", bin, ck, gg);
     CHECK(system(cmd) == 0, "%s failed", cmd);
     weights_match(ck, gg);
     qhx_runtime *rt;
@@ -375,7 +377,9 @@ static void converted(const char *preset) {
     CHECK(system(cmd) == 0, "%s", cmd);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const char *slash = argc > 0 ? strrchr(argv[0], '/') : NULL;
+    if (slash && slash - argv[0] < (long)sizeof bin) snprintf(bin, sizeof bin, "%.*s", (int)(slash - argv[0]), argv[0]);
     weights_match(CK, GG "bf16.gguf");
     converted("tiny-odd");
     converted("tiny-3to1");

@@ -215,7 +215,7 @@ void qhx_gguf_close(qhx_gguf *g) {
     for (size_t i = 0; g->tensors && i < g->n_tensors; i++) free(g->tensors[i].name);
     free(g->tensors);
     free(g->kv);
-    if (g->map.data) qhx_map_close(&g->map);
+    qhx_map_close(&g->map); /* an empty file maps nothing but has its path */
     memset(g, 0, sizeof *g);
 }
 
