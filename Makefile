@@ -1,14 +1,28 @@
 # qhexrt build. `make` builds build/qhx; `make test` runs every test; `make test-asan` runs them
 # again under AddressSanitizer + UndefinedBehaviorSanitizer (in build-asan/).
+# `make CROSS=aarch64 ...` builds for 64-bit Arm with Debian's cross compiler against the arm64
+# builds of the libraries (scripts/deps.sh installs both with QHX_CROSS=aarch64), into build-aarch64;
+# `make CROSS=aarch64 test-aarch64` runs the tests under qemu-aarch64.
+ifeq ($(CROSS),aarch64)
+CC      := aarch64-linux-gnu-gcc
+BUILD   ?= build-aarch64
+ARCH    := aarch64
+endif
 CC      ?= cc
 BUILD   ?= build
+ARCH    ?= $(shell uname -m)
 OPT     ?= -O2
 SAN     ?=
 CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -Iinclude -Isrc $(SAN) -MMD -MP \
            -fPIC -fvisibility=hidden
-# SIMD kernels are compiled in on x86-64 (through target attributes) and chosen at run time
-ifeq ($(shell uname -m),x86_64)
+# SIMD kernels are compiled in (x86-64: through target attributes; aarch64: NEON is the baseline,
+# the dot-product kernels get their own -march) and chosen at run time
+ifeq ($(ARCH),x86_64)
 CFLAGS  += -DQHX_HAVE_AVX2 -DQHX_HAVE_AVX512
+endif
+ifeq ($(ARCH),aarch64)
+CFLAGS  += -DQHX_HAVE_NEON
+$(BUILD)/src/kernels/int_neon.o: CFLAGS += -march=armv8.2-a+dotprod
 endif
 SONAME  := libqhexrt.so.0
 LIB_LIBS := -lcjson -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread

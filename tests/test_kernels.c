@@ -79,12 +79,16 @@ int main(void) {
     /* each set against its twin: the -q8 sets (int8 activations) against scalar-q8 and the -bf16
      * sets against scalar-bf16, which in turn are held to the fp32 scalar kernel within their
      * rounding (half a step of 32-column blocks; 2^-8 of each value, as bf16 keeps 8 significant bits) */
-    const char *sets[] = {"ref",         "scalar",     "avx2",    "avx512",   "scalar-q16", "avx2-q16", "avx512-q16",
-                          "scalar-q8",   "avx2-q8",    "avx512-q8", "scalar-bf16", "amx-bf16"};
+    /* every set compiled in (those this CPU lacks report "not run") */
+    static char names[512];
+    const char *sets[32];
+    size_t n_sets = 0;
+    snprintf(names, sizeof names, "%s", qhx_kernels_names());
+    for (char *tok = strtok(names, " "); tok && n_sets < 32; tok = strtok(NULL, " ")) sets[n_sets++] = tok;
     const int rows[] = {1, 3, 4, 5, 17, 67}, cols[] = {1, 7, 8, 9, 31, 64, 100, 257}, Ts[] = {1, 2, 3, 4, 5, 9, 16, 17, 40}; /* 16+: AMX's whole token tiles */
     const qhx_dtype dts[] = {QHX_I8, QHX_F16, QHX_BF16, QHX_F32};
     int variants = 0;
-    for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+    for (size_t s = 0; s < n_sets; s++) {
         const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
         if (!ks) { printf("  kernels %-7s not run: %s\n", sets[s], qhx_last_error()); continue; }
         if (!strcmp(sets[s], "scalar")) continue; /* the twin itself */
@@ -131,7 +135,7 @@ int main(void) {
      * prefix of the lm-head, a multiple of the W8 row group) give the full product's first rows,
      * bit for bit, in every set and dtype */
     int prefix_cases = 0;
-    for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+    for (size_t s = 0; s < n_sets; s++) {
         const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
         if (!ks) continue;
         for (size_t d = 0; d < 4; d++)
@@ -156,7 +160,7 @@ int main(void) {
 
     /* gemm (the delta rule's products) of every set against the double reference, odd shapes and
      * strides, C accumulated into: |error| relative to sum_k |alpha A B| + |C| */
-    for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+    for (size_t s = 0; s < n_sets; s++) {
         const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
         if (!ks) continue; /* reported above */
         const int Ms[] = {1, 3, 4, 5, 9}, Ns[] = {1, 8, 15, 16, 17, 40}, Ks[] = {1, 7, 64, 129, 300};
@@ -188,7 +192,7 @@ int main(void) {
 
     /* delta_step (the recurrent rule, one token and head) of every set against the rule in double,
      * odd head sizes (the SIMD sets sweep 32 columns at a time): |error| relative to 1 + max|S| */
-    for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+    for (size_t s = 0; s < n_sets; s++) {
         const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
         if (!ks) continue;
         const int dks[] = {1, 7, 128}, dvs[] = {1, 31, 32, 33, 100, 128};
@@ -228,7 +232,7 @@ int main(void) {
 
     /* silu (with and without the multiplier) of every set against double: across the range,
      * both extremes, the ragged tail; |error| <= 4e-7 |exact| + 1e-30 (results near the underflow) */
-    for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+    for (size_t s = 0; s < n_sets; s++) {
         const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
         if (!ks) continue;
         enum { N = 4099 };
@@ -337,7 +341,7 @@ int main(void) {
         const size_t colsv[] = {1, 31, 32, 33, 100, 257};
         int bad = 0, rounded = 0;
         double q16_err = 0;
-        for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+        for (size_t s = 0; s < n_sets; s++) {
             const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
             if (!ks || (ks->acts != QHX_ACTS_Q8 && ks->acts != QHX_ACTS_Q16)) continue;
             const qhx_kernel_set *twin = ks->acts == QHX_ACTS_Q16 ? qhx_kernels_find("scalar-q16") : qhx_kernels_find("scalar-q8");

@@ -1,5 +1,5 @@
-/* What this CPU runs: the one place that asks it (CPUID on x86-64; the OS where it must grant a
- * feature). Asked once; a race to the first answer is harmless, as asking twice is. */
+/* What this CPU runs: the one place that asks it (CPUID on x86-64, the auxiliary vector's hwcaps
+ * on AArch64 Linux; the OS where it must grant a feature). Asked once; a race to the first answer is harmless, as asking twice is. */
 #include "kernels/kernels.h"
 
 #if defined(__x86_64__)
@@ -28,6 +28,27 @@ static unsigned detect(void) {
 #else
     (void)amx;
 #endif
+    return f;
+}
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1 << 1)
+#endif
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1 << 13)
+#endif
+
+/* the kernel's view of the CPU, as Linux hands it to every process */
+static unsigned detect(void) {
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    unsigned f = 0;
+    if (hw & HWCAP_ASIMD) f |= QHX_CPU_NEON;
+    if ((f & QHX_CPU_NEON) && (hw & HWCAP_ASIMDDP)) f |= QHX_CPU_NEON_DOT;
+    if ((f & QHX_CPU_NEON_DOT) && (hw2 & HWCAP2_I8MM)) f |= QHX_CPU_NEON_I8MM;
     return f;
 }
 #else

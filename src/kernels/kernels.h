@@ -75,14 +75,14 @@ typedef struct {
     int panel_rows;
 } qhx_acts_ops;
 
-extern const qhx_fp32_ops qhx_fp32_ref, qhx_fp32_scalar, qhx_fp32_avx2, qhx_fp32_avx512;
+extern const qhx_fp32_ops qhx_fp32_ref, qhx_fp32_scalar, qhx_fp32_avx2, qhx_fp32_avx512, qhx_fp32_neon;
 extern const qhx_acts_ops qhx_acts_scalar_q8, qhx_acts_scalar_q16, qhx_acts_scalar_bf16, qhx_acts_avx2_q8,
-    qhx_acts_avx2_q16, qhx_acts_vnni_q8, qhx_acts_vnni_q16, qhx_acts_amx_bf16;
+    qhx_acts_avx2_q16, qhx_acts_vnni_q8, qhx_acts_vnni_q16, qhx_acts_amx_bf16, qhx_acts_neon_q8, qhx_acts_neon_q16;
 
 /* A kernel set: a vector layer's fp32 ops x how prefill rounds activations for W8 (kernels/sets.c
  * composes them). The forward calls it through these fields. */
 typedef struct {
-    /* "ref", "scalar", "avx2", "avx512", "amx"; "-q16" / "-q8" / "-bf16": how activations are
+    /* "ref", "scalar", "avx2", "avx512", "amx", "neon"; "-q16" / "-q8" / "-bf16": how activations are
      * rounded for W8 in prefill */
     const char *name;
     qhx_matmul_fn matmul;
@@ -108,6 +108,9 @@ enum {
     QHX_CPU_AVX512 = 1 << 1,    /* F, with AVX2, FMA and F16C */
     QHX_CPU_AVX512_VNNI = 1 << 2, /* with BW and VL */
     QHX_CPU_AMX_BF16 = 1 << 3,  /* AMX-TILE, AMX-BF16 and AVX512-BF16, tile data granted by the OS */
+    QHX_CPU_NEON = 1 << 4,      /* AArch64 Advanced SIMD (every AArch64 CPU) */
+    QHX_CPU_NEON_DOT = 1 << 5,  /* Armv8.2 dot product: sdot/udot (HWCAP_ASIMDDP) */
+    QHX_CPU_NEON_I8MM = 1 << 6, /* Armv8.6 int8 matrix multiply: smmla (HWCAP2_I8MM) */
 };
 unsigned qhx_cpu_features(void);
 

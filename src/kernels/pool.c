@@ -25,6 +25,15 @@ typedef struct {
     int index;
 } worker_arg;
 
+/* a spin-wait hint to the core (another hyperthread gets the pipeline meanwhile) */
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
 static void *worker(void *v) {
     worker_arg *wa = v;
     qhx_pool *p = wa->p;
@@ -32,7 +41,7 @@ static void *worker(void *v) {
     free(wa);
     unsigned seen = 0, fp_mode = qhx_fp_mode();
     for (;;) {
-        for (int spin = 0; spin < 20000 && atomic_load(&p->generation) == seen; spin++) __builtin_ia32_pause();
+        for (int spin = 0; spin < 20000 && atomic_load(&p->generation) == seen; spin++) relax();
         pthread_mutex_lock(&p->mu);
         while (atomic_load(&p->generation) == seen && !p->quit) pthread_cond_wait(&p->wake, &p->mu);
         if (p->quit) { pthread_mutex_unlock(&p->mu); return NULL; }
@@ -96,7 +105,7 @@ void qhx_pool_run(qhx_pool *p, void (*fn)(void *arg, int i, int n), void *arg) {
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     fn(arg, 0, p->n);
-    for (int spin = 0; spin < 200000 && atomic_load(&p->pending) > 0; spin++) __builtin_ia32_pause();
+    for (int spin = 0; spin < 200000 && atomic_load(&p->pending) > 0; spin++) relax();
     pthread_mutex_lock(&p->mu);
     while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);

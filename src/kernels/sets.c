@@ -25,6 +25,10 @@ typedef struct {
  * measurements): int8 (-q8) and bf16 (amx-bf16) activations are faster opt-ins, listed after the
  * ground floor so auto never reaches them. */
 static const recipe recipes[] = {
+#ifdef QHX_HAVE_NEON
+    {"neon", &qhx_fp32_neon, &qhx_acts_neon_q16, QHX_CPU_NEON | QHX_CPU_NEON_DOT, NULL},
+    {"neon", &qhx_fp32_neon, NULL, QHX_CPU_NEON, NULL},
+#endif
 #ifdef QHX_HAVE_AVX512
     {"avx512", &qhx_fp32_avx512, &qhx_acts_vnni_q16, QHX_CPU_AVX512 | QHX_CPU_AVX512_VNNI, &qhx_fp32_avx2},
 #endif
@@ -39,6 +43,9 @@ static const recipe recipes[] = {
 #ifdef QHX_HAVE_AVX2
     {"avx2", &qhx_fp32_avx2, NULL, QHX_CPU_AVX2, NULL},
     {"avx2", &qhx_fp32_avx2, &qhx_acts_avx2_q8, QHX_CPU_AVX2, NULL},
+#endif
+#ifdef QHX_HAVE_NEON
+    {"neon", &qhx_fp32_neon, &qhx_acts_neon_q8, QHX_CPU_NEON | QHX_CPU_NEON_DOT, NULL},
 #endif
 #if defined(QHX_HAVE_AVX512) && defined(__linux__)
     {"amx", &qhx_fp32_avx512, &qhx_acts_amx_bf16, QHX_CPU_AVX512 | QHX_CPU_AMX_BF16, &qhx_fp32_avx2},

@@ -1,0 +1,68 @@
+/* Armv8.2 dot product (sdot) with int16 activations (the "neon-q16" set, the default where the CPU
+ * has it) or int8 ones ("neon-q8", approximate) for W8 matrices (kernels/q8.h). sdot multiplies 4
+ * signed bytes by 4 signed bytes into an int32 lane: 16 products an instruction. Int16 activations
+ * go as their high and low bytes (qhx_q16_split, both signed: sdot needs no bias) in two passes
+ * whose block sums meet as 256 hi + lo: exact. Each 32-column block of a W8 row group (4 rows in
+ * 128 consecutive bytes, format/w8.h) gives 4 rows' int32 sums at once (pairwise adds put the rows
+ * in the lanes), and the block's scaling runs as the scalar twin's does, one fp32 multiply and one
+ * add per row and block: the results are the twin's bit for bit. Decode (a few tokens) streams
+ * the W8 layout with fp32 activations (the neon set's kernel). This file alone is compiled for
+ * armv8.2-a+dotprod; the sets that call it need QHX_CPU_NEON_DOT. */
+#include "format/w8.h"
+#include "kernels/kernels.h"
+#include "kernels/q8.h"
+
+#ifdef QHX_HAVE_NEON
+#include <arm_neon.h>
+
+/* the 4 rows of one W8 block (32 columns each) against 32 activation bytes: int32 sums, row i in
+ * lane i */
+static inline int32x4_t block_dot(const int8_t *wb, const int8_t *x) {
+    const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
+    int32x4_t d[4];
+    for (int i = 0; i < 4; i++) {
+        const int8_t *w = wb + i * QHX_W8_BLOCK;
+        d[i] = vdotq_s32(vdotq_s32(vdupq_n_s32(0), vld1q_s8(w), x0), vld1q_s8(w + 16), x1);
+    }
+    return vpaddq_s32(vpaddq_s32(d[0], d[1]), vpaddq_s32(d[2], d[3]));
+}
+
+static qhx_status dot_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, pad = X->pad, nb = pad / QHX_Q8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
+    const int q16 = X->v != NULL;
+    for (int r = r0; r < r1; r += QHX_W8_GROUP) {
+        const int8_t *g = (const int8_t *)W->data + (size_t)r / QHX_W8_GROUP * gbytes;
+        const int nr = r1 - r < QHX_W8_GROUP ? r1 - r : QHX_W8_GROUP;
+        for (int t = 0; t < T; t++) {
+            const int8_t *hi = (q16 ? X->aq : X->q) + (size_t)t * pad, *lo = q16 ? X->laq + (size_t)t * pad : NULL;
+            const float *s = X->s + (size_t)t * nb;
+            float32x4_t acc = vdupq_n_f32(0.0f);
+            for (size_t b = 0; b < nb; b++) {
+                const int8_t *wb = g + b * QHX_W8_GROUP * QHX_W8_BLOCK;
+                int32x4_t d = block_dot(wb, hi + b * QHX_Q8_BLOCK);
+                if (q16) d = vaddq_s32(vshlq_n_s32(d, 8), block_dot(wb, lo + b * QHX_Q8_BLOCK));
+                acc = vaddq_f32(acc, vmulq_n_f32(vcvtq_f32_s32(d), s[b]));
+            }
+            float out[4];
+            vst1q_f32(out, acc);
+            for (int i = 0; i < nr; i++) Y[(size_t)t * W->rows + r + i] = out[i] * W->scale[r + i];
+        }
+    }
+    return QHX_OK;
+}
+
+static void round_q8(const float *x, size_t cols, const qhx_acts *a, size_t t) {
+    qhx_q8_quantize(x, cols, a->q + t * a->pad, a->s + t * (a->pad / QHX_Q8_BLOCK));
+}
+
+/* qhx_q16_quantize, then each value's signed high and low bytes for the two passes */
+static void round_q16(const float *x, size_t cols, const qhx_acts *a, size_t t) {
+    int16_t *v = a->v + t * a->pad;
+    int8_t *hi = a->aq + t * a->pad, *lo = a->laq + t * a->pad;
+    qhx_q16_quantize(x, cols, v, a->s + t * (a->pad / QHX_Q8_BLOCK));
+    for (size_t c = 0; c < a->pad; c++) qhx_q16_split(v[c], hi + c, lo + c);
+}
+
+const qhx_acts_ops qhx_acts_neon_q8 = {.form = QHX_ACTS_Q8, .matmul = dot_matmul, .round = round_q8};
+const qhx_acts_ops qhx_acts_neon_q16 = {.form = QHX_ACTS_Q16, .matmul = dot_matmul, .round = round_q16};
+#endif
