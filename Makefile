@@ -120,6 +120,16 @@ $(BUILD)/pty_drive: $(BUILD)/tests/pty_drive.o
 test: all
 	tests/run.sh $(BUILD)
 
+# the aarch64 build under qemu-aarch64: kernels, parity and a cross-machine bundle (make check runs
+# it); test-emu runs the whole suite that way (slow: every program emulated)
+check-aarch64: all
+	$(MAKE) CROSS=aarch64 BUILD=build-aarch64 all
+	tests/aarch64_test.sh build-aarch64 $(BUILD)
+
+test-emu: all
+	scripts/emu_tree.sh $(BUILD) $(BUILD)-emu qemu-aarch64 -cpu max
+	tests/run.sh $(BUILD)-emu
+
 test-asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
@@ -128,9 +138,9 @@ test-valgrind: all
 	tests/valgrind.sh $(BUILD)
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-aarch64 build-aarch64-emu
 
-.PHONY: all test test-asan test-valgrind clean fuzz install
+.PHONY: all test test-asan test-valgrind clean fuzz install check-aarch64 test-emu
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(BUILD)/tools/main.d $(TEST_BIN:%=$(BUILD)/tests/%.d) $(FUZZ_REPLAY:%=%.d)
 
 # The README's two commands: install what is missing, build, then run.
@@ -147,6 +157,7 @@ check:
 	QHX_TEST_DEPS=1 scripts/deps.sh
 	$(MAKE) test
 	$(MAKE) test-asan
+	$(MAKE) check-aarch64
 	$(MAKE) fuzz FUZZ_TIME=$(CHECK_FUZZ_TIME)
 
 .PHONY: deps demo check

@@ -181,10 +181,15 @@ static qhx_status load(qhx_model *m, manifest *mf) {
         return QHX_ERR_FORMAT;
     if (strcmp(json_string_value(op), "qwen3_5_generate"))
         return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: host op '%s' is unknown (this qhexrt runs qwen3_5_generate)", mf->path, json_string_value(op));
-    if (strcmp(json_string_value(tgt), QHX_TARGET) || strcmp(json_string_value(lay), QHX_LAYOUT_W8))
-        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: built for target '%s' with weight layout '%s'; this build runs '%s' / '%s'",
-                        mf->path, json_string_value(tgt), json_string_value(lay), QHX_TARGET, QHX_LAYOUT_W8);
-    qhxf_expect base = {0, QHX_TARGET, QHX_LAYOUT_W8, 0, 0};
+    static const char *const sharing[] = {QHX_TARGETS_SHARING_LAYOUT};
+    int target_ok = 0;
+    for (size_t i = 0; i < sizeof sharing / sizeof *sharing; i++) target_ok |= !strcmp(json_string_value(tgt), sharing[i]);
+    if (!target_ok || strcmp(json_string_value(lay), QHX_LAYOUT_W8))
+        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: built for target '%s' with weight layout '%s'; this build runs '%s' / '%s': "
+                        "forge the checkpoint again here (qhx forge)", mf->path, json_string_value(tgt), json_string_value(lay),
+                        QHX_TARGET, QHX_LAYOUT_W8);
+    /* another CPU target with this layout: its files carry their own target */
+    qhxf_expect base = {0, json_string_value(tgt), QHX_LAYOUT_W8, 0, 0};
     if (!parse_hex64(json_string_value(bid), &base.bundle_id) || !parse_hex64(json_string_value(mh), &base.model_hash))
         return qhx_fail(QHX_ERR_FORMAT, "%s: bundle_id and model_hash must be 16 hex digits", mf->path);
 

@@ -11,7 +11,16 @@
 
 #define QHX_MAX_SHARDS 64     /* a plan's decode shards: a sanity bound on manifests, not a size */
 #define QHX_BUNDLE_SCHEMA 1
+/* What a bundle forged here is pinned to (as the seed's bundles name their device). Bundles of
+ * either CPU target load on the other when their weight layout is this build's: the W8 layout
+ * (format/w8.h) is defined byte for byte, little-endian, with no ISA in it, so the bytes mean the
+ * same on both (qhx_bundle_target_ok). */
+#if defined(__aarch64__)
+#define QHX_TARGET "cpu-aarch64"
+#else
 #define QHX_TARGET "cpu-x86_64"
+#endif
+#define QHX_TARGETS_SHARING_LAYOUT "cpu-x86_64", "cpu-aarch64"
 
 struct qhx_runtime {
     qhx_exec ex;

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The aarch64 build under qemu-aarch64 (make check-aarch64; make check runs it): the kernel tests
+# on a CPU with the dot product and i8mm (-cpu max: neon, neon-q16, neon-q8 against their scalar
+# twins) and on one without (cortex-a53: neon alone, and auto falls back to it), the parity tests
+# against the golden logits, and a bundle forged on x86-64 run on aarch64 (same weight layout:
+# accepted, and the logits of the two machines agree).
+# usage: tests/aarch64_test.sh AARCH64_BUILD NATIVE_BUILD
+set -u
+abuild=${1:-build-aarch64} nbuild=${2:-build}
+cd "$(dirname "$0")/.."
+source tests/lib.sh "$nbuild"
+emu() { qemu-aarch64 -cpu "$1" "${@:2}"; }
+for cpu in max cortex-a53; do
+    out=$(emu $cpu "$abuild/test_kernels" 2>&1); rc=$?
+    printf '%s\n' "$out" | sed "s/^/  [$cpu] /" | grep -E 'neon|auto|passed|FAIL'
+    [[ $rc -eq 0 ]] && ok || bad "test_kernels on $cpu"
+done
+emu cortex-a53 "$abuild/qhx" generate models/q35-kjv x -n 1 --kernels neon-q16 >/dev/null 2>"$tmp/err"
+grep -q "lacks the instructions" "$tmp/err" && ok || bad "neon-q16 on a CPU without sdot: $(cat "$tmp/err")"
+out=$(emu max "$abuild/test_parity" 2>&1); rc=$?
+printf '%s\n' "$out" | grep -E 'worst|greedy|passed|FAIL' | sed 's/^/  [max] /'
+[[ $rc -eq 0 ]] && ok || bad "test_parity on aarch64"
+
+# an x86-64 bundle on aarch64: the same W8 layout, so it loads; prefill logits within the kernel
+# sets' own difference (avx512-q16 against neon-q16: the same int16 activations and exact integer
+# products, fp32 sums in other lane orders)
+"$nbuild/qhx" forge models/q35-kjv -o "$tmp/b" --no-gate >/dev/null 2>&1 || bad "forge on x86-64"
+ids=$(seq -s, 7 53 4000 | head -c 300)
+"$nbuild/qhx" logits "$tmp/b" --tokens "$ids" --out "$tmp/x86.f32" 2>/dev/null
+emu max "$abuild/qhx" logits "$tmp/b" --tokens "$ids" --out "$tmp/arm.f32" 2>"$tmp/err" || bad "aarch64 refused an x86-64 bundle: $(cat "$tmp/err")"
+dev=$(paste <(od -An -v -f -w4 "$tmp/x86.f32") <(od -An -v -f -w4 "$tmp/arm.f32") |
+    awk '{d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; a = $1 < 0 ? -$1 : $1; if (a > s) s = a} END {printf "%.2e", NR ? m / s : 1}')
+echo "  x86-64 bundle on aarch64: logits within $dev of the largest |logit| of the x86-64 run"
+awk -v d="$dev" 'BEGIN {exit !(d < 1e-4)}' && ok || bad "x86-64 and aarch64 logits differ by $dev"
+sed -i 's/"target": "cpu-x86_64"/"target": "gpu-hexagon-v81"/' "$tmp/b/manifest.json"
+emu max "$abuild/qhx" generate "$tmp/b" --tokens 1 -n 1 >/dev/null 2>"$tmp/err"
+grep -q "forge the checkpoint again" "$tmp/err" && ok || bad "another target's bundle: $(cat "$tmp/err")"
+finish aarch64
