@@ -176,6 +176,8 @@ edit_manifest 's/"context_length": [0-9]*/"context_length": "long"/'
 expect_err 1 "context_length" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 edit_manifest 's/"weight_layout": "w8-r4b32"/"weight_layout": "w8-rows-f32scale"/' # the layout before row groups
 expect_err 1 "w8-rows-f32scale" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+edit_manifest 's/"target": "cpu-[a-z0-9_]*"/"target": "npu-hexagon-v81"/' # another device's bundle
+expect_err 1 "forge the checkpoint again" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 edit_manifest 's/"hidden_size": 256/"hidden_size": 512/'
 expect_err 1 "model_hash" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 damaged; echo '{"format": "qhexrt-bundle", ' >"$tmp/d/manifest.json"
