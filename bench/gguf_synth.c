@@ -10,6 +10,7 @@
  *       nextn layer), for testing that qhexrt's GGUF reader undoes each on odd shapes. The
  *       changes are written here from the converter's definitions, not with the reader's code. */
 #include "model/model.h"
+#include "model/ops.h"
 #include "util/half.h"
 
 #include <errno.h>
@@ -113,15 +114,6 @@ static void write_metadata(const qhx_config *c, int n_tensors) {
 
 /* ---- --convert: the converter's changes, forwards ----------------------------------------- */
 
-static float value(const qhx_tensor *t, size_t i) {
-    switch (t->dtype) {
-    case QHX_F32: return ((const float *)t->data)[i];
-    case QHX_BF16: return qhx_bf16_to_f32(((const uint16_t *)t->data)[i]);
-    case QHX_F16: return qhx_f16_to_f32(((const uint16_t *)t->data)[i]);
-    default: return NAN;
-    }
-}
-
 /* llama.cpp's _reorder_v_heads: index i of a [n_k, r, head] block moves to [r, n_k, head]. */
 static uint64_t to_tiled(const qhx_config *c, uint64_t i, uint64_t head) {
     const uint64_t nk = (uint64_t)c->lin_k_heads, r = (uint64_t)(c->lin_v_heads / c->lin_k_heads);
@@ -136,7 +128,7 @@ static float *converted(const qhx_config *c, const tensor *t) {
     const int reorder = c->lin_v_heads != c->lin_k_heads;
     for (uint64_t r = 0; r < rows; r++)
         for (uint64_t j = 0; j < cols; j++) {
-            float v = value(t->src, r * cols + j);
+            float v = qhx_tensor_get(t->src, r * cols + j);
             uint64_t R = r, J = j;
             if (reorder && t->change == QHX_GGUF_V_ROWS && rows > 1) R = to_tiled(c, r, rows == (uint64_t)c->lin_v_heads ? 1 : (uint64_t)c->lin_v_dim);
             if (reorder && (t->change == QHX_GGUF_V_ROWS || t->change == QHX_GGUF_A_LOG) && rows == 1) J = to_tiled(c, j, 1);

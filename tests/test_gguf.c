@@ -16,9 +16,9 @@
 #include "qhexrt_tools.h"
 #include "format/gguf.h"
 #include "model/model.h"
+#include "model/ops.h"
 #include "testlib.h"
 
-#include "util/half.h"
 #include "util/json.h"
 #include <math.h>
 #include <stdlib.h>
@@ -28,15 +28,6 @@
 #define CK "models/q35-kjv"
 #define GG "models/q35-kjv-gguf/q35-kjv-"
 #define TOL 2e-4 /* test_parity's tolerance against the golden logits */
-
-static float at(const qhx_tensor *t, size_t i) {
-    switch (t->dtype) {
-    case QHX_F32: return ((const float *)t->data)[i];
-    case QHX_BF16: return qhx_bf16_to_f32(((const uint16_t *)t->data)[i]);
-    case QHX_F16: return qhx_f16_to_f32(((const uint16_t *)t->data)[i]);
-    default: return NAN;
-    }
-}
 
 static qhx_model *open_model(const char *path) {
     qhx_model *m = NULL;
@@ -69,7 +60,7 @@ static void weights_match(const char *ck, const char *gg) {
         const int alog = strstr(sc[i].name, "A_log") != NULL;
         size_t bad = 0;
         for (size_t k = 0; k < N; k++) {
-            const float x = at(a, k), y = at(b, k);
+            const float x = qhx_tensor_get(a, k), y = qhx_tensor_get(b, k);
             if (norm) {
                 /* stored: bf16(1 + x); half an ulp of bf16 at 1 + x */
                 const double ulp = ldexp(1.0, ilogb(1.0 + x) - 7), d = fabs((double)y - x);
@@ -169,8 +160,8 @@ static void quantized(const char *path, double bound) {
         if (x->rows < 2) continue; /* vectors are stored in F32 by both */
         double num = 0, den = 0;
         for (size_t k = 0; k < (size_t)x->rows * x->cols; k++) {
-            const double e = (double)at(y, k) - at(x, k);
-            num += e * e, den += (double)at(x, k) * at(x, k);
+            const double e = (double)qhx_tensor_get(y, k) - qhx_tensor_get(x, k);
+            num += e * e, den += (double)qhx_tensor_get(x, k) * qhx_tensor_get(x, k);
         }
         const double r = sqrt(num / (den > 0 ? den : 1));
         if (r > worst) worst = r, worst_name = sb[i].name;

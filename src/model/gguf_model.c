@@ -98,11 +98,11 @@ qhx_status qhx_gguf_read_config(qhx_config *c, const qhx_gguf *g) {
                                                                "partial_rotary_factor", (double)rot / (double)head_dim));
         json_object_set_new(tc, "tie_word_embeddings", json_boolean(!qhx_gguf_tensor_find(g, "output.weight")));
         json_t *eos = json_array();
-        int64_t id;
-        if (!qhx_gguf_int(g, "tokenizer.ggml.eos_token_id", 1, &id) && qhx_gguf_find(g, "tokenizer.ggml.eos_token_id"))
-            json_array_append_new(eos, json_integer(id));
-        if (!qhx_gguf_int(g, "tokenizer.ggml.eot_token_id", 1, &id) && qhx_gguf_find(g, "tokenizer.ggml.eot_token_id"))
-            json_array_append_new(eos, json_integer(id));
+        const char *const ends[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"};
+        for (int i = 0; i < 2; i++) {
+            int64_t id = -1;
+            if (!qhx_gguf_int(g, ends[i], 1, &id) && id >= 0) json_array_append_new(eos, json_integer(id));
+        }
         json_object_set_new(tc, "eos_token_id", eos);
         qhx_clear_error();
         char *text = json_dumps(tc, 0);
@@ -168,39 +168,32 @@ static int64_t tiled(const qhx_config *c, int64_t i, int64_t head) {
     return ((h % r) * c->lin_k_heads + h / r) * head + e;
 }
 
-/* Decodes t into an fp32 [rows][cols] matrix in Hugging Face order. */
-static void decode(const qhx_config *c, const qhx_gguf_tensor *t, qhx_gguf_change undo, int rows, int cols, float *out) {
+/* Decodes t into an fp32 [rows][cols] matrix in Hugging Face order: value heads put back along
+ * the rows (in_proj_z/a/b, the V rows of qkv and conv1d) or along each row (out_proj's columns;
+ * dt_bias and A_log, which are one row), then the norms' 1 and A_log's -exp undone. */
+static qhx_status decode(const qhx_config *c, const qhx_gguf_tensor *t, qhx_gguf_change undo, int rows, int cols, float *out) {
     const size_t row_bytes = (size_t)cols / (size_t)qhx_ggml_block_values(t->type) * qhx_ggml_block_bytes(t->type);
     const int reorder = c->lin_v_heads != c->lin_k_heads;
     const int64_t qk = 2 * (int64_t)c->lin_k_heads * c->lin_k_dim; /* rows before V in qkv and conv */
-    const int64_t head = undo == QHX_GGUF_V_ROWS && rows == c->lin_v_heads ? 1 : c->lin_v_dim;
-    float *tmp = undo == QHX_GGUF_V_COLS && reorder ? malloc(sizeof(float) * (size_t)cols) : NULL;
+    const int64_t row_head = undo == QHX_GGUF_V_ROWS && rows == c->lin_v_heads ? 1 : c->lin_v_dim;
+    const int64_t col_head = !reorder ? 0 : undo == QHX_GGUF_V_COLS ? c->lin_v_dim
+                           : rows == 1 && (undo == QHX_GGUF_V_ROWS || undo == QHX_GGUF_A_LOG) ? 1 : 0;
+    float *tmp = col_head ? malloc(sizeof(float) * (size_t)cols) : NULL;
+    if (col_head && !tmp) return QHX_ERR_NOMEM;
     for (int64_t r = 0; r < rows; r++) {
         int64_t src = r;
-        if (reorder && undo == QHX_GGUF_V_ROWS) src = tiled(c, r, head);
+        if (reorder && undo == QHX_GGUF_V_ROWS && rows > 1) src = tiled(c, r, row_head);
         if (reorder && undo == QHX_GGUF_V_ROWS_AFTER_QK && r >= qk) src = qk + tiled(c, r - qk, c->lin_v_dim);
         float *y = out + r * (int64_t)cols;
-        if (tmp) {
-            qhx_ggml_dequant(t->type, t->data + (size_t)src * row_bytes, tmp, cols);
-            for (int64_t j = 0; j < cols; j++) y[j] = tmp[tiled(c, j, c->lin_v_dim)];
-        } else {
-            qhx_ggml_dequant(t->type, t->data + (size_t)src * row_bytes, y, cols);
-        }
-        /* 1D tensors (rows == 1): the value heads run along the row */
-        if (rows == 1 && reorder && (undo == QHX_GGUF_V_ROWS || undo == QHX_GGUF_A_LOG)) {
-            float *h = malloc(sizeof(float) * (size_t)cols);
-            if (h) {
-                memcpy(h, y, sizeof(float) * (size_t)cols);
-                for (int64_t j = 0; j < cols; j++) y[j] = h[tiled(c, j, 1)];
-                free(h);
-            }
-        }
+        qhx_ggml_dequant(t->type, t->data + (size_t)src * row_bytes, tmp ? tmp : y, cols);
+        for (int64_t j = 0; tmp && j < cols; j++) y[j] = tmp[tiled(c, j, col_head)];
         for (int64_t j = 0; j < cols; j++) {
             if (undo == QHX_GGUF_NORM) y[j] -= 1.0f;
             if (undo == QHX_GGUF_A_LOG) y[j] = (float)log(-(double)y[j]);
         }
     }
     free(tmp);
+    return QHX_OK;
 }
 
 static qhx_status bind(qhx_model *m, gguf_source *s, const qhx_tensor_spec *sp) {
@@ -235,7 +228,7 @@ static qhx_status bind(qhx_model *m, gguf_source *s, const qhx_tensor_spec *sp) 
     }
     s->owned = grown;
     s->owned[s->n_owned++] = y;
-    decode(c, t, undo, rows, cols, y);
+    if (decode(c, t, undo, rows, cols, y)) return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory decoding '%s'", path, name);
     dst->dtype = QHX_F32;
     dst->data = y;
     m->weight_bytes += sizeof(float) * (uint64_t)rows * (uint64_t)cols;

@@ -14,7 +14,7 @@
 /* What a bundle forged here is pinned to (as the seed's bundles name their device). Bundles of
  * either CPU target load on the other when their weight layout is this build's: the W8 layout
  * (format/w8.h) is defined byte for byte, little-endian, with no ISA in it, so the bytes mean the
- * same on both (qhx_bundle_target_ok). */
+ * same on both (model/bundle.c checks the pair). */
 #if defined(__aarch64__)
 #define QHX_TARGET "cpu-aarch64"
 #else
