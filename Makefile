@@ -2,7 +2,7 @@
 # again under AddressSanitizer + UndefinedBehaviorSanitizer (in build-asan/).
 # `make CROSS=aarch64 ...` builds for 64-bit Arm with Debian's cross compiler against the arm64
 # builds of the libraries (scripts/deps.sh installs both with QHX_CROSS=aarch64), into build-aarch64;
-# `make CROSS=aarch64 test-aarch64` runs the tests under qemu-aarch64.
+# `make CROSS=aarch64 test-emu` runs the whole suite under qemu-aarch64 (EMU_CPU=max by default).
 ifeq ($(CROSS),aarch64)
 CC      := aarch64-linux-gnu-gcc
 BUILD   ?= build-aarch64
@@ -126,9 +126,10 @@ check-aarch64: all
 	$(MAKE) CROSS=aarch64 BUILD=build-aarch64 all
 	tests/aarch64_test.sh build-aarch64 $(BUILD)
 
+EMU_CPU ?= max
 test-emu: all
-	scripts/emu_tree.sh $(BUILD) $(BUILD)-emu qemu-aarch64 -cpu max
-	tests/run.sh $(BUILD)-emu
+	scripts/emu_tree.sh $(BUILD) $(BUILD)-emu-$(EMU_CPU) qemu-aarch64 -cpu $(EMU_CPU)
+	tests/run.sh $(BUILD)-emu-$(EMU_CPU)
 
 test-asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
@@ -140,6 +141,7 @@ test-valgrind: all
 clean:
 	rm -rf build build-asan build-fuzz build-aarch64 build-aarch64-emu
 
+.SECONDARY:
 .PHONY: all test test-asan test-valgrind clean fuzz install check-aarch64 test-emu
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(BUILD)/tools/main.d $(TEST_BIN:%=$(BUILD)/tests/%.d) $(FUZZ_REPLAY:%=%.d)
 
@@ -166,6 +168,9 @@ $(BUILD)/tok_bench: $(BUILD)/bench/tok_bench.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/quant_error: $(BUILD)/bench/quant_error.o $(BUILD)/libqhexrt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/w4_options: $(BUILD)/bench/w4_options.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/kernel_bench: $(BUILD)/bench/kernel_bench.o $(BUILD)/libqhexrt.a

@@ -42,6 +42,7 @@ typedef struct {
     const char *checkpoint, *out;  /* a Hugging Face checkpoint directory -> a bundle directory */
     uint64_t max_context_bytes;    /* per-shard byte ceiling; 0: 2 GiB (the 4B shape -> 2 shards) */
     int context_len;               /* 0: min(max_position_embeddings, 4096) */
+    const char *weights;           /* decoder matrices: "w8" (default) or "w4" (docs/bundle.md) */
     const char *lmhead;            /* "f16" (default) or "w8" */
     int force;                     /* replace an existing bundle (only once the new one is complete) */
     int gate;                      /* run the gates; a failed gate fails the forge */
@@ -56,7 +57,7 @@ typedef struct {
     qhx_runtime *rt;               /* kernels and threads for the gates (NULL: defaults) */
 } qhx_forge_opts;
 
-/* Forges a checkpoint into a W8 bundle (docs/bundle.md). Written under a temporary name and
+/* Forges a checkpoint into a W8 or W4 bundle (docs/bundle.md). Written under a temporary name and
  * renamed: a failure leaves nothing behind. */
 qhx_status qhx_forge(const qhx_forge_opts *opts);
 

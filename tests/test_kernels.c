@@ -29,7 +29,23 @@ typedef struct {
 static matrix make(qhx_dtype dt, int rows, int cols) {
     matrix m = {{dt, rows, cols, NULL, NULL}, NULL, NULL, NULL};
     const size_t n = (size_t)rows * cols;
-    m.data = calloc(dt == QHX_I8 ? qhx_w8_bytes((uint64_t)rows, (uint64_t)cols) : n * qhx_dtype_size(dt), 1);
+    m.data = calloc(dt == QHX_I8   ? qhx_w8_bytes((uint64_t)rows, (uint64_t)cols)
+                    : dt == QHX_Q4 ? qhx_w4_bytes((uint64_t)rows, (uint64_t)cols)
+                                   : n * qhx_dtype_size(dt), 1);
+    if (dt == QHX_Q4) { /* random codes, and a scale a block from 0.005 to 0.02 */
+        uint8_t q[QHX_W4_BLOCK];
+        for (int r = 0; r < rows; r++)
+            for (int c0 = 0; c0 < cols; c0 += QHX_W4_BLOCK) {
+                const float d = qhx_f16_to_f32(qhx_f32_to_f16(0.0125f + 0.0075f * frand()));
+                for (int k = 0; k < QHX_W4_BLOCK; k++) q[k] = c0 + k < cols ? (uint8_t)((frand() + 1) * 8) & 15 : 8;
+                qhx_w4_put(m.data, (size_t)cols, (size_t)r, (size_t)c0 / QHX_W4_BLOCK, q, d);
+            }
+        m.dense = malloc(n * sizeof(float));
+        m.scale = NULL;
+        for (int r = 0; r < rows; r++) qhx_w4_row_f32(m.data, (size_t)cols, (size_t)r, m.dense + (size_t)r * cols);
+        m.t.data = m.data;
+        return m;
+    }
     int8_t *plain = malloc((size_t)cols); /* an I8 row before it is packed */
     m.dense = malloc(n * sizeof(float));
     m.scale = malloc(sizeof(float) * (size_t)rows);
@@ -55,7 +71,7 @@ static matrix make(qhx_dtype dt, int rows, int cols) {
 
 static void drop(matrix *m) { free(m->data), free(m->scale), free(m->dense); }
 
-static const char *dt_name(qhx_dtype dt) { return dt == QHX_I8 ? "i8" : dt == QHX_F16 ? "f16" : dt == QHX_BF16 ? "bf16" : "f32"; }
+static const char *dt_name(qhx_dtype dt) { return dt == QHX_Q4 ? "q4" : dt == QHX_I8 ? "i8" : dt == QHX_F16 ? "f16" : dt == QHX_BF16 ? "bf16" : "f32"; }
 
 /* worst |a - b| / sum_c |W[r][c] x[c]| over all outputs: rounding error relative to the dot's size */
 static double compare(const matrix *m, const float *X, int T, const float *a, const float *b) {
@@ -86,7 +102,8 @@ int main(void) {
     snprintf(names, sizeof names, "%s", qhx_kernels_names());
     for (char *tok = strtok(names, " "); tok && n_sets < 32; tok = strtok(NULL, " ")) sets[n_sets++] = tok;
     const int rows[] = {1, 3, 4, 5, 17, 67}, cols[] = {1, 7, 8, 9, 31, 64, 100, 257}, Ts[] = {1, 2, 3, 4, 5, 9, 16, 17, 40}; /* 16+: AMX's whole token tiles */
-    const qhx_dtype dts[] = {QHX_I8, QHX_F16, QHX_BF16, QHX_F32};
+    const qhx_dtype dts[] = {QHX_I8, QHX_F16, QHX_BF16, QHX_F32, QHX_Q4};
+    int w4_exact = 0;
     int variants = 0;
     for (size_t s = 0; s < n_sets; s++) {
         const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
@@ -105,7 +122,7 @@ int main(void) {
         variants++;
         double worst = 0;
         int cases = 0;
-        for (size_t d = 0; d < 4; d++)
+        for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
             for (size_t ri = 0; ri < 6; ri++)
                 for (size_t ci = 0; ci < 8; ci++)
                     for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
@@ -118,14 +135,28 @@ int main(void) {
                         qhx_matmul(&ext, &m.t, X, T, a);
                         qhx_matmul(&exk, &m.t, X, T, b);
                         const double e = compare(&m, X, T, b, a);
-                        if (!(e <= worst)) worst = e;
-                        if (e > tol)
+                        if (dts[d] == QHX_Q4 && ks->matmul_acts_w4 && !own_twin) { /* the twin's arithmetic, bit for bit */
+                            int same = 1;
+                            for (int i = 0; i < T * rows[ri]; i++) same &= a[i] == b[i];
+                            CHECK(same, "%s vs %s: q4 [%d x %d] T=%d: not bit for bit (error %.2e)", sets[s], twin->name, rows[ri], cols[ci], T, e);
+                            w4_exact += same;
+                            cases++;
+                            free(X), free(a), free(b);
+                            drop(&m);
+                            continue;
+                        }
+                        /* a set without an integer W4 kernel runs W4 in fp32: the twin's rounding apart */
+                        const double tol_here = dts[d] == QHX_Q4 && !ks->matmul_acts_w4 && twin->matmul_acts_w4
+                                                    ? (form == QHX_ACTS_Q8 ? 2e-2 : 1e-4) : tol;
+                        if (!(e <= worst) && tol_here == tol) worst = e;
+                        if (e > tol_here)
                             CHECK(0, "%s vs %s: %s [%d x %d] T=%d: error %.2e", sets[s], twin->name, dt_name(dts[d]), rows[ri], cols[ci], T, e);
                         cases++;
                         free(X), free(a), free(b);
                         drop(&m);
                     }
         CHECK(worst <= tol, "%s: worst %.2e", sets[s], worst);
+        if (ks->matmul_acts_w4 && !own_twin) printf("  kernels %-10s W4: every shape bit for bit the twin's\n", sets[s]);
         printf("  kernels %-10s vs %-10s: %d shapes x dtypes, worst error %.2e of sum|w x| (tolerance %.0e)\n", sets[s], twin->name,
                cases, worst, tol);
     }

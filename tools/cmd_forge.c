@@ -50,15 +50,17 @@ int cmd_synth(int argc, char **argv) {
 
 static const char forge_help[] =
     "usage: qhx forge (CHECKPOINT | FILE.gguf) -o BUNDLE [--max-context-bytes N] [--context-len N]\n"
-    "                 [--lmhead f16|w8] [--no-gate] [--gate-tokens N] [--gate-trials N] [--force] [-t N] [--kernels K]\n"
+    "                 [--weights w8|w4] [--lmhead f16|w8] [--no-gate] [--gate-tokens N] [--gate-trials N] [--force] [-t N] [--kernels K]\n"
     "Forges a Hugging Face checkpoint, or a GGUF of llama.cpp's qwen35 (its weights decoded exactly\n"
-    "and the converter's changes undone), into a bundle: W8 decode shards by layer range (as few as\n"
-    "fit the per-shard ceiling), an fp16 embedding, an fp16 (or W8) lm-head, the MTP head (W8, a\n"
+    "and the converter's changes undone), into a bundle: W8 (or W4) decode shards by layer range (as\n"
+    "few as fit the per-shard ceiling), an fp16 embedding, an fp16 (or W8) lm-head, the MTP head (a\n"
     "file of its own) when the source has one, the tokenizer and a manifest. Then gates it against\n"
     "the fp32 reference (the source's own weights): each shard on random hidden states, and greedy\n"
     "generation end to end. A failed gate fails the forge; nothing is left behind.\n"
     "  --max-context-bytes N  per-shard ceiling (default 2147483648: the 4B shape -> 2 shards)\n"
     "  --context-len N        positions a session may use (default min(max_position_embeddings, 4096))\n"
+    "  --weights w8|w4        decoder matrices: int8 with a scale a row (default), or 4-bit codes with an\n"
+    "                         fp16 scale every 32 columns (half the bytes a token; docs/bundle.md)\n"
     "  --lmhead f16|w8        lm-head precision (default f16; a tied f16 head is the embedding file)\n"
     "  --no-gate              skip the gates\n"
     "  --gate-tokens N        greedy gate tokens per prompt (default 64)\n"
@@ -91,6 +93,7 @@ int cmd_forge(int argc, char **argv) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 1000, &v)) return 2;
             fo.gate_trials = (int)v;
         } else if (!strcmp(a, "--lmhead")) { if (want_value(argc, argv, &i)) return 2; fo.lmhead = argv[i]; }
+        else if (!strcmp(a, "--weights")) { if (want_value(argc, argv, &i)) return 2; fo.weights = argv[i]; }
         else if (!strcmp(a, "--no-gate")) fo.gate = 0;
         else if (!strcmp(a, "--force")) fo.force = 1;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {

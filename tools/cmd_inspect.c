@@ -51,9 +51,11 @@ int cmd_inspect(int argc, char **argv) {
     const char *text = qhx_model_manifest(m);
     json_t *root = text ? json_loads(text, 0, NULL) : NULL;
     if (root) {
+        const char *layout = json_string_value(json_object_get(json_object_get(root, "target"), "weight_layout"));
         printf("host op: %s; target %s, weight layout %s\n", json_string_value(json_object_get(json_object_get(root, "plan"), "host_op")),
-               json_string_value(json_object_get(json_object_get(root, "target"), "target")),
-               json_string_value(json_object_get(json_object_get(root, "target"), "weight_layout")));
+               json_string_value(json_object_get(json_object_get(root, "target"), "target")), layout);
+        printf("weights: %s\n", layout && !strncmp(layout, "w4-", 3) ? "W4: 4-bit codes, an fp16 scale every 32 columns (4.5 bits a weight)"
+                                                                    : "W8: int8, an fp32 scale a row");
         size_t i;
         json_t *sh;
         json_array_foreach(json_object_get(json_object_get(root, "plan"), "decode_shards"), i, sh)
@@ -67,7 +69,7 @@ int cmd_inspect(int argc, char **argv) {
                json_string_value(json_object_get(json_object_get(plan, "lm_head"), "dtype")),
                json_is_true(json_object_get(json_object_get(plan, "lm_head"), "tied_to_embedding")) ? ", tied: the embedding file" : "");
         const json_t *mtp = json_object_get(plan, "mtp");
-        if (mtp) printf("MTP head file: %s (W8)\n", json_string_value(json_object_get(mtp, "file")));
+        if (mtp) printf("MTP head file: %s\n", json_string_value(json_object_get(mtp, "file")));
         printf("quantization: weight relative RMS error %.3f %%\n", 100 * jnum(root, "quantization.weight_rel_rms_error"));
         json_t *g = json_object_get(root, "gates");
         if (json_is_true(json_object_get(g, "run")))

@@ -18,6 +18,7 @@
  */
 #include "forge/forge_internal.h"
 #include "model/model.h"
+#include "format/w4.h"
 #include "model/ops.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -32,17 +33,6 @@
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
-
-float qhx_quantize_row(const float *w, int n, int8_t *q) {
-    float mx = 0.0f;
-    for (int i = 0; i < n; i++) mx = fmaxf(mx, fabsf(w[i]));
-    const float scale = mx / 127.0f, inv = mx > 0 ? 127.0f / mx : 0.0f;
-    for (int i = 0; i < n; i++) {
-        long v = lrintf(w[i] * inv);
-        q[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
-    }
-    return scale;
-}
 
 void forge_say(const forge *f, const char *fmt, ...) {
     if (!f->o->report) return;
@@ -59,7 +49,9 @@ qhx_status qhx_forge(const qhx_forge_opts *o) {
     const int w8_head = o->lmhead && !strcmp(o->lmhead, "w8");
     if (o->lmhead && !w8_head && strcmp(o->lmhead, "f16"))
         return qhx_fail(QHX_ERR_ARG, "--lmhead: '%s' is not f16 or w8", o->lmhead);
-    forge f = {.o = o};
+    const int w4 = o->weights && !strcmp(o->weights, "w4");
+    if (o->weights && !w4 && strcmp(o->weights, "w8")) return qhx_fail(QHX_ERR_ARG, "--weights: '%s' is not w8 or w4", o->weights);
+    forge f = {.o = o, .matrices = w4 ? QHX_Q4 : QHX_I8, .layout = w4 ? QHX_LAYOUT_W4 : QHX_LAYOUT_W8};
     qhx_runtime *ref_rt = NULL;
     qhx_model *b = NULL;
     json_t *root = NULL;
@@ -90,7 +82,7 @@ qhx_status qhx_forge(const qhx_forge_opts *o) {
     if (!(first = calloc((size_t)c->n_layers + 1, sizeof *first))) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto out; }
     if ((rc = forge_plan(&f, &n_shards, first, ceiling))) goto out;
     if ((rc = qhx_outdir_begin(o->out, o->force, &f.tmp))) goto out;
-    for (int i = 0; i < f.n_specs; i++) f.total_bytes += forge_spec_bytes(&f.specs[i]);
+    for (int i = 0; i < f.n_specs; i++) f.total_bytes += forge_spec_bytes(&f, &f.specs[i]);
     f.total_bytes += (uint64_t)c->vocab_size * c->hidden * (w8_head ? 3 : 2);
 
     char hex[17];
@@ -105,7 +97,7 @@ qhx_status qhx_forge(const qhx_forge_opts *o) {
     json_t *target = qhx_json_add(root, "target", json_object());
     json_object_set_new(target, "backend", json_string("cpu"));
     json_object_set_new(target, "target", json_string(QHX_TARGET));
-    json_object_set_new(target, "weight_layout", json_string(QHX_LAYOUT_W8));
+    json_object_set_new(target, "weight_layout", json_string(f.layout));
     json_t *plan_json = qhx_json_add(root, "plan", json_object());
     json_object_set_new(plan_json, "host_op", json_string("qwen3_5_generate"));
     json_object_set_new(plan_json, "max_context_bytes", qhx_json_number((double)ceiling));
@@ -116,7 +108,8 @@ qhx_status qhx_forge(const qhx_forge_opts *o) {
         json_object_set_new(tk, "compact", json_string("tokenizer.qhxtok"));
     }
     json_t *q = qhx_json_add(root, "quantization", json_object());
-    json_object_set_new(q, "matrices", json_string("int8, symmetric, one fp32 scale per output row (max|w|/127)"));
+    json_object_set_new(q, "matrices", json_string(w4 ? "4-bit codes, symmetric, one fp16 scale per 32 columns of a row (least squares)"
+                                                     : "int8, symmetric, one fp32 scale per output row (max|w|/127)"));
     json_object_set_new(q, "other", json_string("norms, conv, A_log, dt_bias in fp32; embedding fp16"));
     json_object_set_new(q, "weight_rel_rms_error", qhx_json_number(sqrt(f.qerr_num / (f.qerr_den > 0 ? f.qerr_den : 1))));
     json_object_set_new(root, "files", f.files);

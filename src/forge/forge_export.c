@@ -2,6 +2,7 @@
  * head, fp32 small tensors), each file hashed as it is written; the tokenizer; the manifest. */
 #include "forge/forge_internal.h"
 #include "model/model.h"
+#include "format/w4.h"
 #include "model/ops.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -47,6 +48,21 @@ static int fill_entry(int i, int r0, int r1, void *data, float *scale, void *use
             }
             break;
         }
+        case QHX_Q4:
+            for (int c0 = 0; c0 < cols; c0 += QHX_W4_BLOCK) {
+                const int n = cols - c0 < QHX_W4_BLOCK ? cols - c0 : QHX_W4_BLOCK;
+                uint8_t q[QHX_W4_BLOCK];
+                float d, m;
+                qhx_quantize_w4(w->row + c0, n, 0, q, &d, &m);
+                for (int k = n; k < QHX_W4_BLOCK; k++) q[k] = 8; /* the ragged block's zero columns */
+                qhx_w4_put(data, (size_t)cols, (size_t)(r - r0), (size_t)c0 / QHX_W4_BLOCK, q, d);
+                for (int k = 0; k < n; k++) {
+                    const double e = w->row[c0 + k] - (double)d * (q[k] - 8);
+                    w->f->qerr_num += e * e;
+                    w->f->qerr_den += (double)w->row[c0 + k] * w->row[c0 + k];
+                }
+            }
+            break;
         case QHX_F16:
             for (int c = 0; c < cols; c++) ((uint16_t *)data)[at + c] = qhx_f32_to_f16(w->row[c]);
             break;
@@ -81,7 +97,7 @@ static qhx_status write_file(forge *f, const char *name, qhxf_kind kind, int l0,
     memset(&h, 0, sizeof h);
     h.kind = kind;
     snprintf(h.target, sizeof h.target, "%s", QHX_TARGET);
-    snprintf(h.layout, sizeof h.layout, "%s", QHX_LAYOUT_W8);
+    snprintf(h.layout, sizeof h.layout, "%s", f->layout);
     h.bundle_id = f->bundle_id;
     h.model_hash = f->model_hash;
     h.l0 = l0;
@@ -187,11 +203,11 @@ qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n
         for (int k = 0; k < f->n_specs; k++) {
             const qhx_tensor_spec *s = &f->specs[k];
             if (!((s->layer >= l0 && s->layer < l1) || (last && s->dst == &w->final_norm))) continue;
-            e[n] = (qhxf_entry){s->name, qhx_bundle_dtype(s), s->dst->rows, s->dst->cols};
+            e[n] = (qhxf_entry){s->name, qhx_bundle_dtype(s, f->matrices), s->dst->rows, s->dst->cols};
             src[n++] = s->dst;
         }
         char name[64];
-        snprintf(name, sizeof name, "decode_s%d_w8.qhx", i);
+        snprintf(name, sizeof name, "decode_s%d_%s.qhx", i, f->matrices == QHX_Q4 ? "w4" : "w8");
         uint64_t bytes;
         rc = write_file(f, name, QHXF_SHARD, l0, l1, e, src, n, &bytes);
         json_t *sh = json_object();
@@ -227,12 +243,13 @@ qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n
         int n = 0;
         for (int k = 0; k < f->n_specs; k++)
             if (f->specs[k].layer == QHX_LAYER_MTP) {
-                e[n] = (qhxf_entry){f->specs[k].name, qhx_bundle_dtype(&f->specs[k]), f->specs[k].dst->rows, f->specs[k].dst->cols};
+                e[n] = (qhxf_entry){f->specs[k].name, qhx_bundle_dtype(&f->specs[k], f->matrices), f->specs[k].dst->rows, f->specs[k].dst->cols};
                 src[n++] = f->specs[k].dst;
             }
-        rc = write_file(f, "mtp_w8.qhx", QHXF_MTP, 0, 0, e, src, n, &bytes);
+        const char *name = f->matrices == QHX_Q4 ? "mtp_w4.qhx" : "mtp_w8.qhx";
+        rc = write_file(f, name, QHXF_MTP, 0, 0, e, src, n, &bytes);
         json_t *mtp = qhx_json_add(plan_json, "mtp", json_object());
-        json_object_set_new(mtp, "file", json_string("mtp_w8.qhx"));
+        json_object_set_new(mtp, "file", json_string(name));
         json_object_set_new(mtp, "layers", json_integer(1));
         if (!rc) forge_say(f, "MTP head: %.1f MB", bytes / 1e6);
     }

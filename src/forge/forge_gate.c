@@ -23,6 +23,10 @@
                               with fp32 activations and with the ref kernels), whose forged drafts
                               keep the golden greedy hits (tests/test_mtp.c); a broken export is
                               off by ~1 */
+/* W4: 4-bit weights alone leave 8 % relative RMS in every matrix (docs/bundle.md); through
+ * q35-kjv's 8 layers that measured 0.13 against the 0.05 of W8, so its tolerances are 5x W8's.
+ * A broken export still is off by ~1. */
+#define W4_TOL_FACTOR 5.0
 #define TIE_FRAC 0.02      /* greedy gate: a divergence is a near-tie if the reference margin is
                               below this fraction of the logit range of that step */
 
@@ -45,6 +49,7 @@ qhx_status forge_gate_export(forge *f, qhx_model *b, json_t *gates, int *passed,
     if (!x0 || !xr || !xb) { free(x0), free(xr), free(xb); return qhx_fail(QHX_ERR_NOMEM, "out of memory"); }
     json_t *g = qhx_json_add(gates, "export", json_object()), *list = qhx_json_add(g, "shards", json_array());
     const int trials = f->o->gate_trials > 0 ? f->o->gate_trials : 5;
+    const double widen = f->matrices == QHX_Q4 ? W4_TOL_FACTOR : 1.0, export_tol = EXPORT_TOL * widen, mtp_tol = MTP_TOL * widen;
     qhx_status rc = QHX_OK;
     double worst_all = 0;
     *passed = *total = 0;
@@ -73,7 +78,7 @@ qhx_status forge_gate_export(forge *f, qhx_model *b, json_t *gates, int *passed,
             }
             const double err = sqrt(num / (den > 0 ? den : 1));
             if (!(err <= worst)) worst = err;
-            ok += err <= EXPORT_TOL;
+            ok += err <= export_tol;
         }
         json_t *e = json_object();
         json_object_set_new(e, "passed", qhx_json_number(ok));
@@ -81,7 +86,7 @@ qhx_status forge_gate_export(forge *f, qhx_model *b, json_t *gates, int *passed,
         json_object_set_new(e, "worst_rel_error", qhx_json_number(worst));
         json_array_append_new(list, e);
         forge_say(f, "export gate: shard %d (layers %d-%d) %d/%d within %.2g (worst relative error %.2e)", i, d->l0,
-                d->l1 - 1, ok, trials, EXPORT_TOL, worst);
+                d->l1 - 1, ok, trials, export_tol, worst);
         *passed += ok;
         *total += trials;
         if (!(worst <= worst_all)) worst_all = worst;
@@ -106,17 +111,17 @@ qhx_status forge_gate_export(forge *f, qhx_model *b, json_t *gates, int *passed,
             for (size_t j = 0; j < n; j++) num += ((double)xb[j] - xr[j]) * ((double)xb[j] - xr[j]), den += (double)xr[j] * xr[j];
             const double err = sqrt(num / (den > 0 ? den : 1));
             if (!(err <= worst)) worst = err;
-            ok += err <= MTP_TOL;
+            ok += err <= mtp_tol;
         }
         json_object_set_new(g, "mtp", json_pack("{s:i, s:i, s:o, s:o}", "passed", ok, "trials", trials, "tolerance",
-                                                qhx_json_number(MTP_TOL), "worst_rel_error", qhx_json_number(worst)));
-        forge_say(f, "export gate: MTP head %d/%d within %.2g (worst relative error %.2e)", ok, trials, MTP_TOL, worst);
+                                                qhx_json_number(mtp_tol), "worst_rel_error", qhx_json_number(worst)));
+        forge_say(f, "export gate: MTP head %d/%d within %.2g (worst relative error %.2e)", ok, trials, mtp_tol, worst);
         *passed += ok;
         *total += trials;
     }
     json_object_set_new(g, "passed", qhx_json_number(*passed));
     json_object_set_new(g, "total", qhx_json_number(*total));
-    json_object_set_new(g, "tolerance", qhx_json_number(EXPORT_TOL));
+    json_object_set_new(g, "tolerance", qhx_json_number(export_tol));
     json_object_set_new(g, "worst_rel_error", qhx_json_number(worst_all));
     free(x0), free(xr), free(xb);
     return rc;

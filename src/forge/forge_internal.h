@@ -17,12 +17,14 @@ typedef struct {
     uint64_t bundle_id, model_hash;
     char *model_json;
     json_t *files;              /* name -> {bytes, xxh3} */
+    qhx_dtype matrices;        /* QHX_I8 (W8) or QHX_Q4 (W4) */
+    const char *layout;        /* QHX_LAYOUT_W8 or QHX_LAYOUT_W4 */
     double qerr_num, qerr_den; /* weight quantization error, summed over matrices */
     uint64_t done_bytes, total_bytes;
 } forge;
 
 /* bytes a tensor takes in a bundle file, padding and scales included */
-uint64_t forge_spec_bytes(const qhx_tensor_spec *s);
+uint64_t forge_spec_bytes(const forge *f, const qhx_tensor_spec *s);
 /* 1. decode shards: first[i] is shard i's first layer, first[n_shards] the layer count */
 qhx_status forge_plan(forge *f, int *n_shards, int *first, uint64_t ceiling);
 /* 2. every shard file, the embedding and the lm-head into f->tmp, hashed into f->files */

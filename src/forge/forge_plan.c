@@ -21,8 +21,8 @@
 
 static uint64_t align64(uint64_t x) { return qhx_round_up(x, 64); }
 
-uint64_t forge_spec_bytes(const qhx_tensor_spec *s) {
-    const qhx_dtype dt = qhx_bundle_dtype(s);
+uint64_t forge_spec_bytes(const forge *f, const qhx_tensor_spec *s) {
+    const qhx_dtype dt = qhx_bundle_dtype(s, f->matrices);
     int rows, cols;
     qhx_spec_dims(s, &rows, &cols);
     return align64(qhxf_data_bytes(dt, (uint64_t)rows, (uint64_t)cols)) + (dt == QHX_I8 ? align64(4 * (uint64_t)rows) : 0);
@@ -53,8 +53,8 @@ qhx_status forge_plan(forge *f, int *n_shards, int *first, uint64_t ceiling) {
     const uint64_t overhead = 64 << 10; /* header and directory, generously */
     for (int i = 0; i < f->n_specs; i++) {
         const qhx_tensor_spec *s = &f->specs[i];
-        if (s->layer >= 0) bytes[s->layer] += forge_spec_bytes(s);
-        else if (s->dst == &f->src->w->final_norm) bytes[c->n_layers - 1] += forge_spec_bytes(s);
+        if (s->layer >= 0) bytes[s->layer] += forge_spec_bytes(f, s);
+        else if (s->dst == &f->src->w->final_norm) bytes[c->n_layers - 1] += forge_spec_bytes(f, s);
     }
     bytes[0] += overhead;
     int n = pack(bytes, c->n_layers, ceiling, NULL);

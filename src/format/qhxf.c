@@ -1,4 +1,5 @@
 #include "format/qhxf.h"
+#include "format/w4.h"
 #include "format/w8.h"
 #include "util/error.h"
 
@@ -10,12 +11,13 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-static const char *const dtype_names[] = {"f32", "bf16", "f16", "i8"};
+static const char *const dtype_names[] = {"f32", "bf16", "f16", "i8", "q4"};
+#define N_DTYPES (int)(sizeof dtype_names / sizeof *dtype_names)
 
 static uint64_t align_up(uint64_t x) { return qhx_round_up(x, QHXF_ALIGN); }
 
 uint64_t qhxf_data_bytes(qhx_dtype dt, uint64_t rows, uint64_t cols) {
-    return dt == QHX_I8 ? qhx_w8_bytes(rows, cols) : rows * cols * qhx_dtype_size(dt);
+    return dt == QHX_I8 ? qhx_w8_bytes(rows, cols) : dt == QHX_Q4 ? qhx_w4_bytes(rows, cols) : rows * cols * qhx_dtype_size(dt);
 }
 
 static const char *kind_name(uint32_t k) {
@@ -54,10 +56,10 @@ static qhx_status parse_dir(qhxf_file *f, const char *path) {
         qhxf_tensor *ft = &f->tensors[f->n_tensors];
         qhx_tensor *t = &ft->t;
         int d = 0;
-        while (d < 4 && strcmp(dtype_names[d], json_string_value(dt))) d++;
+        while (d < N_DTYPES && strcmp(dtype_names[d], json_string_value(dt))) d++;
         const double rows = json_number_value(json_array_get(shape, 0)), cols = json_number_value(json_array_get(shape, 1));
         const double o = json_number_value(off);
-        if (d == 4 || rows < 1 || cols < 1 || rows > 1e9 || cols > 1e9 || o < 0 || o > 1e18 || o != (double)(uint64_t)o ||
+        if (d == N_DTYPES || rows < 1 || cols < 1 || rows > 1e9 || cols > 1e9 || o < 0 || o > 1e18 || o != (double)(uint64_t)o ||
             (sc && !json_is_number(sc))) {
             rc = qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' has a bad dtype, shape or offset", path, json_string_value(name));
             break;
@@ -215,9 +217,9 @@ qhx_status qhxf_write(const char *path, const qhxf_header *hdr, const qhxf_entry
         free(dir);
         dir = qhx_json_canonical(root);
         if (!dir) { rc = qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path); goto done; }
-        /* pad the directory estimate generously so the second pass's offsets, being no longer
-         * than the first's rounded, still fit */
-        data_offset = align_up(QHXF_HEADER_BYTES + strlen(dir) + 64 + 8 * (uint64_t)n);
+        /* the first pass's directory, padded generously, sets where the data starts; the
+         * second pass's offsets (longer numbers, 8 digits a tensor at most) must still fit */
+        if (pass == 0) data_offset = align_up(QHXF_HEADER_BYTES + strlen(dir) + 64 + 16 * (uint64_t)n);
     }
     qhxf_header h = *hdr;
     memcpy(h.magic, QHXF_MAGIC, 8);
@@ -240,7 +242,8 @@ qhx_status qhxf_write(const char *path, const qhxf_header *hdr, const qhxf_entry
     void *buf = NULL;
     float *sbuf = NULL;
     for (int i = 0; i < n && !bad; i++) {
-        const size_t row = qhxf_data_bytes(t[i].dtype, 1, t[i].cols) / (t[i].dtype == QHX_I8 ? QHX_W8_GROUP : 1);
+        /* W8 and W4 are written in whole row groups (of 4 rows, both) */
+        const size_t row = qhxf_data_bytes(t[i].dtype, 1, t[i].cols) / (t[i].dtype == QHX_I8 || t[i].dtype == QHX_Q4 ? QHX_W8_GROUP : 1);
         int step = (int)((16u << 20) / row);
         if (step < QHX_W8_GROUP) step = QHX_W8_GROUP; /* whole W8 row groups */
         step -= step % QHX_W8_GROUP;

@@ -66,11 +66,13 @@ typedef struct {
     int rows, cols;          /* a vector is rows == 1 */
 } qhxf_entry;
 
-/* Bytes of a tensor's data: rows x cols of its dtype; I8 in the W8 layout (format/w8.h). */
+/* Bytes of a tensor's data: rows x cols of its dtype; I8 in the W8 layout (format/w8.h), Q4 in
+ * the W4 one (format/w4.h). */
 uint64_t qhxf_data_bytes(qhx_dtype dt, uint64_t rows, uint64_t cols);
 
 /* fill(i, r0, r1, data, scale, user): rows [r0, r1) of tensor i into data (the tensor's dtype) and,
- * for I8, their scales. I8 data is in the W8 layout, r0 a multiple of its row group, and the
+ * for I8, their scales. I8 data is in the W8 layout, Q4 data in the W4 one (scales inside), r0 a
+ * multiple of their row group (4), and the
  * buffer zeroed beforehand (the layout's padding). Returns 0 on success, else the writer fails with the message it left. */
 typedef int (*qhxf_fill)(int i, int r0, int r1, void *data, float *scale, void *user);
 

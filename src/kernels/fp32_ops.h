@@ -12,6 +12,7 @@
  *     all T tokens; without, decode's tiles over plain rows (W8 groups unpacked), widening in
  *     registers: the layer says which its registers and caches favour.
  *   the delta rule's small products (gemm), its one-token step, dot, axpy, silu. */
+#include "format/w4.h"
 #include "format/w8.h"
 #include "kernels/kernels.h"
 #include <stdlib.h>
@@ -242,7 +243,23 @@ QV_TARGET static qhx_status prefill(const qhx_tensor *W, const float *X, int T, 
 }
 #endif
 
+/* W4 with fp32 activations (sets without an integer W4 kernel): each row group widened to fp32
+ * rows (exact) and run through the fp32 tiles. */
+QV_TARGET static qhx_status w4_fp32(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols;
+    float *plain = malloc(sizeof(float) * QHX_W4_GROUP * cols);
+    if (!plain) return QHX_ERR_NOMEM;
+    for (int r = r0; r < r1; r += QHX_W4_GROUP) {
+        const int nr = r1 - r < QHX_W4_GROUP ? r1 - r : QHX_W4_GROUP;
+        for (int i = 0; i < nr; i++) qhx_w4_row_f32(W->data, cols, (size_t)(r + i), plain + (size_t)i * cols);
+        rows_f32((const unsigned char *)plain, cols, X, T, Y, (size_t)W->rows, r, nr, NULL);
+    }
+    free(plain);
+    return QHX_OK;
+}
+
 QV_TARGET static qhx_status QV_NAME(matmul)(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    if (W->dtype == QHX_Q4) return w4_fp32(W, X, T, Y, r0, r1);
     if (T > QHX_DECODE_MAX_T) return prefill(W, X, T, Y, r0, r1);
     if (W->dtype == QHX_I8) decode_w8(W, X, T, Y, r0, r1);
     else tiled(W, X, T, Y, r0, r1);

@@ -12,6 +12,7 @@
  * across lanes until a row ends. Every token then passes over the packed rows while they sit in
  * L2. Decode (one token) streams the W8 layout with fp32 activations (the avx512 set's kernel):
  * it is bound by memory, not by multiplies. */
+#include "format/w4.h"
 #include "format/w8.h"
 #include "kernels/kernels.h"
 #include "kernels/q8.h"
@@ -188,6 +189,71 @@ TARGET static qhx_status vnni_int_matmul(const qhx_tensor *W, const qhx_acts *X,
     return QHX_OK;
 }
 
-const qhx_acts_ops qhx_acts_vnni_q8 = {.form = QHX_ACTS_Q8, .matmul = vnni_int_matmul, .round = round_q8};
-const qhx_acts_ops qhx_acts_vnni_q16 = {.form = QHX_ACTS_Q16, .matmul = vnni_int_matmul, .round = round_q16};
+/* ---- W4 (format/w4.h), decode and prefill ----------------------------------------------------
+ * A block of a row group is one register of codes: its low nibbles are columns 0-15 of the 4 rows
+ * (16 bytes a row), its high nibbles columns 16-31. With the codes as vpdpbusd's unsigned operand
+ * and a token's 16 signed activation bytes broadcast to the 4 rows, each int32 lane sums 4 columns
+ * of one row. Four blocks' registers fold (transpose-add) into one whose lane 4i + j holds row i's
+ * sum of block j, the order the layout keeps its scales in: one fp16 load scales 16 sums. The
+ * codes' offset of 8 comes off as 8 x the block's activation sum (w4c). Integer sums are exact,
+ * so the fp32 steps are the scalar twin's, bit for bit. */
+
+INLINE __m512i fold4(const __m512i s[4]) {
+    const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
+    const __m512i v = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(u, v), _mm512_unpackhi_epi64(u, v));
+}
+
+INLINE __m512i bcast16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
+
+/* one token over one row group: the 16 lanes of (row, block % 4) accumulators. SPLIT: int16
+ * activations, their low bytes a second pass. */
+INLINE __m512 w4_token(const uint8_t *g, const uint16_t *ds, size_t nb, const int8_t *h, const int8_t *l, const int32_t *c8,
+                       const float *sx, int SPLIT) {
+    const __m512i m = _mm512_set1_epi8(15);
+    __m512 acc = _mm512_setzero_ps();
+    for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
+        __m512i sh[4], sl[4];
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+            const uint8_t *cb = g + (u + k) * QHX_W4_CODE_BYTES;
+            __builtin_prefetch(cb + 4096, 0, 3);
+            const __m512i v = _mm512_loadu_si512(cb);
+            const __m512i lo = _mm512_and_si512(v, m), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+            const size_t c = (u + k) * QHX_W4_BLOCK;
+            sh[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, bcast16(h + c)), hi, bcast16(h + c + 16));
+            if (SPLIT)
+                sl[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, bcast16(l + c)), hi, bcast16(l + c + 16));
+        }
+        __m512i tot = fold4(sh);
+        if (SPLIT) tot = _mm512_add_epi32(_mm512_slli_epi32(tot, 8), fold4(sl));
+        tot = _mm512_sub_epi32(tot, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(c8 + u))));
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ds + u * QHX_W4_GROUP)));
+        const __m512 s = _mm512_broadcast_f32x4(_mm_loadu_ps(sx + u));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(d, s), acc);
+    }
+    return acc;
+}
+
+TARGET static qhx_status vnni_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), gbytes = qhx_w4_group_bytes(cols), pad = X->w4pad;
+    for (int r = r0; r < r1; r += QHX_W4_GROUP) {
+        const uint8_t *g = (const uint8_t *)W->data + (size_t)r / QHX_W4_GROUP * gbytes;
+        const uint16_t *ds = (const uint16_t *)(g + nb * QHX_W4_CODE_BYTES);
+        const int nr = r1 - r < QHX_W4_GROUP ? r1 - r : QHX_W4_GROUP;
+        for (int t = 0; t < T; t++) {
+            const int8_t *h = X->w4h + (size_t)t * pad;
+            const int32_t *c8 = X->w4c + (size_t)t * nb;
+            const float *sx = X->w4s + (size_t)t * nb;
+            float a[16];
+            _mm512_storeu_ps(a, X->w4l ? w4_token(g, ds, nb, h, X->w4l + (size_t)t * pad, c8, sx, 1)
+                                       : w4_token(g, ds, nb, h, NULL, c8, sx, 0));
+            for (int i = 0; i < nr; i++) Y[(size_t)t * W->rows + r + i] = (a[4 * i] + a[4 * i + 1]) + (a[4 * i + 2] + a[4 * i + 3]);
+        }
+    }
+    return QHX_OK;
+}
+
+const qhx_acts_ops qhx_acts_vnni_q8 = {.form = QHX_ACTS_Q8, .matmul = vnni_int_matmul, .matmul_w4 = vnni_w4_matmul, .round = round_q8};
+const qhx_acts_ops qhx_acts_vnni_q16 = {.form = QHX_ACTS_Q16, .matmul = vnni_int_matmul, .matmul_w4 = vnni_w4_matmul,
+                                        .round = round_q16};
 #endif

@@ -1,4 +1,5 @@
 /* The parallel-for that splits matmuls by rows, and the rounded-activation scratch. */
+#include "format/w4.h"
 #include "kernels/kernels.h"
 #include "kernels/q8.h"
 #include "util/error.h"
@@ -17,7 +18,8 @@ typedef struct {
     float *const *Y;
     int n;
     const float *X;
-    const qhx_acts *acts;  /* set: the rounded-activation kernel for the I8 matrices */
+    const qhx_acts *acts;  /* set: rounded activations, for the W4 matrices and (i8_acts) the W8 ones */
+    int i8_acts, w4_acts;
     int T;
     int chunk_rows[MAX_GROUP], first[MAX_GROUP + 1];
     atomic_int next;          /* the next chunk to take */
@@ -36,8 +38,9 @@ static void matmul_part(void *arg, int i, int n) {
         while (k >= j->first[m + 1]) m++;
         const qhx_tensor *W = j->W[m];
         const int r0 = (k - j->first[m]) * j->chunk_rows[m], r1 = r0 + j->chunk_rows[m] < W->rows ? r0 + j->chunk_rows[m] : W->rows;
-        const qhx_status rc = j->acts && W->dtype == QHX_I8 ? j->ks->matmul_acts(W, j->acts, j->T, j->Y[m], r0, r1)
-                                                            : j->ks->matmul(W, j->X, j->T, j->Y[m], r0, r1);
+        const qhx_status rc = W->dtype == QHX_Q4 && j->w4_acts   ? j->ks->matmul_acts_w4(W, j->acts, j->T, j->Y[m], r0, r1)
+                              : W->dtype == QHX_I8 && j->i8_acts ? j->ks->matmul_acts(W, j->acts, j->T, j->Y[m], r0, r1)
+                                                                 : j->ks->matmul(W, j->X, j->T, j->Y[m], r0, r1);
         if (rc) {
             int ok = QHX_OK;
             atomic_compare_exchange_strong(&j->status, &ok, (int)rc);
@@ -45,11 +48,59 @@ static void matmul_part(void *arg, int i, int n) {
     }
 }
 
+/* Room for the w4 fields of T rows of cols columns. */
+static qhx_status w4_reserve(qhx_acts *a, size_t cols, int T, int q16) {
+    const size_t nb = qhx_w4_blocks(cols), need = nb * QHX_W4_BLOCK * (size_t)T;
+    a->w4pad = nb * QHX_W4_BLOCK;
+    if (need <= a->w4cap && !a->w4l == !q16) return QHX_OK;
+    free(a->w4h), free(a->w4l), free(a->w4c), free(a->w4s);
+    a->w4h = aligned_alloc(64, qhx_round_up(need, 64));
+    a->w4l = q16 ? aligned_alloc(64, qhx_round_up(need, 64)) : NULL;
+    a->w4c = malloc(sizeof(int32_t) * nb * (size_t)T);
+    a->w4s = malloc(sizeof(float) * nb * (size_t)T);
+    a->w4cap = need;
+    if (a->w4h && (a->w4l || !q16) && a->w4c && a->w4s) return QHX_OK;
+    free(a->w4h), free(a->w4l), free(a->w4c), free(a->w4s);
+    a->w4h = a->w4l = NULL, a->w4c = NULL, a->w4s = NULL, a->w4cap = 0;
+    return QHX_ERR_NOMEM;
+}
+
+/* Row t's w4 fields from its rounded values (kernels.h says what they hold). */
+static void w4_row(const qhx_acts *a, size_t t) {
+    const size_t nbx = a->pad / QHX_Q8_BLOCK, nb = a->w4pad / QHX_W4_BLOCK;
+    int8_t *h = a->w4h + t * a->w4pad, *l = a->w4l ? a->w4l + t * a->w4pad : NULL;
+    for (size_t b = 0; b < nb; b++) {
+        int32_t sum = 0;
+        for (size_t c = b * QHX_W4_BLOCK; c < (b + 1) * QHX_W4_BLOCK; c++) {
+            if (c >= a->pad) {
+                h[c] = 0;
+                if (l) l[c] = 0;
+            } else if (l) {
+                const int16_t v = a->v[t * a->pad + c];
+                qhx_q16_split(v, &h[c], &l[c]);
+                sum += v;
+            } else {
+                sum += h[c] = a->q[t * a->pad + c];
+            }
+        }
+        a->w4c[t * nb + b] = 8 * sum;
+        a->w4s[t * nb + b] = b < nbx ? a->s[t * nbx + b] : 0.0f;
+    }
+}
+
+qhx_status qhx_acts_prepare_w4(qhx_acts *a, qhx_acts_form form, size_t cols, int T) {
+    if (w4_reserve(a, cols, T, form == QHX_ACTS_Q16)) return QHX_ERR_NOMEM;
+    for (int t = 0; t < T; t++) w4_row(a, (size_t)t);
+    return QHX_OK;
+}
+
 static void round_part(void *arg, int i, int n) {
     const matmul_job *j = arg;
     const size_t cols = (size_t)j->W[0]->cols;
-    for (int t = (int)((long long)j->T * i / n); t < (int)((long long)j->T * (i + 1) / n); t++)
+    for (int t = (int)((long long)j->T * i / n); t < (int)((long long)j->T * (i + 1) / n); t++) {
         j->ks->round_acts(j->X + (size_t)t * cols, cols, j->acts, (size_t)t);
+        if (j->w4_acts) w4_row(j->acts, (size_t)t);
+    }
 }
 
 /* Room for T rows of `cols` activations in the set's form; the kernels load them aligned. */
@@ -89,6 +140,8 @@ void qhx_acts_free(qhx_acts *a) {
     free(a->bf);
     free(a->v);
     free(a->laq);
+    free(a->w4h), free(a->w4l), free(a->w4c), free(a->w4s);
+    a->w4h = a->w4l = NULL, a->w4c = NULL, a->w4s = NULL, a->w4cap = 0;
     a->q = a->aq = a->laq = NULL;
     a->v = NULL;
     a->s = NULL;
@@ -104,16 +157,25 @@ qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, con
      * streams the weights once either way: there the two measured equal on the 4B shape (5.22-5.60
      * vs 5.40-5.64 tok/s, alternating runs; again 0.83-0.85 vs 0.76-0.84 of the bandwidth), and
      * fp32 activations are exact against the W8 weights, so decode keeps them. */
-    int any_i8 = 0;
+    int any_i8 = 0, any_w4 = 0;
     for (int m = 0; m < n; m++) {
         if (W[m]->cols != W[0]->cols)
             return qhx_fail(QHX_ERR_ARG, "matmul: a group's matrices take %d and %d columns", W[0]->cols, W[m]->cols);
         any_i8 |= W[m]->dtype == QHX_I8;
+        any_w4 |= W[m]->dtype == QHX_Q4;
     }
-    if (any_i8 && ex->ks->matmul_acts && T > 1 && !ex->per_token) {
+    /* W4 takes rounded activations for every token count: its integer kernels compute each token
+     * alone (per_token holds), and with 4-bit weights the int16 rounding (1/65024 of a block's
+     * largest value) is noise far below the weights' own */
+    j.i8_acts = any_i8 && ex->ks->matmul_acts && T > 1 && !ex->per_token;
+    j.w4_acts = any_w4 && ex->ks->matmul_acts_w4;
+    if (j.i8_acts || j.w4_acts) {
         qhx_acts *a = ex->acts ? ex->acts : &local;
-        if (acts_reserve(ex->ks, a, (size_t)W[0]->cols, T))
+        if (acts_reserve(ex->ks, a, (size_t)W[0]->cols, T) ||
+            (j.w4_acts && w4_reserve(a, (size_t)W[0]->cols, T, ex->ks->acts == QHX_ACTS_Q16))) {
+            qhx_acts_free(&local);
             return qhx_fail(QHX_ERR_NOMEM, "matmul: out of memory for %d rounded activation rows", T);
+        }
         if (a->bf) acts_zero_tail(a, T);
         j.acts = a;
         qhx_pool_run(ex->pool, round_part, &j);
@@ -124,7 +186,7 @@ qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, con
     for (int m = 0; m < n; m++) blocks += (W[m]->rows + 15) / 16;
     const int want = 16 * qhx_pool_size(ex->pool);
     int rows = 16 * ((blocks + want - 1) / want);
-    if (j.acts && rows < ex->ks->panel_rows) rows = ex->ks->panel_rows;
+    if (j.i8_acts && rows < ex->ks->panel_rows) rows = ex->ks->panel_rows;
     j.first[0] = 0;
     for (int m = 0; m < n; m++) {
         j.chunk_rows[m] = W[m]->rows < 64 || !ex->pool ? W[m]->rows : rows;

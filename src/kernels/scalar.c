@@ -2,6 +2,7 @@
  * the twin every SIMD variant is tested against: fp32 accumulation in the same blocked order the
  * SIMD kernels use (8 lanes, summed pairwise at the end), so the comparison tolerance stays tight. */
 #include "kernels/kernels.h"
+#include "format/w4.h"
 #include "format/w8.h"
 #include "kernels/q8.h"
 #include <math.h>
@@ -19,6 +20,10 @@ static void widen_row(const qhx_tensor *W, int r, float *out) {
     const size_t cols = (size_t)W->cols;
     if (W->dtype == QHX_I8) { /* packed in row groups (format/w8.h), not row-major */
         for (size_t c = 0; c < cols; c++) out[c] = (float)((const int8_t *)W->data)[qhx_w8_at(cols, (size_t)r, c)];
+        return;
+    }
+    if (W->dtype == QHX_Q4) { /* scaled: the scale changes every 32 columns */
+        qhx_w4_row_f32(W->data, cols, (size_t)r, out);
         return;
     }
     const unsigned char *row = (const unsigned char *)W->data + (size_t)r * cols * qhx_dtype_size(W->dtype);
@@ -110,6 +115,32 @@ static qhx_status scalar_int_matmul(const qhx_tensor *W, const qhx_acts *X, int 
     return QHX_OK;
 }
 
+/* The twin of every set's W4 kernel (kernels.h): exact block sums of (q - 8) x from the rounded
+ * values themselves, four fp32 accumulators by block, fused multiply-adds. */
+static qhx_status scalar_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, pad = X->pad, nbx = pad / QHX_Q8_BLOCK, nb = qhx_w4_blocks(cols);
+    uint8_t *q = malloc(cols);
+    float *d = malloc(sizeof(float) * nb);
+    if (!q || !d) { free(q), free(d); return QHX_ERR_NOMEM; }
+    for (int r = r0; r < r1; r++) {
+        qhx_w4_get_row(W->data, cols, (size_t)r, q, d);
+        for (int t = 0; t < T; t++) {
+            float acc[QHX_W4_UNIT] = {0};
+            for (size_t b = 0; b * QHX_W4_BLOCK < cols; b++) {
+                int32_t sum = 0;
+                const size_t c1 = (b + 1) * QHX_W4_BLOCK < cols ? (b + 1) * QHX_W4_BLOCK : cols;
+                for (size_t c = b * QHX_W4_BLOCK; c < c1; c++)
+                    sum += (q[c] - 8) * (X->v ? X->v[(size_t)t * pad + c] : X->q[(size_t)t * pad + c]);
+                acc[b % QHX_W4_UNIT] = fmaf((float)sum, d[b] * X->s[(size_t)t * nbx + b], acc[b % QHX_W4_UNIT]);
+            }
+            Y[(size_t)t * W->rows + r] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        }
+    }
+    free(q);
+    free(d);
+    return QHX_OK;
+}
+
 static void scalar_round_q8(const float *x, size_t cols, const qhx_acts *a, size_t t) {
     qhx_q8_quantize_abs(x, cols, a->q + t * a->pad, a->aq + t * a->pad, a->s + t * (a->pad / QHX_Q8_BLOCK));
 }
@@ -174,6 +205,8 @@ const qhx_fp32_ops qhx_fp32_ref = {.matmul = ref_matmul, .dot = ref_dot, .axpy =
                                    .delta_step = scalar_delta_step, .silu = scalar_silu};
 const qhx_fp32_ops qhx_fp32_scalar = {.matmul = scalar_matmul, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
                                       .delta_step = scalar_delta_step, .silu = scalar_silu};
-const qhx_acts_ops qhx_acts_scalar_q8 = {.form = QHX_ACTS_Q8, .matmul = scalar_int_matmul, .round = scalar_round_q8};
-const qhx_acts_ops qhx_acts_scalar_q16 = {.form = QHX_ACTS_Q16, .matmul = scalar_int_matmul, .round = scalar_round_q16};
+const qhx_acts_ops qhx_acts_scalar_q8 = {.form = QHX_ACTS_Q8, .matmul = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,
+                                         .round = scalar_round_q8};
+const qhx_acts_ops qhx_acts_scalar_q16 = {.form = QHX_ACTS_Q16, .matmul = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,
+                                          .round = scalar_round_q16};
 const qhx_acts_ops qhx_acts_scalar_bf16 = {.form = QHX_ACTS_BF16, .matmul = scalar_bf16_matmul, .round = scalar_to_bf16};

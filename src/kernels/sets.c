@@ -74,7 +74,7 @@ static void compose(void) {
                                    .ieee = r->fp32 == &qhx_fp32_ref, .supported = (cpu & r->needs) == r->needs};
         if (r->acts)
             sets[i].matmul_acts = r->acts->matmul, sets[i].acts = r->acts->form, sets[i].round_acts = r->acts->round,
-            sets[i].panel_rows = r->acts->panel_rows;
+            sets[i].panel_rows = r->acts->panel_rows, sets[i].matmul_acts_w4 = r->acts->matmul_w4;
     }
     for (size_t i = N_SETS; i-- > 0;)
         snprintf(all_names + strlen(all_names), sizeof all_names - strlen(all_names), "%s%s", all_names[0] ? " " : "", names[i]);

@@ -3,6 +3,7 @@
  * before any compute can start. */
 #include "util/buf.h"
 #include "model/model.h"
+#include "format/w4.h"
 #include "util/error.h"
 
 #include "util/json.h"
@@ -139,16 +140,17 @@ static qhx_status bind(const manifest *mf, const qhxf_file *f, const char *name,
     const qhx_tensor *t = &e->t;
     if (t->dtype != want_dt || t->rows != rows || t->cols != cols)
         return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' is [%d, %d], the model needs [%d, %d] %s", f->map.path, name, t->rows,
-                        t->cols, rows, cols, want_dt == QHX_I8 ? "int8" : want_dt == QHX_F16 ? "fp16" : "fp32");
+                        t->cols, rows, cols, want_dt == QHX_I8 ? "int8" : want_dt == QHX_Q4 ? "4-bit" : want_dt == QHX_F16 ? "fp16" : "fp32");
     *dst = *t;
     return QHX_OK;
 }
 
-/* How the forge stores each decoder tensor: matrices W8, everything small fp32. */
-qhx_dtype qhx_bundle_dtype(const qhx_tensor_spec *s) { return s->init == QHX_INIT_MATRIX ? QHX_I8 : QHX_F32; }
+/* How the forge stores each decoder tensor: matrices W8 or W4, everything small fp32. */
+qhx_dtype qhx_bundle_dtype(const qhx_tensor_spec *s, qhx_dtype matrices) { return s->init == QHX_INIT_MATRIX ? matrices : QHX_F32; }
 
 /* The MTP head the model description promises, from the file plan.mtp names. */
-static qhx_status load_mtp(qhx_model *m, manifest *mf, const qhxf_expect *base, const qhx_tensor_spec *specs, int n_specs) {
+static qhx_status load_mtp(qhx_model *m, manifest *mf, const qhxf_expect *base, qhx_dtype matrices, const qhx_tensor_spec *specs,
+                           int n_specs) {
     const json_t *file = get(mf, "plan.mtp.file", JSON_STRING);
     if (!file) return QHX_ERR_FORMAT;
     qhxf_file *f;
@@ -157,7 +159,7 @@ static qhx_status load_mtp(qhx_model *m, manifest *mf, const qhxf_expect *base, 
         if (specs[k].layer != QHX_LAYER_MTP) continue;
         int rows, cols;
         qhx_spec_dims(&specs[k], &rows, &cols);
-        rc = bind(mf, f, specs[k].name, qhx_bundle_dtype(&specs[k]), rows, cols, specs[k].dst);
+        rc = bind(mf, f, specs[k].name, qhx_bundle_dtype(&specs[k], matrices), rows, cols, specs[k].dst);
     }
     return rc;
 }
@@ -184,12 +186,15 @@ static qhx_status load(qhx_model *m, manifest *mf) {
     static const char *const sharing[] = {QHX_TARGETS_SHARING_LAYOUT};
     int target_ok = 0;
     for (size_t i = 0; i < sizeof sharing / sizeof *sharing; i++) target_ok |= !strcmp(json_string_value(tgt), sharing[i]);
-    if (!target_ok || strcmp(json_string_value(lay), QHX_LAYOUT_W8))
-        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: built for target '%s' with weight layout '%s'; this build runs '%s' / '%s': "
-                        "forge the checkpoint again here (qhx forge)", mf->path, json_string_value(tgt), json_string_value(lay),
-                        QHX_TARGET, QHX_LAYOUT_W8);
+    const char *layout = json_string_value(lay);
+    const int w4 = !strcmp(layout, QHX_LAYOUT_W4);
+    if (!target_ok || (!w4 && strcmp(layout, QHX_LAYOUT_W8)))
+        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: built for target '%s' with weight layout '%s'; this build runs '%s' / '%s' or '%s': "
+                        "forge the checkpoint again here (qhx forge)", mf->path, json_string_value(tgt), layout,
+                        QHX_TARGET, QHX_LAYOUT_W8, QHX_LAYOUT_W4);
+    const qhx_dtype matrices = w4 ? QHX_Q4 : QHX_I8;
     /* another CPU target with this layout: its files carry their own target */
-    qhxf_expect base = {0, json_string_value(tgt), QHX_LAYOUT_W8, 0, 0};
+    qhxf_expect base = {0, json_string_value(tgt), w4 ? QHX_LAYOUT_W4 : QHX_LAYOUT_W8, 0, 0};
     if (!parse_hex64(json_string_value(bid), &base.bundle_id) || !parse_hex64(json_string_value(mh), &base.model_hash))
         return qhx_fail(QHX_ERR_FORMAT, "%s: bundle_id and model_hash must be 16 hex digits", mf->path);
 
@@ -263,10 +268,10 @@ static qhx_status load(qhx_model *m, manifest *mf) {
             if (!mine && !(last && s->dst == &m->w->final_norm)) continue;
             int rows, cols;
             qhx_spec_dims(s, &rows, &cols);
-            rc = bind(mf, f, s->name, qhx_bundle_dtype(s), rows, cols, s->dst);
+            rc = bind(mf, f, s->name, qhx_bundle_dtype(s, matrices), rows, cols, s->dst);
         }
     }
-    if (!rc && m->w->mtp) rc = load_mtp(m, mf, &base, specs, n_specs);
+    if (!rc && m->w->mtp) rc = load_mtp(m, mf, &base, matrices, specs, n_specs);
     free(specs);
     if (!rc && next != m->cfg.n_layers)
         rc = qhx_fail(QHX_ERR_FORMAT, "%s: the decode shards end at layer %d of %d", mf->path, next, m->cfg.n_layers);

@@ -82,7 +82,7 @@ struct qhx_gguf;
 qhx_status qhx_gguf_read_config(qhx_config *c, const struct qhx_gguf *g);
 qhx_status qhx_gguf_read_tokenizer(const struct qhx_gguf *g, qhx_tokenizer **out);
 /* The dtype a bundle stores a decoder tensor in: int8 for matrices, fp32 for the rest. */
-qhx_dtype qhx_bundle_dtype(const qhx_tensor_spec *s);
+qhx_dtype qhx_bundle_dtype(const qhx_tensor_spec *s, qhx_dtype matrices);
 
 /* The host-op qwen3_5_generate: host embedding lookup, then each decode shard over the residual
  * stream in order (each with its own state; the last applies the final norm), then the lm-head.

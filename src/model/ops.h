@@ -1,6 +1,7 @@
 /* Scalar fp32 building blocks of the reference forward. Simple on purpose: they are the oracle. */
 #ifndef QHX_OPS_H
 #define QHX_OPS_H
+#include "format/w4.h"
 #include "format/w8.h"
 #include "model/qwen35.h"
 #include "util/half.h"
@@ -20,6 +21,12 @@ static inline __attribute__((always_inline)) float qhx_tensor_get(const qhx_tens
     case QHX_I8: {
         const size_t r = i / (size_t)t->cols, c = i % (size_t)t->cols;
         return (float)((const int8_t *)p)[qhx_w8_at((size_t)t->cols, r, c)] * t->scale[r];
+    }
+    case QHX_Q4: {
+        const size_t cols = (size_t)t->cols, r = i / cols, c = i % cols, b = c / QHX_W4_BLOCK, k = c % QHX_W4_BLOCK;
+        const uint8_t byte = p[qhx_w4_codes_at(cols, r, b) + k % 16];
+        memcpy(&h, p + qhx_w4_scale_at(cols, r, b), 2);
+        return qhx_f16_to_f32(h) * (float)((k < 16 ? byte & 15 : byte >> 4) - 8);
     }
     default: return 0.0f;
     }

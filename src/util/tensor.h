@@ -5,16 +5,16 @@
 #define QHX_TENSOR_H
 #include <stddef.h>
 
-/* QHX_I8 only appears in bundles (W8 weights with per-row fp32 scales, format/w8.h), never in
- * safetensors. */
-typedef enum { QHX_F32, QHX_BF16, QHX_F16, QHX_I8, QHX_DT_OTHER } qhx_dtype;
+/* QHX_I8 and QHX_Q4 only appear in bundles (W8 weights with per-row fp32 scales, format/w8.h; W4
+ * codes with a scale every 32 columns, format/w4.h), never in safetensors. */
+typedef enum { QHX_F32, QHX_BF16, QHX_F16, QHX_I8, QHX_Q4, QHX_DT_OTHER } qhx_dtype;
 
 static inline size_t qhx_dtype_size(qhx_dtype dt) {
     switch (dt) {
     case QHX_F32: return 4;
     case QHX_BF16: case QHX_F16: return 2;
     case QHX_I8: return 1;
-    default: return 0;
+    default: return 0; /* QHX_Q4 has no row-major element size: see format/w4.h */
     }
 }
 
