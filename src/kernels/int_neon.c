@@ -8,6 +8,7 @@
  * add per row and block: the results are the twin's bit for bit. Decode (a few tokens) streams
  * the W8 layout with fp32 activations (the neon set's kernel). This file alone is compiled for
  * armv8.2-a+dotprod; the sets that call it need QHX_CPU_NEON_DOT. */
+#include "format/w4.h"
 #include "format/w8.h"
 #include "kernels/kernels.h"
 #include "kernels/q8.h"
@@ -63,6 +64,51 @@ static void round_q16(const float *x, size_t cols, const qhx_acts *a, size_t t) 
     for (size_t c = 0; c < a->pad; c++) qhx_q16_split(v[c], hi + c, lo + c);
 }
 
-const qhx_acts_ops qhx_acts_neon_q8 = {.form = QHX_ACTS_Q8, .matmul = dot_matmul, .round = round_q8};
-const qhx_acts_ops qhx_acts_neon_q16 = {.form = QHX_ACTS_Q16, .matmul = dot_matmul, .round = round_q16};
+/* ---- W4 (format/w4.h), decode and prefill ----------------------------------------------------
+ * A row's 16 code bytes of a block, low nibbles then high ones, sdot against the token's 16 + 16
+ * activation bytes: 4 int32 quads; pairwise adds over 4 blocks put row i's block sums in lanes
+ * 0-3, the order the layout keeps its scales in. The fp32 steps are the scalar twin's. */
+static inline int32x4_t w4_row_block(const uint8_t *codes, const int8_t *x) {
+    const uint8x16_t v = vld1q_u8(codes);
+    const int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15))), hi = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo, vld1q_s8(x)), hi, vld1q_s8(x + 16));
+}
+
+static inline int32x4_t w4_row_unit(const uint8_t *g, size_t u, int i, const int8_t *x) {
+    int32x4_t s[4];
+    for (int k = 0; k < 4; k++)
+        s[k] = w4_row_block(g + (u + k) * QHX_W4_CODE_BYTES + i * (QHX_W4_BLOCK / 2), x + (u + k) * QHX_W4_BLOCK);
+    return vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3]));
+}
+
+static qhx_status dot_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), gbytes = qhx_w4_group_bytes(cols), pad = X->w4pad;
+    for (int r = r0; r < r1; r += QHX_W4_GROUP) {
+        const uint8_t *g = (const uint8_t *)W->data + (size_t)r / QHX_W4_GROUP * gbytes;
+        const uint16_t *ds = (const uint16_t *)(g + nb * QHX_W4_CODE_BYTES);
+        const int nr = r1 - r < QHX_W4_GROUP ? r1 - r : QHX_W4_GROUP;
+        for (int t = 0; t < T; t++) {
+            const int8_t *h = X->w4h + (size_t)t * pad, *l = X->w4l ? X->w4l + (size_t)t * pad : NULL;
+            const int32_t *c8 = X->w4c + (size_t)t * nb;
+            const float *sx = X->w4s + (size_t)t * nb;
+            for (int i = 0; i < nr; i++) {
+                float32x4_t acc = vdupq_n_f32(0.0f);
+                for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
+                    int32x4_t tot = w4_row_unit(g, u, i, h);
+                    if (l) tot = vaddq_s32(vshlq_n_s32(tot, 8), w4_row_unit(g, u, i, l));
+                    tot = vsubq_s32(tot, vld1q_s32(c8 + u));
+                    const float32x4_t d = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(ds + u * QHX_W4_GROUP + i * QHX_W4_UNIT)));
+                    acc = vfmaq_f32(acc, vcvtq_f32_s32(tot), vmulq_f32(d, vld1q_f32(sx + u)));
+                }
+                float a[4];
+                vst1q_f32(a, acc);
+                Y[(size_t)t * W->rows + r + i] = (a[0] + a[1]) + (a[2] + a[3]);
+            }
+        }
+    }
+    return QHX_OK;
+}
+
+const qhx_acts_ops qhx_acts_neon_q8 = {.form = QHX_ACTS_Q8, .matmul = dot_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q8};
+const qhx_acts_ops qhx_acts_neon_q16 = {.form = QHX_ACTS_Q16, .matmul = dot_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q16};
 #endif
