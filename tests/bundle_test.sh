@@ -81,15 +81,17 @@ golden_ids() {
 kern=$("$qhx" inspect "$tmp/one" | sed -n 's/^kernels: \([^,]*\),.*/\1/p')
 fp32_twin=${kern%-q16}
 declare -A golden_n
-for k in "$kern" "$fp32_twin"; do
-    total=0 same=0
+# golden_greedy BUNDLE LABEL KERNELS ENFORCE: each golden prompt's greedy tokens against Hugging
+# Face's, with the reference margin at a divergence (ENFORCE=1: it must be a near-tie)
+golden_greedy() {
+    local b=$1 label=$2 k=$3 enforce=$4 total=0 same=0 c prompt n msg ctx V row verdict i
     for c in $(grep -o '"name": "[^"]*"' models/q35-kjv/golden/golden.json | cut -d'"' -f4); do
         prompt=$(golden_ids "$c" ids)
         read -ra W <<<"$(golden_ids "$c" greedy_ids | tr , ' ')"
-        read -ra G <<<"$("$qhx" generate "$tmp/one" --tokens "$prompt" -n 64 --ignore-eos --ids --kernels "$k")"
+        read -ra G <<<"$("$qhx" generate "$b" --tokens "$prompt" -n 64 --ignore-eos --ids --kernels "$k")"
         n=0; while ((n < ${#W[@]})) && [[ ${W[n]} == "${G[n]:-}" ]]; do n=$((n + 1)); done
-        total=$((total + ${#W[@]})); same=$((same + n)); golden_n[$k.$c]=$n
-        msg="  W8 greedy ($k), golden case $c: $n/${#W[@]} tokens match Hugging Face fp32"
+        total=$((total + ${#W[@]})); same=$((same + n)); golden_n[$label.$k.$c]=$n
+        msg="  $label greedy ($k), golden case $c: $n/${#W[@]} tokens match Hugging Face fp32"
         if ((n < ${#W[@]})); then
             ctx="$prompt"; for ((i = 0; i < n; i++)); do ctx="$ctx,${W[i]}"; done
             "$qhx" logits models/q35-kjv --tokens "$ctx" --out "$tmp/lg" --kernels ref
@@ -98,16 +100,17 @@ for k in "$kern" "$fp32_twin"; do
             verdict=$(awk -v a=$((W[n] + 1)) -v b=$((G[n] + 1)) '{lo = $1; hi = $1; for (i = 2; i <= NF; i++) { if ($i < lo) lo = $i; if ($i > hi) hi = $i }
                 m = $a - $b; printf "diverges at %d: reference margin %.4f of logit range %.2f -> %s", '"$n"', m, hi - lo, (m < 0.02 * (hi - lo)) ? "near-tie" : "NOT a near-tie"}' <<<"$row")
             msg="$msg; $verdict"
-            check "[[ '$verdict' == *'-> near-tie' ]]" "golden case $c: $verdict"
+            [[ $enforce == 1 ]] && check "[[ '$verdict' == *'-> near-tie' ]]" "golden case $c: $verdict"
         fi
         echo "$msg"
     done
-    echo "  W8 greedy ($k) over the golden prompts: $same/$total tokens before any divergence"
-    [[ $k == "$fp32_twin" ]] && break
-done
+    echo "  $label greedy ($k) over the golden prompts: $same/$total tokens before any divergence"
+}
+golden_greedy "$tmp/one" W8 "$kern" 1
+if [[ $kern != "$fp32_twin" ]]; then golden_greedy "$tmp/one" W8 "$fp32_twin" 1; fi
 for c in $(grep -o '"name": "[^"]*"' models/q35-kjv/golden/golden.json | cut -d'"' -f4); do
-    check "[[ ${golden_n[$kern.$c]} -eq ${golden_n[$fp32_twin.$c]:-${golden_n[$kern.$c]}} ]]" \
-        "golden case $c: $kern matches Hugging Face for ${golden_n[$kern.$c]} tokens, fp32 activations for ${golden_n[$fp32_twin.$c]:-?}"
+    check "[[ ${golden_n[W8.$kern.$c]} -eq ${golden_n[W8.$fp32_twin.$c]:-${golden_n[W8.$kern.$c]}} ]]" \
+        "golden case $c: $kern matches Hugging Face for ${golden_n[W8.$kern.$c]} tokens, fp32 activations for ${golden_n[W8.$fp32_twin.$c]:-?}"
 done
 
 # Greedy parity of the default prefill: every -q16 set this CPU runs (int16 activations) generates
@@ -144,6 +147,29 @@ x32=$(sed -E 's/.*"perplexity": ([0-9.]+).*/\1/' <<<"$p32"); x8=$(sed -E 's/.*"p
 tol=$([[ $slow -gt 1 ]] && echo 0.01 || echo 0.0015)
 check "awk 'BEGIN{exit !($x8 / $x32 < 1 + $tol && $x8 / $x32 > 1 - $tol)}'" "W8 perplexity $x8 vs fp32 $x32 (tolerance $tol)"
 check "[[ \$(sed -E 's/.*\"tokens\": ([0-9]+).*/\1/' <<<'$p8') -gt 1000 ]]" "perplexity scored too few tokens: $p8"
+
+# W4: forged with its gates, shown as W4, perplexity within 1 % of fp32 (the issue's bound; +0.0X %
+# measured), every set's W4 kernel the twin's, a W8 build's refusal simulated by a layout it lacks
+"$qhx" forge models/q35-kjv -o "$tmp/w4" --weights w4 >"$tmp/w4.log" 2>&1 || bad "forge --weights w4: $(tail -2 "$tmp/w4.log")"
+check "grep -q 'gates: oracle-gated export 5/5' '$tmp/w4.log'" "W4 gates: $(grep gates: "$tmp/w4.log")"
+check "ls '$tmp/w4/decode_s0_w4.qhx' >/dev/null" "W4 shard file name"
+check "\"$qhx\" inspect '$tmp/w4' | grep -q 'weights: W4: 4-bit'" "inspect does not show W4"
+check "[[ \$(du -b '$tmp/w4/decode_s0_w4.qhx' | cut -f1) -lt \$(( \$(du -b '$tmp/one/decode_s0_w8.qhx' | cut -f1) * 6 / 10 )) ]]" "W4 shard not under 0.6x W8's"
+p4=$("$qhx" perplexity "$tmp/w4" "$tmp/dev.txt" --ctx 256 --json)
+x4=$(sed -E 's/.*"perplexity": ([0-9.]+).*/\1/' <<<"$p4")
+echo "  perplexity W4 $p4 ($(awk "BEGIN{printf \"%+.3f %%\", ($x4 / $x32 - 1) * 100}") against fp32)"
+check "awk 'BEGIN{exit !($x4 / $x32 < 1.01 && $x4 / $x32 > 0.99)}'" "W4 perplexity $x4 vs fp32 $x32 (tolerance 1 %)"
+w4ref=$("$qhx" generate "$tmp/w4" "In the beginning" -n 24 --ignore-eos --ids --kernels scalar-q16)
+for k in $("$qhx" generate --help | grep -oE '(avx512|avx2|neon)-q16' | sort -u); do
+    out=$("$qhx" generate "$tmp/w4" "In the beginning" -n 24 --ignore-eos --ids --kernels "$k" 2>/dev/null) || continue
+    check "[[ '$out' == '$w4ref' ]]" "W4 greedy on $k differs from scalar-q16"
+done
+golden_greedy "$tmp/w4" W4 "$kern" 0 # reported: 4-bit weights move near-ties further than W8
+expect_err 1 "'w3' is not w8 or w4" "$qhx" forge models/q35-kjv -o "$tmp/x" --weights w3
+rm -rf "$tmp/d"; cp -r "$tmp/w4" "$tmp/d"; sed -i 's/"weight_layout": "w4-r4b32"/"weight_layout": "w4-r8b64"/' "$tmp/d/manifest.json"
+expect_err 1 "weight layout 'w4-r8b64'" "$qhx" generate "$tmp/d" --tokens 1 -n 1
+rm -rf "$tmp/d"; cp -r "$tmp/w4" "$tmp/d"; cp "$tmp/one/decode_s0_w8.qhx" "$tmp/d/decode_s0_w4.qhx" # a W8 shard under a W4 name
+expect_err 1 "layout 'w8-r4b32'" "$qhx" generate "$tmp/d" --tokens 1 -n 1
 
 # context: a forge with --context-len 40 refuses what does not fit, before any work
 "$qhx" forge models/q35-kjv -o "$tmp/short" --context-len 40 --no-gate >/dev/null 2>&1 || bad "forge --context-len"
