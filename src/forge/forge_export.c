@@ -25,50 +25,80 @@ typedef struct {
     forge *f;
     const qhxf_entry *entries;
     const qhx_tensor *const *src;
-    float *row;
-    int8_t *qrow;      /* a quantized row before it is packed */
 } write_ctx;
 
-static int fill_entry(int i, int r0, int r1, void *data, float *scale, void *user) {
-    write_ctx *w = user;
-    const qhx_tensor *t = w->src[i];
-    const int cols = t->cols;
-    for (int r = r0; r < r1; r++) {
-        for (int c = 0; c < cols; c++) w->row[c] = qhx_tensor_get(t, (size_t)r * cols + c);
-        const size_t at = (size_t)(r - r0) * cols;
-        switch (w->entries[i].dtype) {
+enum { MAX_FILL_THREADS = 64 };
+
+/* One call's rows, split by row groups over the runtime's threads (quantizing a 4B model's
+ * matrices to W4 is minutes of arithmetic); each thread sums its own quantization error. */
+typedef struct {
+    const write_ctx *w;
+    int i, r0, r1;
+    void *data;
+    float *scale;
+    double num[MAX_FILL_THREADS], den[MAX_FILL_THREADS];
+    int failed;
+} fill_job;
+
+static void fill_rows(void *arg, int k, int n) {
+    fill_job *j = arg;
+    const qhx_tensor *t = j->w->src[j->i];
+    const int cols = t->cols, groups = (j->r1 - j->r0 + 3) / 4;
+    const int r0 = j->r0 + 4 * (int)((long long)groups * k / n), r1 = j->r0 + 4 * (int)((long long)groups * (k + 1) / n);
+    float *row = malloc(sizeof(float) * (size_t)cols);
+    int8_t *q8 = malloc((size_t)cols);
+    if (!row || !q8) {
+        free(row), free(q8);
+        j->failed = 1;
+        return;
+    }
+    double num = 0, den = 0;
+    void *data = j->data;
+    for (int r = r0; r < r1 && r < j->r1; r++) {
+        for (int c = 0; c < cols; c++) row[c] = qhx_tensor_get(t, (size_t)r * cols + c);
+        const size_t at = (size_t)(r - j->r0) * cols;
+        switch (j->w->entries[j->i].dtype) {
         case QHX_I8: {
-            int8_t *q = w->qrow;
-            const float sc = scale[r - r0] = qhx_quantize_row(w->row, cols, q);
-            qhx_w8_put_row(data, (size_t)cols, (size_t)(r - r0), q);
+            const float sc = j->scale[r - j->r0] = qhx_quantize_row(row, cols, q8);
+            qhx_w8_put_row(data, (size_t)cols, (size_t)(r - j->r0), q8);
             for (int c = 0; c < cols; c++) {
-                const double d = w->row[c] - q[c] * (double)sc;
-                w->f->qerr_num += d * d;
-                w->f->qerr_den += (double)w->row[c] * w->row[c];
+                const double d = row[c] - q8[c] * (double)sc;
+                num += d * d, den += (double)row[c] * row[c];
             }
             break;
         }
         case QHX_Q4:
             for (int c0 = 0; c0 < cols; c0 += QHX_W4_BLOCK) {
-                const int n = cols - c0 < QHX_W4_BLOCK ? cols - c0 : QHX_W4_BLOCK;
+                const int nc = cols - c0 < QHX_W4_BLOCK ? cols - c0 : QHX_W4_BLOCK;
                 uint8_t q[QHX_W4_BLOCK];
                 float d, m;
-                qhx_quantize_w4(w->row + c0, n, 0, q, &d, &m);
-                for (int k = n; k < QHX_W4_BLOCK; k++) q[k] = 8; /* the ragged block's zero columns */
-                qhx_w4_put(data, (size_t)cols, (size_t)(r - r0), (size_t)c0 / QHX_W4_BLOCK, q, d);
-                for (int k = 0; k < n; k++) {
-                    const double e = w->row[c0 + k] - (double)d * (q[k] - 8);
-                    w->f->qerr_num += e * e;
-                    w->f->qerr_den += (double)w->row[c0 + k] * w->row[c0 + k];
+                qhx_quantize_w4(row + c0, nc, 0, q, &d, &m);
+                for (int c = nc; c < QHX_W4_BLOCK; c++) q[c] = 8; /* the ragged block's zero columns */
+                qhx_w4_put(data, (size_t)cols, (size_t)(r - j->r0), (size_t)c0 / QHX_W4_BLOCK, q, d);
+                for (int c = 0; c < nc; c++) {
+                    const double e = row[c0 + c] - (double)d * (q[c] - 8);
+                    num += e * e, den += (double)row[c0 + c] * row[c0 + c];
                 }
             }
             break;
         case QHX_F16:
-            for (int c = 0; c < cols; c++) ((uint16_t *)data)[at + c] = qhx_f32_to_f16(w->row[c]);
+            for (int c = 0; c < cols; c++) ((uint16_t *)data)[at + c] = qhx_f32_to_f16(row[c]);
             break;
-        default: memcpy((float *)data + at, w->row, sizeof(float) * cols);
+        default: memcpy((float *)data + at, row, sizeof(float) * cols);
         }
     }
+    j->num[k] = num, j->den[k] = den;
+    free(row), free(q8);
+}
+
+static int fill_entry(int i, int r0, int r1, void *data, float *scale, void *user) {
+    write_ctx *w = user;
+    fill_job j = {.w = w, .i = i, .r0 = r0, .r1 = r1, .data = data, .scale = scale};
+    qhx_pool *pool = w->f->src->rt->ex.pool;
+    if (qhx_pool_size(pool) <= MAX_FILL_THREADS) qhx_pool_run(pool, fill_rows, &j);
+    else fill_rows(&j, 0, 1);
+    if (j.failed) return qhx_fail(QHX_ERR_NOMEM, "out of memory"), 1;
+    for (int k = 0; k < MAX_FILL_THREADS; k++) w->f->qerr_num += j.num[k], w->f->qerr_den += j.den[k];
     return 0;
 }
 
@@ -102,15 +132,10 @@ static qhx_status write_file(forge *f, const char *name, qhxf_kind kind, int l0,
     h.model_hash = f->model_hash;
     h.l0 = l0;
     h.l1 = l1;
-    int maxcols = 1;
-    for (int i = 0; i < n; i++) maxcols = e[i].cols > maxcols ? e[i].cols : maxcols;
-    write_ctx w = {f, e, src, malloc(sizeof(float) * (size_t)maxcols), malloc((size_t)maxcols)};
+    write_ctx w = {f, e, src};
     char *path = qhx_path_join(f->tmp, name);
     uint64_t hash;
-    qhx_status rc = !w.row || !w.qrow || !path ? qhx_fail(QHX_ERR_NOMEM, "out of memory")
-                                               : qhxf_write(path, &h, e, n, fill_entry, &w, &hash, progress);
-    free(w.row);
-    free(w.qrow);
+    qhx_status rc = !path ? qhx_fail(QHX_ERR_NOMEM, "out of memory") : qhxf_write(path, &h, e, n, fill_entry, &w, &hash, progress);
     free(path);
     if (rc) return rc;
     *bytes = record_file(f, name, hash);
