@@ -4,11 +4,12 @@
 # a difference of two runs of the W8 bundle of q35-kjv on one thread: decode = (5 generated - 1
 # generated) / 4, prefill = (a 72-token prompt - a 40-token one) / 32 (both past the 16 tokens
 # below which prefill runs the decode kernels).
-#   bench/aarch64_icount.sh [SETS...]   (after make and make CROSS=aarch64; from the repository root)
+#   [WEIGHTS=w4] bench/aarch64_icount.sh [SETS...]   (after make and make CROSS=aarch64; from the
+#   repository root; WEIGHTS picks the bundle's matrices, w8 by default)
 set -euo pipefail
 sets=("$@"); [[ ${#sets[@]} -gt 0 ]] || sets=(scalar neon scalar-q16 neon-q16 scalar-q8 neon-q8)
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-build/qhx forge models/q35-kjv -o "$work/b" --no-gate >/dev/null 2>&1
+build/qhx forge models/q35-kjv -o "$work/b" --weights "${WEIGHTS:-w8}" --no-gate >/dev/null 2>&1
 count() { # count SET IDS N -> instructions of qhx generate
     qemu-aarch64 -cpu max -d in_asm,exec,nochain -D "$work/log" build-aarch64/qhx generate "$work/b" --tokens "$2" -n "$3" \
         --ignore-eos --ids --kernels "$1" -t 1 >/dev/null 2>&1

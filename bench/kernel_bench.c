@@ -1,8 +1,9 @@
-/* What each kernel set streams (the -q16 and -q8 sets decode with fp32 activations, as qhx_matmul does): W8 matrices of the 4B shape's MLP (9216 x 2560, 23.6 MB; eight of
+/* What each kernel set streams (the -q16 and -q8 sets decode W8 with fp32 activations, as qhx_matmul does): W8 and W4 matrices of the 4B shape's MLP (9216 x 2560, 23.6 MB in W8, 13.3 MB in W4; eight of
  * them in turn, so the weights come from memory, not the 32 MB L3), decode (1 token) on one thread and on the pool, and prefill (64 tokens) on
  * the pool. Decode reports weight GB/s, prefill multiply-adds per second; both next to the read
  * bandwidth of a plain streaming loop measured in the same run. Ratios only: the machine is shared.
  *   build/kernel_bench [THREADS [PREFILL_TOKENS]] */
+#include "format/w4.h"
 #include "kernels/kernels.h"
 #include "util/error.h"
 
@@ -55,8 +56,15 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < wbytes * NM; i++) seed = seed * 6364136223846793005ull + 1, w[i] = (int8_t)(seed >> 56);
     for (int r = 0; r < rows; r++) scale[r] = 1e-3f;
     for (int i = 0; i < cols * T; i++) seed = seed * 6364136223846793005ull + 1, X[i] = (float)(int)(seed >> 40 & 0xffff) / 65536.0f - 0.5f;
-    qhx_tensor W[8];
+    qhx_tensor W[8], W4[8];
     for (size_t m = 0; m < NM; m++) W[m] = (qhx_tensor){QHX_I8, rows, cols, w + m * wbytes, scale};
+    /* W4: random codes, every scale 2^-10 */
+    const size_t w4bytes = qhx_w4_bytes(rows, cols), gbytes = qhx_w4_group_bytes(cols), nb = qhx_w4_blocks(cols);
+    uint8_t *w4 = malloc(w4bytes * NM);
+    for (size_t i = 0; i < w4bytes * NM; i++) seed = seed * 6364136223846793005ull + 1, w4[i] = (uint8_t)(seed >> 56);
+    for (size_t g = 0; g < NM * (size_t)rows / QHX_W4_GROUP; g++)
+        for (size_t k = 0; k < nb * QHX_W4_GROUP; k++) memcpy(w4 + g * gbytes + nb * QHX_W4_CODE_BYTES + 2 * k, &(uint16_t){0x1400}, 2);
+    for (size_t m = 0; m < NM; m++) W4[m] = (qhx_tensor){QHX_Q4, rows, cols, w4 + m * w4bytes, NULL};
     qhx_pool *pool = qhx_pool_new(threads);
 
     const size_t sbytes = (size_t)256 << 20;
@@ -80,9 +88,17 @@ int main(int argc, char **argv) {
         printf("%-10s decode 1 thread %5.1f GB/s | decode %d threads %5.1f GB/s = %.2f of bandwidth | prefill %d: %6.1f GMAC/s\n",
                sets[s], wbytes / d1 / 1e9, qhx_pool_size(pool), wbytes / dn / 1e9, wbytes / dn / 1e9 / bw, T,
                (double)wbytes * T / pf / 1e9);
+        if (ks->matmul_acts_w4) {
+            const double e1 = BEST(reps, for (size_t m = 0; m < NM; m++) qhx_matmul(&one, &W4[m], X, 1, Y)) / NM;
+            const double en = BEST(reps, for (size_t m = 0; m < NM; m++) qhx_matmul(&all, &W4[m], X, 1, Y)) / NM;
+            const double pf4 = BEST(reps / 4 + 1, qhx_matmul(&all, &W4[0], X, T, Y));
+            printf("%-10s W4 decode 1 thread %5.1f GB/s | decode %d threads %5.1f GB/s = %.2f of bandwidth, %.2fx W8's tokens | prefill %d: %6.1f GMAC/s\n",
+                   sets[s], w4bytes / e1 / 1e9, qhx_pool_size(pool), w4bytes / en / 1e9, w4bytes / en / 1e9 / bw, dn / en, T,
+                   (double)wbytes * T / pf4 / 1e9);
+        }
         qhx_acts_free(&acts);
     }
     qhx_pool_free(pool);
-    free(w), free(scale), free(X), free(Y), free(buf);
+    free(w), free(w4), free(scale), free(X), free(Y), free(buf);
     return 0;
 }

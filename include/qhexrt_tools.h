@@ -43,7 +43,7 @@ typedef struct {
     uint64_t max_context_bytes;    /* per-shard byte ceiling; 0: 2 GiB (the 4B shape -> 2 shards) */
     int context_len;               /* 0: min(max_position_embeddings, 4096) */
     const char *weights;           /* decoder matrices: "w8" (default) or "w4" (docs/bundle.md) */
-    const char *lmhead;            /* "f16" (default) or "w8" */
+    const char *lmhead;            /* "f16" (default), "w8" or "w4" */
     int force;                     /* replace an existing bundle (only once the new one is complete) */
     int gate;                      /* run the gates; a failed gate fails the forge */
     int gate_tokens;               /* greedy gate: tokens per prompt (0: 64) */

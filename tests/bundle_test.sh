@@ -165,6 +165,12 @@ for k in $("$qhx" generate --help | grep -oE '(avx512|avx2|neon)-q16' | sort -u)
     check "[[ '$out' == '$w4ref' ]]" "W4 greedy on $k differs from scalar-q16"
 done
 golden_greedy "$tmp/w4" W4 "$kern" 0 # reported: 4-bit weights move near-ties further than W8
+# the lm-head in W4 too: its own file, perplexity still within 1 % of fp32
+"$qhx" forge models/q35-kjv -o "$tmp/w4h" --weights w4 --lmhead w4 >"$tmp/w4h.log" 2>&1 || bad "forge --lmhead w4: $(tail -2 "$tmp/w4h.log")"
+check "[[ -s '$tmp/w4h/lm_head_w4.qhx' ]] && grep -q '\"dtype\": \"q4\"' '$tmp/w4h/manifest.json'" "no W4 lm-head file"
+x4h=$("$qhx" perplexity "$tmp/w4h" "$tmp/dev.txt" --ctx 256 --json | sed -E 's/.*"perplexity": ([0-9.]+).*/\1/')
+echo "  perplexity W4 with a W4 lm-head $x4h ($(awk "BEGIN{printf \"%+.3f %%\", ($x4h / $x32 - 1) * 100}") against fp32)"
+check "awk 'BEGIN{exit !($x4h / $x32 < 1.01 && $x4h / $x32 > 0.99)}'" "W4 + W4 head perplexity $x4h vs fp32 $x32 (tolerance 1 %)"
 expect_err 1 "'w3' is not w8 or w4" "$qhx" forge models/q35-kjv -o "$tmp/x" --weights w3
 rm -rf "$tmp/d"; cp -r "$tmp/w4" "$tmp/d"; sed -i 's/"weight_layout": "w4-r4b32"/"weight_layout": "w4-r8b64"/' "$tmp/d/manifest.json"
 expect_err 1 "weight layout 'w4-r8b64'" "$qhx" generate "$tmp/d" --tokens 1 -n 1

@@ -50,10 +50,10 @@ int cmd_synth(int argc, char **argv) {
 
 static const char forge_help[] =
     "usage: qhx forge (CHECKPOINT | FILE.gguf) -o BUNDLE [--max-context-bytes N] [--context-len N]\n"
-    "                 [--weights w8|w4] [--lmhead f16|w8] [--no-gate] [--gate-tokens N] [--gate-trials N] [--force] [-t N] [--kernels K]\n"
+    "                 [--weights w8|w4] [--lmhead f16|w8|w4] [--no-gate] [--gate-tokens N] [--gate-trials N] [--force] [-t N] [--kernels K]\n"
     "Forges a Hugging Face checkpoint, or a GGUF of llama.cpp's qwen35 (its weights decoded exactly\n"
     "and the converter's changes undone), into a bundle: W8 (or W4) decode shards by layer range (as\n"
-    "few as fit the per-shard ceiling), an fp16 embedding, an fp16 (or W8) lm-head, the MTP head (a\n"
+    "few as fit the per-shard ceiling), an fp16 embedding, an fp16 (or W8, or W4) lm-head, the MTP head (a\n"
     "file of its own) when the source has one, the tokenizer and a manifest. Then gates it against\n"
     "the fp32 reference (the source's own weights): each shard on random hidden states, and greedy\n"
     "generation end to end. A failed gate fails the forge; nothing is left behind.\n"
@@ -61,7 +61,7 @@ static const char forge_help[] =
     "  --context-len N        positions a session may use (default min(max_position_embeddings, 4096))\n"
     "  --weights w8|w4        decoder matrices: int8 with a scale a row (default), or 4-bit codes with an\n"
     "                         fp16 scale every 32 columns (half the bytes a token; docs/bundle.md)\n"
-    "  --lmhead f16|w8        lm-head precision (default f16; a tied f16 head is the embedding file)\n"
+    "  --lmhead f16|w8|w4     lm-head precision (default f16; a tied f16 head is the embedding file)\n"
     "  --no-gate              skip the gates\n"
     "  --gate-tokens N        greedy gate tokens per prompt (default 64)\n"
     "  --gate-trials N        export gate random inputs per shard (default 5)\n"

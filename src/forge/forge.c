@@ -46,9 +46,11 @@ void forge_say(const forge *f, const char *fmt, ...) {
 
 qhx_status qhx_forge(const qhx_forge_opts *o) {
     if (!o->checkpoint || !o->out) return qhx_fail(QHX_ERR_ARG, "forge: needs a checkpoint (or GGUF) and an output directory");
-    const int w8_head = o->lmhead && !strcmp(o->lmhead, "w8");
-    if (o->lmhead && !w8_head && strcmp(o->lmhead, "f16"))
-        return qhx_fail(QHX_ERR_ARG, "--lmhead: '%s' is not f16 or w8", o->lmhead);
+    const qhx_dtype head_dt = !o->lmhead || !strcmp(o->lmhead, "f16") ? QHX_F16
+                              : !strcmp(o->lmhead, "w8")               ? QHX_I8
+                              : !strcmp(o->lmhead, "w4")               ? QHX_Q4
+                                                                       : QHX_DT_OTHER;
+    if (head_dt == QHX_DT_OTHER) return qhx_fail(QHX_ERR_ARG, "--lmhead: '%s' is not f16, w8 or w4", o->lmhead);
     const int w4 = o->weights && !strcmp(o->weights, "w4");
     if (o->weights && !w4 && strcmp(o->weights, "w8")) return qhx_fail(QHX_ERR_ARG, "--weights: '%s' is not w8 or w4", o->weights);
     forge f = {.o = o, .matrices = w4 ? QHX_Q4 : QHX_I8, .layout = w4 ? QHX_LAYOUT_W4 : QHX_LAYOUT_W8};
@@ -83,7 +85,7 @@ qhx_status qhx_forge(const qhx_forge_opts *o) {
     if ((rc = forge_plan(&f, &n_shards, first, ceiling))) goto out;
     if ((rc = qhx_outdir_begin(o->out, o->force, &f.tmp))) goto out;
     for (int i = 0; i < f.n_specs; i++) f.total_bytes += forge_spec_bytes(&f, &f.specs[i]);
-    f.total_bytes += (uint64_t)c->vocab_size * c->hidden * (w8_head ? 3 : 2);
+    f.total_bytes += (uint64_t)c->vocab_size * c->hidden * (head_dt == QHX_F16 ? 2 : 3); /* + the fp16 embedding */
 
     char hex[17];
     json_object_set_new(root, "format", json_string("qhexrt-bundle"));
@@ -101,7 +103,7 @@ qhx_status qhx_forge(const qhx_forge_opts *o) {
     json_t *plan_json = qhx_json_add(root, "plan", json_object());
     json_object_set_new(plan_json, "host_op", json_string("qwen3_5_generate"));
     json_object_set_new(plan_json, "max_context_bytes", qhx_json_number((double)ceiling));
-    if ((rc = forge_export_all(&f, plan_json, first, n_shards, w8_head)) || (rc = forge_copy_tokenizer(&f))) goto out;
+    if ((rc = forge_export_all(&f, plan_json, first, n_shards, head_dt)) || (rc = forge_copy_tokenizer(&f))) goto out;
     if (json_object_get(f.files, "tokenizer.qhxtok")) {
         json_t *tk = qhx_json_add(plan_json, "tokenizer", json_object());
         if (json_object_get(f.files, "tokenizer.json")) json_object_set_new(tk, "json", json_string("tokenizer.json"));

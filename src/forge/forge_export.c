@@ -214,7 +214,7 @@ uint64_t forge_random_id(void) {
 
 void forge_hex64(char out[17], uint64_t v) { snprintf(out, 17, "%016llx", (unsigned long long)v); }
 
-qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n_shards, int w8_head) {
+qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n_shards, qhx_dtype head_dt) {
     const qhx_config *c = &f->src->cfg;
     qhx_weights *w = f->src->w;
     qhxf_entry *e = calloc((size_t)f->n_specs + 1, sizeof *e);
@@ -254,15 +254,16 @@ qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n
     json_object_set_new(emb, "dtype", json_string("f16"));
     json_object_set_new(emb, "lookup", json_string("host"));
     const char *head_file = "embed_f16.qhx";
-    if (!rc && (w8_head || !c->tie_embeddings)) {
-        head_file = w8_head ? "lm_head_w8.qhx" : "lm_head_f16.qhx";
-        e[0] = (qhxf_entry){"lm_head.weight", w8_head ? QHX_I8 : QHX_F16, V, D};
+    const char *head_name = head_dt == QHX_I8 ? "i8" : head_dt == QHX_Q4 ? "q4" : "f16";
+    if (!rc && (head_dt != QHX_F16 || !c->tie_embeddings)) {
+        head_file = head_dt == QHX_I8 ? "lm_head_w8.qhx" : head_dt == QHX_Q4 ? "lm_head_w4.qhx" : "lm_head_f16.qhx";
+        e[0] = (qhxf_entry){"lm_head.weight", head_dt, V, D};
         src[0] = &w->lm_head;
         rc = write_file(f, head_file, QHXF_HEAD, 0, 0, e, src, 1, &bytes);
     }
     json_t *head = qhx_json_add(plan_json, "lm_head", json_object());
     json_object_set_new(head, "file", json_string(head_file));
-    json_object_set_new(head, "dtype", json_string(w8_head ? "i8" : "f16"));
+    json_object_set_new(head, "dtype", json_string(head_name));
     json_object_set_new(head, "tied_to_embedding", json_boolean(!strcmp(head_file, "embed_f16.qhx")));
     if (!rc && w->mtp) { /* the MTP head in a file of its own: decoding never reads it */
         int n = 0;

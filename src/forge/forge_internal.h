@@ -28,7 +28,7 @@ uint64_t forge_spec_bytes(const forge *f, const qhx_tensor_spec *s);
 /* 1. decode shards: first[i] is shard i's first layer, first[n_shards] the layer count */
 qhx_status forge_plan(forge *f, int *n_shards, int *first, uint64_t ceiling);
 /* 2. every shard file, the embedding and the lm-head into f->tmp, hashed into f->files */
-qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n_shards, int w8_head);
+qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n_shards, qhx_dtype head_dt);
 qhx_status forge_copy_tokenizer(forge *f);
 /* 3. the gates on the written bundle b, their results added to gates */
 qhx_status forge_gate_export(forge *f, qhx_model *b, json_t *gates, int *passed, int *total);

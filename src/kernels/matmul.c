@@ -178,7 +178,9 @@ qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, con
         }
         if (a->bf) acts_zero_tail(a, T);
         j.acts = a;
-        qhx_pool_run(ex->pool, round_part, &j);
+        /* a few rows round faster on this thread than the pool wakes (W4 decode: every matmul) */
+        if (T <= 4) round_part(&j, 0, 1);
+        else qhx_pool_run(ex->pool, round_part, &j);
     }
     /* 16 chunks a thread over the whole group: a late thread costs at most 1/16 of its share
      * (48 measured the same); matrices under 64 rows are one chunk each */

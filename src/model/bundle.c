@@ -282,11 +282,11 @@ static qhx_status load(qhx_model *m, manifest *mf) {
     if ((rc = open_file(m, mf, json_string_value(emb), QHXF_EMBED, &base, &f)) ||
         (rc = bind(mf, f, "embed_tokens.weight", QHX_F16, V, D, &m->w->embed)))
         return rc;
-    const int w8 = !strcmp(json_string_value(head_dt), "i8");
-    if (!w8 && strcmp(json_string_value(head_dt), "f16"))
-        return qhx_fail(QHX_ERR_FORMAT, "%s: plan.lm_head.dtype '%s' is not f16 or i8", mf->path, json_string_value(head_dt));
+    const char *hd = json_string_value(head_dt);
+    const qhx_dtype hdt = !strcmp(hd, "i8") ? QHX_I8 : !strcmp(hd, "q4") ? QHX_Q4 : !strcmp(hd, "f16") ? QHX_F16 : QHX_DT_OTHER;
+    if (hdt == QHX_DT_OTHER) return qhx_fail(QHX_ERR_FORMAT, "%s: plan.lm_head.dtype '%s' is not f16, i8 or q4", mf->path, hd);
     if ((rc = open_file(m, mf, json_string_value(head), QHXF_HEAD, &base, &f))) return rc;
-    return bind(mf, f, f->h.kind == QHXF_EMBED ? "embed_tokens.weight" : "lm_head.weight", w8 ? QHX_I8 : QHX_F16, V, D,
+    return bind(mf, f, f->h.kind == QHXF_EMBED ? "embed_tokens.weight" : "lm_head.weight", hdt, V, D,
                 &m->w->lm_head);
 }
 
