@@ -206,48 +206,68 @@ INLINE __m512i fold4(const __m512i s[4]) {
 
 INLINE __m512i bcast16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
 
-/* one token over one row group: the 16 lanes of (row, block % 4) accumulators. SPLIT: int16
- * activations, their low bytes a second pass. */
-INLINE __m512 w4_token(const uint8_t *g, const uint16_t *ds, size_t nb, const int8_t *h, const int8_t *l, const int32_t *c8,
-                       const float *sx, int SPLIT) {
+/* one token over NG (1 or 2) row groups: per group the 16 lanes of (row, block % 4)
+ * accumulators. Two groups share each activation broadcast (4 a block with int16 activations).
+ * SPLIT: int16 activations, their low bytes a second pass. */
+INLINE void w4_token(const uint8_t *g, size_t gbytes, size_t nb, int NG, const int8_t *h, const int8_t *l, const int32_t *c8,
+                     const float *sx, int SPLIT, __m512 acc[2]) {
     const __m512i m = _mm512_set1_epi8(15);
-    __m512 acc = _mm512_setzero_ps();
+    const uint16_t *ds[2] = {(const uint16_t *)(g + nb * QHX_W4_CODE_BYTES), (const uint16_t *)(g + gbytes + nb * QHX_W4_CODE_BYTES)};
+    acc[0] = acc[1] = _mm512_setzero_ps();
     for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
-        __m512i sh[4], sl[4];
+        __m512i sh[2][4], sl[2][4];
         _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
-            const uint8_t *cb = g + (u + k) * QHX_W4_CODE_BYTES;
-            __builtin_prefetch(cb + 4096, 0, 3);
-            const __m512i v = _mm512_loadu_si512(cb);
-            const __m512i lo = _mm512_and_si512(v, m), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
             const size_t c = (u + k) * QHX_W4_BLOCK;
-            sh[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, bcast16(h + c)), hi, bcast16(h + c + 16));
-            if (SPLIT)
-                sl[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, bcast16(l + c)), hi, bcast16(l + c + 16));
+            const __m512i xl = bcast16(h + c), xh = bcast16(h + c + 16);
+            __m512i ll = xl, lh = xh;
+            if (SPLIT) ll = bcast16(l + c), lh = bcast16(l + c + 16);
+            _Pragma("GCC unroll 2") for (int q = 0; q < NG; q++) {
+                const uint8_t *cb = g + q * gbytes + (u + k) * QHX_W4_CODE_BYTES;
+                __builtin_prefetch(cb + 4096, 0, 3);
+                const __m512i v = _mm512_loadu_si512(cb);
+                const __m512i lo = _mm512_and_si512(v, m), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+                sh[q][k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xl), hi, xh);
+                if (SPLIT) sl[q][k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, ll), hi, lh);
+            }
         }
-        __m512i tot = fold4(sh);
-        if (SPLIT) tot = _mm512_add_epi32(_mm512_slli_epi32(tot, 8), fold4(sl));
-        tot = _mm512_sub_epi32(tot, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(c8 + u))));
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ds + u * QHX_W4_GROUP)));
+        const __m512i corr = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(c8 + u)));
         const __m512 s = _mm512_broadcast_f32x4(_mm_loadu_ps(sx + u));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(d, s), acc);
+        _Pragma("GCC unroll 2") for (int q = 0; q < NG; q++) {
+            __m512i tot = fold4(sh[q]);
+            if (SPLIT) tot = _mm512_add_epi32(_mm512_slli_epi32(tot, 8), fold4(sl[q]));
+            tot = _mm512_sub_epi32(tot, corr);
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ds[q] + u * QHX_W4_GROUP)));
+            acc[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(d, s), acc[q]);
+        }
     }
-    return acc;
+}
+
+/* rows r .. r + nr - 1 (nr <= 8) of token t from the accumulators */
+INLINE void w4_store(const __m512 acc[2], int nr, float *y) {
+    float a[32];
+    _mm512_storeu_ps(a, acc[0]);
+    _mm512_storeu_ps(a + 16, acc[1]);
+    for (int i = 0; i < nr; i++) y[i] = (a[4 * i] + a[4 * i + 1]) + (a[4 * i + 2] + a[4 * i + 3]);
 }
 
 TARGET static qhx_status vnni_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), gbytes = qhx_w4_group_bytes(cols), pad = X->w4pad;
-    for (int r = r0; r < r1; r += QHX_W4_GROUP) {
+    for (int r = r0; r < r1; r += 2 * QHX_W4_GROUP) {
         const uint8_t *g = (const uint8_t *)W->data + (size_t)r / QHX_W4_GROUP * gbytes;
-        const uint16_t *ds = (const uint16_t *)(g + nb * QHX_W4_CODE_BYTES);
-        const int nr = r1 - r < QHX_W4_GROUP ? r1 - r : QHX_W4_GROUP;
+        const int nr = r1 - r < 2 * QHX_W4_GROUP ? r1 - r : 2 * QHX_W4_GROUP;
         for (int t = 0; t < T; t++) {
-            const int8_t *h = X->w4h + (size_t)t * pad;
+            const int8_t *h = X->w4h + (size_t)t * pad, *l = X->w4l ? X->w4l + (size_t)t * pad : NULL;
             const int32_t *c8 = X->w4c + (size_t)t * nb;
             const float *sx = X->w4s + (size_t)t * nb;
-            float a[16];
-            _mm512_storeu_ps(a, X->w4l ? w4_token(g, ds, nb, h, X->w4l + (size_t)t * pad, c8, sx, 1)
-                                       : w4_token(g, ds, nb, h, NULL, c8, sx, 0));
-            for (int i = 0; i < nr; i++) Y[(size_t)t * W->rows + r + i] = (a[4 * i] + a[4 * i + 1]) + (a[4 * i + 2] + a[4 * i + 3]);
+            __m512 acc[2];
+            if (nr > QHX_W4_GROUP) {
+                if (l) w4_token(g, gbytes, nb, 2, h, l, c8, sx, 1, acc);
+                else w4_token(g, gbytes, nb, 2, h, NULL, c8, sx, 0, acc);
+            } else {
+                if (l) w4_token(g, gbytes, nb, 1, h, l, c8, sx, 1, acc);
+                else w4_token(g, gbytes, nb, 1, h, NULL, c8, sx, 0, acc);
+            }
+            w4_store(acc, nr, Y + (size_t)t * W->rows + r);
         }
     }
     return QHX_OK;
