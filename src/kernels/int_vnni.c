@@ -250,7 +250,121 @@ INLINE void w4_store(const __m512 acc[2], int nr, float *y) {
     for (int i = 0; i < nr; i++) y[i] = (a[4 * i] + a[4 * i + 1]) + (a[4 * i + 2] + a[4 * i + 3]);
 }
 
+/* Prefill (more than QHX_DECODE_MAX_T tokens): W4 blocks unpacked to signed bytes q - 8 in W8's
+ * block order and packed as the W8 prefill packs them (rows in lanes), so every token passes over
+ * 32 rows at a time while they sit in L2. A packed block carries its 16 rows' scales as a tenth
+ * unit. The blocks go in four passes, b = j, j + 4, ..., one accumulator per pass, which is the
+ * twin's acc[b % 4]: the results stay the twin's bit for bit, for every T. */
+#define W4_UNITS (UNITS + 1)
+
+INLINE void w4_pack_block(const uint8_t *data, size_t gbytes, size_t nb, size_t g0, size_t groups, size_t b, __m512i *out) {
+    int8_t tmp[4 * QHX_W8_GROUP * QHX_W8_BLOCK];
+    uint16_t dh[16];
+    const __m512i m = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
+    const __m512i i0 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), i1 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    for (size_t G = 0; G < 4; G++) {
+        if (g0 + G >= groups) {
+            memset(tmp + G * 128, 0, 128);
+            memset(dh + 4 * G, 0, 8);
+            continue;
+        }
+        const uint8_t *g = data + (g0 + G) * gbytes;
+        const __m512i v = _mm512_loadu_si512(g + b * QHX_W4_CODE_BYTES);
+        const __m512i lo = _mm512_sub_epi8(_mm512_and_si512(v, m), eight);
+        const __m512i hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m), eight);
+        _mm512_storeu_si512(tmp + G * 128, _mm512_permutex2var_epi64(lo, i0, hi));
+        _mm512_storeu_si512(tmp + G * 128 + 64, _mm512_permutex2var_epi64(lo, i1, hi));
+        const uint16_t *ds = (const uint16_t *)(g + nb * QHX_W4_CODE_BYTES);
+        for (int i = 0; i < 4; i++) dh[4 * G + i] = ds[b / 4 * 16 + i * 4 + b % 4];
+    }
+    pack_block(tmp, 128, 0, 4, 0, out);
+    out[UNITS] = _mm512_castps_si512(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh)));
+}
+
+INLINE void w4_tile(const __m512i *panel, size_t nbx, const qhx_acts *X, int t, int NR, int NT, int SPLIT, const qhx_tensor *W,
+                    int row0, int nvalid, float *Y) {
+    __m512 part[4][TOKENS][2];
+    for (int j4 = 0; j4 < 4; j4++) {
+        __m512 acc[TOKENS][2];
+        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+        for (size_t b = (size_t)j4; b < nbx; b += 4) {
+            const __m512i *pb = panel + b * 2 * W4_UNITS;
+            __m512i d[TOKENS][2], e[TOKENS][2];
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++)
+                _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) d[j][i] = e[j][i] = pb[i * W4_UNITS + UNITS - 1];
+            _Pragma("GCC unroll 8") for (int k = 0; k < UNITS - 1; k++) {
+                const __m512i w0 = pb[k], w1 = pb[W4_UNITS + k];
+                _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
+                    const size_t o = (size_t)(t + j) * X->pad + b * QHX_Q8_BLOCK + 4 * k;
+                    int32_t quad;
+                    memcpy(&quad, X->aq + o, 4);
+                    const __m512i a = _mm512_set1_epi32(quad);
+                    d[j][0] = _mm512_dpbusd_epi32(d[j][0], a, w0);
+                    if (NR == 2) d[j][1] = _mm512_dpbusd_epi32(d[j][1], a, w1);
+                    if (SPLIT) {
+                        memcpy(&quad, X->laq + o, 4);
+                        const __m512i l = _mm512_set1_epi32(quad);
+                        e[j][0] = _mm512_dpbusd_epi32(e[j][0], l, w0);
+                        if (NR == 2) e[j][1] = _mm512_dpbusd_epi32(e[j][1], l, w1);
+                    }
+                }
+            }
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
+                const __m512 sc = _mm512_set1_ps(X->s[(size_t)(t + j) * nbx + b]);
+                _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) {
+                    const __m512i sum = SPLIT ? _mm512_add_epi32(_mm512_slli_epi32(d[j][i], 8), e[j][i]) : d[j][i];
+                    const __m512 dv = _mm512_castsi512_ps(pb[i * W4_UNITS + UNITS]);
+                    acc[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dv, sc), acc[j][i]);
+                }
+            }
+        }
+        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) part[j4][j][0] = acc[j][0], part[j4][j][1] = acc[j][1];
+    }
+    _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) {
+        const int n = nvalid - i * LANES < LANES ? nvalid - i * LANES : LANES;
+        if (n <= 0) break;
+        const __mmask16 mk = (__mmask16)((1u << n) - 1);
+        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
+            const __m512 y = _mm512_add_ps(_mm512_add_ps(part[0][j][i], part[1][j][i]), _mm512_add_ps(part[2][j][i], part[3][j][i]));
+            _mm512_mask_storeu_ps(Y + (size_t)(t + j) * W->rows + row0 + i * LANES, mk, y);
+        }
+    }
+}
+
+#define W4_TOKEN_TAILS(NR, SPLIT)                                                                                      \
+    for (int t = 0; t < T; t += TOKENS) {                                                                              \
+        switch (T - t < TOKENS ? T - t : TOKENS) {                                                                     \
+        case 1: w4_tile(panel, nbx, X, t, NR, 1, SPLIT, W, row0, nvalid, Y); break;                                    \
+        case 2: w4_tile(panel, nbx, X, t, NR, 2, SPLIT, W, row0, nvalid, Y); break;                                    \
+        case 3: w4_tile(panel, nbx, X, t, NR, 3, SPLIT, W, row0, nvalid, Y); break;                                    \
+        default: w4_tile(panel, nbx, X, t, NR, 4, SPLIT, W, row0, nvalid, Y); break;                                   \
+        }                                                                                                              \
+    }
+
+TARGET static qhx_status vnni_w4_prefill(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), nbx = X->pad / QHX_Q8_BLOCK, gbytes = qhx_w4_group_bytes(cols);
+    const size_t groups = ((size_t)W->rows + QHX_W4_GROUP - 1) / QHX_W4_GROUP;
+    __m512i *panel = aligned_alloc(64, nbx * 2 * W4_UNITS * sizeof(__m512i));
+    if (!panel) return QHX_ERR_NOMEM;
+    for (int row0 = r0; row0 < r1; row0 += PANEL) {
+        const int nvalid = r1 - row0 < PANEL ? r1 - row0 : PANEL, nr = nvalid > LANES ? 2 : 1;
+        for (size_t b = 0; b < nbx; b++)
+            for (int i = 0; i < nr; i++)
+                w4_pack_block(W->data, gbytes, nb, (size_t)(row0 + i * LANES) / QHX_W4_GROUP, groups, b, panel + (b * 2 + i) * W4_UNITS);
+        if (X->v) {
+            if (nr == 2) W4_TOKEN_TAILS(2, 1)
+            else W4_TOKEN_TAILS(1, 1)
+        } else {
+            if (nr == 2) W4_TOKEN_TAILS(2, 0)
+            else W4_TOKEN_TAILS(1, 0)
+        }
+    }
+    free(panel);
+    return QHX_OK;
+}
+
 TARGET static qhx_status vnni_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+    if (T > QHX_DECODE_MAX_T) return vnni_w4_prefill(W, X, T, Y, r0, r1);
     const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), gbytes = qhx_w4_group_bytes(cols), pad = X->w4pad;
     for (int r = r0; r < r1; r += 2 * QHX_W4_GROUP) {
         const uint8_t *g = (const uint8_t *)W->data + (size_t)r / QHX_W4_GROUP * gbytes;
