@@ -108,62 +108,76 @@ INLINE void pack_block(const int8_t *data, size_t gbytes, size_t g0, size_t grou
     out[8] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
 }
 
-/* NR (1 or 2) packed 16-row registers x NT tokens from t, over every block; writes rows
+/* The W4 prefill's packed block: W8's units, then its 16 rows' scales (fp32 bits). */
+#define W4_UNITS (UNITS + 1)
+
+/* NR (1 or 2) packed 16-row registers x NT tokens from t, over the nb blocks; writes rows
  * row0 .. row0 + nvalid - 1 of those tokens. SPLIT: int16 activations, a second pass for the low
- * bytes. NR, NT and SPLIT are constants at each call, so the accumulators stay in registers
- * (with SPLIT: 8 + 8 int32 and 8 fp32 of the 32). */
-INLINE void tile(const __m512i *panel, size_t nb, const qhx_acts *X, int t, int NR, int NT, int SPLIT, const qhx_tensor *W,
+ * bytes. W4: the panel holds W4 blocks (W4_UNITS a block, each scaled by its rows' scales), taken
+ * in four passes b = j, j + 4, ... whose sums meet as (p0 + p1) + (p2 + p3), the twin's order;
+ * W8: one pass, the rows' scales last. NR, NT, SPLIT and W4 are constants at each call, so the
+ * accumulators stay in registers (with SPLIT: 8 + 8 int32 and 8 fp32 of the 32). */
+INLINE void tile(const __m512i *panel, size_t nb, const qhx_acts *X, int t, int NR, int NT, int SPLIT, int W4, const qhx_tensor *W,
                  int row0, int nvalid, float *Y) {
-    const size_t nbx = X->pad / QHX_Q8_BLOCK;
-    __m512 acc[TOKENS][2];
-    _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
-    for (size_t b = 0; b < nb; b++) {
-        const __m512i *pb = panel + b * 2 * UNITS;
-        __m512i d[TOKENS][2], e[TOKENS][2];
-        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++)
-            _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) d[j][i] = e[j][i] = pb[i * UNITS + UNITS - 1];
-        _Pragma("GCC unroll 8") for (int k = 0; k < UNITS - 1; k++) {
-            const __m512i w0 = pb[k], w1 = pb[UNITS + k];
+    const size_t nbx = X->pad / QHX_Q8_BLOCK, units = W4 ? W4_UNITS : UNITS;
+    const int passes = W4 ? 4 : 1;
+    __m512 part[4][TOKENS][2];
+    for (int p = 0; p < passes; p++) {
+        __m512 acc[TOKENS][2];
+        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+        for (size_t b = (size_t)p; b < nb; b += (size_t)passes) {
+            const __m512i *pb = panel + b * 2 * units;
+            __m512i d[TOKENS][2], e[TOKENS][2];
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++)
+                _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) d[j][i] = e[j][i] = pb[i * units + UNITS - 1];
+            _Pragma("GCC unroll 8") for (int k = 0; k < UNITS - 1; k++) {
+                const __m512i w0 = pb[k], w1 = pb[units + k];
+                _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
+                    const size_t o = (size_t)(t + j) * X->pad + b * QHX_Q8_BLOCK + 4 * k;
+                    int32_t quad;
+                    memcpy(&quad, X->aq + o, 4);
+                    const __m512i a = _mm512_set1_epi32(quad);
+                    d[j][0] = _mm512_dpbusd_epi32(d[j][0], a, w0);
+                    if (NR == 2) d[j][1] = _mm512_dpbusd_epi32(d[j][1], a, w1);
+                    if (SPLIT) {
+                        memcpy(&quad, X->laq + o, 4);
+                        const __m512i l = _mm512_set1_epi32(quad);
+                        e[j][0] = _mm512_dpbusd_epi32(e[j][0], l, w0);
+                        if (NR == 2) e[j][1] = _mm512_dpbusd_epi32(e[j][1], l, w1);
+                    }
+                }
+            }
             _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
-                const size_t o = (size_t)(t + j) * X->pad + b * QHX_Q8_BLOCK + 4 * k;
-                int32_t quad;
-                memcpy(&quad, X->aq + o, 4);
-                const __m512i a = _mm512_set1_epi32(quad);
-                d[j][0] = _mm512_dpbusd_epi32(d[j][0], a, w0);
-                if (NR == 2) d[j][1] = _mm512_dpbusd_epi32(d[j][1], a, w1);
-                if (SPLIT) {
-                    memcpy(&quad, X->laq + o, 4);
-                    const __m512i l = _mm512_set1_epi32(quad);
-                    e[j][0] = _mm512_dpbusd_epi32(e[j][0], l, w0);
-                    if (NR == 2) e[j][1] = _mm512_dpbusd_epi32(e[j][1], l, w1);
+                const __m512 sc = _mm512_set1_ps(X->s[(size_t)(t + j) * nbx + b]);
+                _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) {
+                    const __m512i sum = SPLIT ? _mm512_add_epi32(_mm512_slli_epi32(d[j][i], 8), e[j][i]) : d[j][i];
+                    const __m512 s = W4 ? _mm512_mul_ps(_mm512_castsi512_ps(pb[i * units + UNITS]), sc) : sc;
+                    acc[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), s, acc[j][i]);
                 }
             }
         }
-        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
-            const __m512 sc = _mm512_set1_ps(X->s[(size_t)(t + j) * nbx + b]);
-            _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) {
-                const __m512i sum = SPLIT ? _mm512_add_epi32(_mm512_slli_epi32(d[j][i], 8), e[j][i]) : d[j][i];
-                acc[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc, acc[j][i]);
-            }
-        }
+        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) part[p][j][0] = acc[j][0], part[p][j][1] = acc[j][1];
     }
     _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) {
         const int n = nvalid - i * LANES < LANES ? nvalid - i * LANES : LANES;
         if (n <= 0) break;
         const __mmask16 m = (__mmask16)((1u << n) - 1);
-        const __m512 sw = _mm512_maskz_loadu_ps(m, W->scale + row0 + i * LANES);
-        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++)
-            _mm512_mask_storeu_ps(Y + (size_t)(t + j) * W->rows + row0 + i * LANES, m, _mm512_mul_ps(acc[j][i], sw));
+        const __m512 sw = W4 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, W->scale + row0 + i * LANES);
+        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
+            const __m512 y = W4 ? _mm512_add_ps(_mm512_add_ps(part[0][j][i], part[1][j][i]), _mm512_add_ps(part[2][j][i], part[3][j][i]))
+                                : _mm512_mul_ps(part[0][j][i], sw);
+            _mm512_mask_storeu_ps(Y + (size_t)(t + j) * W->rows + row0 + i * LANES, m, y);
+        }
     }
 }
 
-#define TOKEN_TAILS(NR, SPLIT)                                                                                         \
+#define TOKEN_TAILS(NR, SPLIT, W4)                                                                                     \
     for (int t = 0; t < T; t += TOKENS) {                                                                              \
         switch (T - t < TOKENS ? T - t : TOKENS) {                                                                     \
-        case 1: tile(panel, nb, X, t, NR, 1, SPLIT, W, row0, nvalid, Y); break;                                        \
-        case 2: tile(panel, nb, X, t, NR, 2, SPLIT, W, row0, nvalid, Y); break;                                        \
-        case 3: tile(panel, nb, X, t, NR, 3, SPLIT, W, row0, nvalid, Y); break;                                        \
-        default: tile(panel, nb, X, t, NR, 4, SPLIT, W, row0, nvalid, Y); break;                                       \
+        case 1: tile(panel, nb, X, t, NR, 1, SPLIT, W4, W, row0, nvalid, Y); break;                                    \
+        case 2: tile(panel, nb, X, t, NR, 2, SPLIT, W4, W, row0, nvalid, Y); break;                                    \
+        case 3: tile(panel, nb, X, t, NR, 3, SPLIT, W4, W, row0, nvalid, Y); break;                                    \
+        default: tile(panel, nb, X, t, NR, 4, SPLIT, W4, W, row0, nvalid, Y); break;                                   \
         }                                                                                                              \
     }
 
@@ -178,11 +192,11 @@ TARGET static qhx_status vnni_int_matmul(const qhx_tensor *W, const qhx_acts *X,
             for (int i = 0; i < nr; i++)
                 pack_block(W->data, gbytes, (size_t)(row0 + i * LANES) / QHX_W8_GROUP, groups, b, panel + (b * 2 + i) * UNITS);
         if (X->v) {
-            if (nr == 2) TOKEN_TAILS(2, 1)
-            else TOKEN_TAILS(1, 1)
+            if (nr == 2) TOKEN_TAILS(2, 1, 0)
+            else TOKEN_TAILS(1, 1, 0)
         } else {
-            if (nr == 2) TOKEN_TAILS(2, 0)
-            else TOKEN_TAILS(1, 0)
+            if (nr == 2) TOKEN_TAILS(2, 0, 0)
+            else TOKEN_TAILS(1, 0, 0)
         }
     }
     free(panel);
@@ -255,7 +269,6 @@ INLINE void w4_store(const __m512 acc[2], int nr, float *y) {
  * 32 rows at a time while they sit in L2. A packed block carries its 16 rows' scales as a tenth
  * unit. The blocks go in four passes, b = j, j + 4, ..., one accumulator per pass, which is the
  * twin's acc[b % 4]: the results stay the twin's bit for bit, for every T. */
-#define W4_UNITS (UNITS + 1)
 
 INLINE void w4_pack_block(const uint8_t *data, size_t gbytes, size_t nb, size_t g0, size_t groups, size_t b, __m512i *out) {
     int8_t tmp[4 * QHX_W8_GROUP * QHX_W8_BLOCK];
@@ -281,82 +294,23 @@ INLINE void w4_pack_block(const uint8_t *data, size_t gbytes, size_t nb, size_t 
     out[UNITS] = _mm512_castps_si512(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh)));
 }
 
-INLINE void w4_tile(const __m512i *panel, size_t nbx, const qhx_acts *X, int t, int NR, int NT, int SPLIT, const qhx_tensor *W,
-                    int row0, int nvalid, float *Y) {
-    __m512 part[4][TOKENS][2];
-    for (int j4 = 0; j4 < 4; j4++) {
-        __m512 acc[TOKENS][2];
-        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
-        for (size_t b = (size_t)j4; b < nbx; b += 4) {
-            const __m512i *pb = panel + b * 2 * W4_UNITS;
-            __m512i d[TOKENS][2], e[TOKENS][2];
-            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++)
-                _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) d[j][i] = e[j][i] = pb[i * W4_UNITS + UNITS - 1];
-            _Pragma("GCC unroll 8") for (int k = 0; k < UNITS - 1; k++) {
-                const __m512i w0 = pb[k], w1 = pb[W4_UNITS + k];
-                _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
-                    const size_t o = (size_t)(t + j) * X->pad + b * QHX_Q8_BLOCK + 4 * k;
-                    int32_t quad;
-                    memcpy(&quad, X->aq + o, 4);
-                    const __m512i a = _mm512_set1_epi32(quad);
-                    d[j][0] = _mm512_dpbusd_epi32(d[j][0], a, w0);
-                    if (NR == 2) d[j][1] = _mm512_dpbusd_epi32(d[j][1], a, w1);
-                    if (SPLIT) {
-                        memcpy(&quad, X->laq + o, 4);
-                        const __m512i l = _mm512_set1_epi32(quad);
-                        e[j][0] = _mm512_dpbusd_epi32(e[j][0], l, w0);
-                        if (NR == 2) e[j][1] = _mm512_dpbusd_epi32(e[j][1], l, w1);
-                    }
-                }
-            }
-            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
-                const __m512 sc = _mm512_set1_ps(X->s[(size_t)(t + j) * nbx + b]);
-                _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) {
-                    const __m512i sum = SPLIT ? _mm512_add_epi32(_mm512_slli_epi32(d[j][i], 8), e[j][i]) : d[j][i];
-                    const __m512 dv = _mm512_castsi512_ps(pb[i * W4_UNITS + UNITS]);
-                    acc[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dv, sc), acc[j][i]);
-                }
-            }
-        }
-        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) part[j4][j][0] = acc[j][0], part[j4][j][1] = acc[j][1];
-    }
-    _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) {
-        const int n = nvalid - i * LANES < LANES ? nvalid - i * LANES : LANES;
-        if (n <= 0) break;
-        const __mmask16 mk = (__mmask16)((1u << n) - 1);
-        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
-            const __m512 y = _mm512_add_ps(_mm512_add_ps(part[0][j][i], part[1][j][i]), _mm512_add_ps(part[2][j][i], part[3][j][i]));
-            _mm512_mask_storeu_ps(Y + (size_t)(t + j) * W->rows + row0 + i * LANES, mk, y);
-        }
-    }
-}
-
-#define W4_TOKEN_TAILS(NR, SPLIT)                                                                                      \
-    for (int t = 0; t < T; t += TOKENS) {                                                                              \
-        switch (T - t < TOKENS ? T - t : TOKENS) {                                                                     \
-        case 1: w4_tile(panel, nbx, X, t, NR, 1, SPLIT, W, row0, nvalid, Y); break;                                    \
-        case 2: w4_tile(panel, nbx, X, t, NR, 2, SPLIT, W, row0, nvalid, Y); break;                                    \
-        case 3: w4_tile(panel, nbx, X, t, NR, 3, SPLIT, W, row0, nvalid, Y); break;                                    \
-        default: w4_tile(panel, nbx, X, t, NR, 4, SPLIT, W, row0, nvalid, Y); break;                                   \
-        }                                                                                                              \
-    }
-
 TARGET static qhx_status vnni_w4_prefill(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
-    const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), nbx = X->pad / QHX_Q8_BLOCK, gbytes = qhx_w4_group_bytes(cols);
+    /* nb: the blocks holding columns (the layout's padding blocks are zero: skipped, as the twin does) */
+    const size_t cols = (size_t)W->cols, nbw = qhx_w4_blocks(cols), nb = X->pad / QHX_Q8_BLOCK, gbytes = qhx_w4_group_bytes(cols);
     const size_t groups = ((size_t)W->rows + QHX_W4_GROUP - 1) / QHX_W4_GROUP;
-    __m512i *panel = aligned_alloc(64, nbx * 2 * W4_UNITS * sizeof(__m512i));
+    __m512i *panel = aligned_alloc(64, nb * 2 * W4_UNITS * sizeof(__m512i));
     if (!panel) return QHX_ERR_NOMEM;
     for (int row0 = r0; row0 < r1; row0 += PANEL) {
         const int nvalid = r1 - row0 < PANEL ? r1 - row0 : PANEL, nr = nvalid > LANES ? 2 : 1;
-        for (size_t b = 0; b < nbx; b++)
+        for (size_t b = 0; b < nb; b++)
             for (int i = 0; i < nr; i++)
-                w4_pack_block(W->data, gbytes, nb, (size_t)(row0 + i * LANES) / QHX_W4_GROUP, groups, b, panel + (b * 2 + i) * W4_UNITS);
+                w4_pack_block(W->data, gbytes, nbw, (size_t)(row0 + i * LANES) / QHX_W4_GROUP, groups, b, panel + (b * 2 + i) * W4_UNITS);
         if (X->v) {
-            if (nr == 2) W4_TOKEN_TAILS(2, 1)
-            else W4_TOKEN_TAILS(1, 1)
+            if (nr == 2) TOKEN_TAILS(2, 1, 1)
+            else TOKEN_TAILS(1, 1, 1)
         } else {
-            if (nr == 2) W4_TOKEN_TAILS(2, 0)
-            else W4_TOKEN_TAILS(1, 0)
+            if (nr == 2) TOKEN_TAILS(2, 0, 1)
+            else TOKEN_TAILS(1, 0, 1)
         }
     }
     free(panel);
