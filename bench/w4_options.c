@@ -47,34 +47,12 @@ static void fake_quant(const scheme *s, float *row, int cols) {
 
 static double perplexity(qhx_model *m, const int32_t *ids, size_t n) {
     qhx_session *s;
+    double nll;
+    size_t scored;
     if (qhx_session_new(m, &s)) return NAN;
-    qhx_model_info in;
-    qhx_model_get_info(m, &in);
-    const size_t V = (size_t)in.vocab_size, ctx = 512, piece = 64;
-    float *logits = malloc(sizeof(float) * piece * V);
-    double nll = 0;
-    size_t scored = 0;
-    for (size_t w0 = 0; w0 < n && logits; w0 += ctx) {
-        const size_t wn = n - w0 < ctx ? n - w0 : ctx;
-        qhx_session_reset(s);
-        for (size_t p0 = 0; p0 < wn; p0 += piece) {
-            const size_t pn = wn - p0 < piece ? wn - p0 : piece;
-            if (qhx_session_eval(s, ids + w0 + p0, (int)pn, QHX_EVAL_SEQUENCE, logits, NULL)) { nll = NAN; goto done; }
-            for (size_t t = 0; t < pn && p0 + t + 1 < wn; t++) {
-                const float *row = logits + t * V;
-                float mx = row[0];
-                for (size_t v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
-                double sum = 0;
-                for (size_t v = 0; v < V; v++) sum += exp((double)row[v] - mx);
-                nll += log(sum) + mx - row[ids[w0 + p0 + t + 1]];
-                scored++;
-            }
-        }
-    }
-done:
-    free(logits);
+    const qhx_status rc = qhx_perplexity(s, ids, n, 512, 0, &nll, &scored, NULL, NULL);
     qhx_session_free(s);
-    return exp(nll / (double)scored);
+    return rc || !scored ? NAN : exp(nll / (double)scored);
 }
 
 int main(int argc, char **argv) {

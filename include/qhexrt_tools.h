@@ -36,6 +36,14 @@ qhx_read_probe qhx_model_read_weights(qhx_model *m);
  * negative on failure (qhx_last_error). */
 double qhx_bench_mtp_draft(qhx_session *s, int32_t tok, int n);
 
+/* The summed negative log-likelihood (natural log) of ids[0, n) under the session's model, and
+ * how many tokens it scores: the text in consecutive windows of ctx tokens (the last may be
+ * shorter), each from a fresh state, every token of a window but its first scored. second_half:
+ * llama.cpp's definition (llama-perplexity): whole windows only, each scored past its first half.
+ * perplexity = exp(nll / scored). progress (may be NULL) hears after each window. */
+qhx_status qhx_perplexity(qhx_session *s, const int32_t *ids, size_t n, size_t ctx, int second_half, double *nll,
+                          size_t *scored, void (*progress)(size_t done, size_t total, void *user), void *user);
+
 /* ---- the forge and synthetic checkpoints (what `qhx forge` and `qhx synth` run) ------------ */
 
 typedef struct {
