@@ -241,7 +241,10 @@ int main(int argc, char **argv) {
     sprintf(tmp, "%s.tmp-%d", dst, (int)getpid());
     out = fopen(tmp, "wbx");
     if (!out) return fprintf(stderr, "gguf_synth: %s: %s\n", tmp, strerror(errno)), 1;
-    write_metadata(c, n);
+    /* random weights carry no MTP head (list_random writes the trunk), so none is declared */
+    qhx_config trunk = *c;
+    if (!convert) trunk.mtp_layers = 0;
+    write_metadata(&trunk, n);
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         put_str(t[i].name);
