@@ -111,6 +111,10 @@ INLINE void pack_block(const int8_t *data, size_t gbytes, size_t g0, size_t grou
 /* The W4 prefill's packed block: W8's units, then its 16 rows' scales (fp32 bits). */
 #define W4_UNITS (UNITS + 1)
 
+/* Where the W4 prefill's panel keeps block b: the blocks of each of tile()'s four passes one after
+ * another, so every pass reads the panel in order. */
+INLINE size_t w4_slot(size_t b, size_t nb) { return b % 4 * ((nb + 3) / 4) + b / 4; }
+
 /* NR (1 or 2) packed 16-row registers x NT tokens from t, over the nb blocks; writes rows
  * row0 .. row0 + nvalid - 1 of those tokens. SPLIT: int16 activations, a second pass for the low
  * bytes. W4: the panel holds W4 blocks (W4_UNITS a block, each scaled by its rows' scales), taken
@@ -126,7 +130,7 @@ INLINE void tile(const __m512i *panel, size_t nb, const qhx_acts *X, int t, int 
         __m512 acc[TOKENS][2];
         _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
         for (size_t b = (size_t)p; b < nb; b += (size_t)passes) {
-            const __m512i *pb = panel + b * 2 * units;
+            const __m512i *pb = panel + (W4 ? w4_slot(b, nb) : b) * 2 * units;
             __m512i d[TOKENS][2], e[TOKENS][2];
             _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++)
                 _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) d[j][i] = e[j][i] = pb[i * units + UNITS - 1];
@@ -218,6 +222,12 @@ INLINE __m512i fold4(const __m512i s[4]) {
     return _mm512_add_epi32(_mm512_unpacklo_epi64(u, v), _mm512_unpackhi_epi64(u, v));
 }
 
+/* Prefetch: two groups are read side by side, so a fixed distance ahead of each cursor lands in
+ * the other group (or the second group's start goes unfetched). What is fetched is what the pair
+ * reads W4_AHEAD blocks later, codes and scales, in the next pair once this one runs out. Against
+ * 4096 bytes ahead of each cursor, kernel_bench measured one thread 1.2-1.5x faster. */
+#define W4_AHEAD 64
+
 INLINE __m512i bcast16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
 
 /* one token over NG (1 or 2) row groups: per group the 16 lanes of (row, block % 4)
@@ -230,6 +240,10 @@ INLINE void w4_token(const uint8_t *g, size_t gbytes, size_t nb, int NG, const i
     acc[0] = acc[1] = _mm512_setzero_ps();
     for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
         __m512i sh[2][4], sl[2][4];
+        const size_t ahead = u + W4_AHEAD, a = ahead < nb ? ahead : ahead - nb;
+        const uint8_t *pf = (ahead < nb ? g : g + 2 * gbytes) + a * QHX_W4_CODE_BYTES; /* its codes; its scales: */
+        const uint8_t *pfd = pf + (nb - a) * QHX_W4_CODE_BYTES + a / QHX_W4_UNIT * QHX_W4_UNIT * QHX_W4_GROUP * 2;
+        _Pragma("GCC unroll 2") for (int q = 0; q < NG; q++) __builtin_prefetch(pfd + q * gbytes, 0, 3);
         _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
             const size_t c = (u + k) * QHX_W4_BLOCK;
             const __m512i xl = bcast16(h + c), xh = bcast16(h + c + 16);
@@ -237,7 +251,7 @@ INLINE void w4_token(const uint8_t *g, size_t gbytes, size_t nb, int NG, const i
             if (SPLIT) ll = bcast16(l + c), lh = bcast16(l + c + 16);
             _Pragma("GCC unroll 2") for (int q = 0; q < NG; q++) {
                 const uint8_t *cb = g + q * gbytes + (u + k) * QHX_W4_CODE_BYTES;
-                __builtin_prefetch(cb + 4096, 0, 3);
+                __builtin_prefetch(pf + q * gbytes + k * QHX_W4_CODE_BYTES, 0, 3);
                 const __m512i v = _mm512_loadu_si512(cb);
                 const __m512i lo = _mm512_and_si512(v, m), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
                 sh[q][k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xl), hi, xh);
@@ -298,13 +312,13 @@ TARGET static qhx_status vnni_w4_prefill(const qhx_tensor *W, const qhx_acts *X,
     /* nb: the blocks holding columns (the layout's padding blocks are zero: skipped, as the twin does) */
     const size_t cols = (size_t)W->cols, nbw = qhx_w4_blocks(cols), nb = X->pad / QHX_Q8_BLOCK, gbytes = qhx_w4_group_bytes(cols);
     const size_t groups = ((size_t)W->rows + QHX_W4_GROUP - 1) / QHX_W4_GROUP;
-    __m512i *panel = aligned_alloc(64, nb * 2 * W4_UNITS * sizeof(__m512i));
+    __m512i *panel = aligned_alloc(64, qhx_round_up(nb, 4) * 2 * W4_UNITS * sizeof(__m512i));
     if (!panel) return QHX_ERR_NOMEM;
     for (int row0 = r0; row0 < r1; row0 += PANEL) {
         const int nvalid = r1 - row0 < PANEL ? r1 - row0 : PANEL, nr = nvalid > LANES ? 2 : 1;
         for (size_t b = 0; b < nb; b++)
             for (int i = 0; i < nr; i++)
-                w4_pack_block(W->data, gbytes, nbw, (size_t)(row0 + i * LANES) / QHX_W4_GROUP, groups, b, panel + (b * 2 + i) * W4_UNITS);
+                w4_pack_block(W->data, gbytes, nbw, (size_t)(row0 + i * LANES) / QHX_W4_GROUP, groups, b, panel + (w4_slot(b, nb) * 2 + i) * W4_UNITS);
         if (X->v) {
             if (nr == 2) TOKEN_TAILS(2, 1, 1)
             else TOKEN_TAILS(1, 1, 1)
