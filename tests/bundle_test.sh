@@ -26,7 +26,7 @@ check "grep -q 'decode shard 1: decode_s1_w8.qhx, layers 4-7' $tmp/inspect && gr
 "$qhx" bench "$tmp/two" --json --prompts 8,16 --decode 20 >"$tmp/bench.json" 2>"$tmp/bench.err"
 check "node -e 'const j=JSON.parse(require(\"fs\").readFileSync(process.argv[1],\"utf8\")), pos=v=>typeof v===\"number\"&&v>0;
     process.exit(j.prefill.length===2&&j.prefill[1].tokens===16&&j.prefill.every(p=>pos(p.tok_s))&&j.decode.tokens===20&&pos(j.decode.tok_s)&&
-    [\"bandwidth_gb_s\",\"bandwidth_frac\",\"bandwidth_peak_gb_s\",\"bandwidth_peak_frac\",\"ttft_ms\",\"peak_rss_mb\",\"weight_gb_s\"].every(k=>pos(j[k]))&&
+    [\"bandwidth_gb_s\",\"bandwidth_frac\",\"bandwidth_frac_median\",\"bandwidth_peak_gb_s\",\"bandwidth_peak_frac\",\"ttft_ms\",\"peak_rss_mb\",\"weight_gb_s\"].every(k=>pos(j[k]))&&
     Math.abs(j.weight_gb_s/j.bandwidth_gb_s-j.bandwidth_frac)<0.005/j.bandwidth_gb_s+2e-3*j.bandwidth_frac+1e-3 ? 0 : 1)' $tmp/bench.json" "bench --json: $(cat "$tmp/bench.json" "$tmp/bench.err")"
 expect_err 2 "--prompts" "$qhx" bench "$tmp/two" --prompts 8,x
 "$qhx" bench "$tmp/two" --json --prompts 8 --decode 4 --draft ngram --draft-max 3 >"$tmp/bench2.json" 2>"$tmp/bench2.err"

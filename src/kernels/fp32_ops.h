@@ -27,6 +27,12 @@
  * matrices); 16 KiB measured the same as 8. */
 #define QV_PREFETCH 8192
 
+/* Bytes ahead on each of a tile's rows: the rows are read side by side, so what is fetched is
+ * what they read that much later, in the next tile's rows once these run out (a fixed distance
+ * past a row's end would land in the row beside it, already read). Into a 4-row fp16 lm-head on
+ * the Zen 5 VM, 2 threads: 57-58 GB/s, as fast as W8, against 36 GB/s without. */
+#define QV_ROW_AHEAD 2048
+
 /* One tile: NR rows x NT tokens of one dtype, all columns. */
 #define QV_TILE(NAME, LOAD, ES)                                                                                        \
     QV_INLINE void NAME(const unsigned char *w, size_t wstride, const float *x, size_t xstride, size_t cols, int NR,   \
@@ -37,6 +43,11 @@
         size_t c = 0;                                                                                                  \
         for (; c + QV_LANES <= cols; c += QV_LANES) {                                                                  \
             qv_f32 wv[4], xv[4];                                                                                       \
+            if ((c * ES) % 64 == 0) {                                                                                  \
+                const size_t ahead = c * ES + QV_ROW_AHEAD;                                                            \
+                const unsigned char *pf = ahead < wstride ? w + ahead : w + NR * wstride + ahead - wstride;            \
+                _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++) __builtin_prefetch(pf + i * wstride, 0, 3);      \
+            }                                                                                                          \
             _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++) wv[i] = LOAD(w + i * wstride + c * ES);               \
             _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) xv[j] = qv_load(x + j * xstride + c);                 \
             _Pragma("GCC unroll 4") for (int i = 0; i < NR; i++)                                                       \
