@@ -160,65 +160,86 @@ TARGET static qhx_status avx2_int_matmul(const qhx_tensor *W, const qhx_acts *X,
 /* ---- W4 (format/w4.h), decode and prefill ----------------------------------------------------
  * int_vnni.c's scheme on 256 bits: a block's codes are two registers (rows 0-1, rows 2-3), and
  * vpmaddubsw (codes unsigned, activations signed; |products| <= 2 x 15 x 128, no saturation)
- * plus vpmaddwd with ones stand in for vpdpbusd. Four blocks fold into lanes (row, block % 4),
- * so the fp32 steps, and the results, are the scalar twin's. */
+ * plus vpmaddwd stand in for vpdpbusd; vpmaddwd also weighs int16 activations' high bytes by 256
+ * against their low ones, so a block's sum is exact in one register. Four blocks fold into lanes
+ * (row, block % 4), so the fp32 steps, and the results, are the scalar twin's. Two tokens at a
+ * time share each block's load and nibble split. */
 
-TARGET static inline __m256i w4_fold4(const __m256i s[4]) {
-    const __m256i u = _mm256_add_epi32(_mm256_unpacklo_epi32(s[0], s[1]), _mm256_unpackhi_epi32(s[0], s[1]));
-    const __m256i v = _mm256_add_epi32(_mm256_unpacklo_epi32(s[2], s[3]), _mm256_unpackhi_epi32(s[2], s[3]));
-    return _mm256_add_epi32(_mm256_unpacklo_epi64(u, v), _mm256_unpackhi_epi64(u, v));
+/* lanes of a, b summed pairwise: half of a fold of four */
+TARGET static inline __m256i w4_half(__m256i a, __m256i b) {
+    return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
 }
 
-/* codes (32 bytes: two rows' low or high nibbles done) x the token's 16 + 16 bytes: int32 quads */
-TARGET static inline __m256i w4_dot(__m256i lo, __m256i hi, const int8_t *x) {
+/* codes (32 bytes: two rows' low or high nibbles done) x the 16 + 16 bytes at x: int16 pair sums */
+TARGET static inline __m256i w4_dot16(__m256i lo, __m256i hi, const int8_t *x) {
     const __m256i xl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)x));
     const __m256i xh = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(x + 16)));
-    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh)), _mm256_set1_epi16(1));
+    return _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh));
 }
 
-TARGET static inline void w4_token(const uint8_t *g, const uint16_t *ds, size_t nb, const int8_t *h, const int8_t *l,
-                                   const int32_t *c8, const float *sx, int SPLIT, float out[16]) {
+/* a block of two rows x token (h, l) as int32 quads: 256 x the high bytes' sums + the low ones' */
+TARGET static inline __m256i w4_dot(__m256i lo, __m256i hi, const int8_t *h, const int8_t *l, int SPLIT) {
+    const __m256i ph = w4_dot16(lo, hi, h);
+    if (!SPLIT) return _mm256_madd_epi16(ph, _mm256_set1_epi16(1));
+    return _mm256_add_epi32(_mm256_madd_epi16(ph, _mm256_set1_epi16(256)), _mm256_madd_epi16(w4_dot16(lo, hi, l), _mm256_set1_epi16(1)));
+}
+
+/* One row group x NT (1 or 2) tokens from t: out[j] the 16 lanes (row, block % 4) of token t + j. */
+TARGET static inline void w4_tile(const uint8_t *g, const uint16_t *ds, size_t nb, const qhx_acts *X, int t, int NT, int SPLIT,
+                                  float out[2][16]) {
     const __m256i m = _mm256_set1_epi8(15);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    const size_t pad = X->w4pad;
+    __m256 acc[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
     for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
-        __m256i sh[2][4], sl[2][4];
-        for (int k = 0; k < 4; k++) {
-            const uint8_t *cb = g + (u + k) * QHX_W4_CODE_BYTES;
-            __builtin_prefetch(cb + PREFETCH, 0, 3);
-            const size_t c = (u + k) * QHX_W4_BLOCK;
-            for (int p = 0; p < 2; p++) { /* rows 2p, 2p + 1 */
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(cb + 32 * p));
+        __builtin_prefetch(g + u * QHX_W4_CODE_BYTES + PREFETCH, 0, 3);
+        __builtin_prefetch(g + u * QHX_W4_CODE_BYTES + PREFETCH + 64, 0, 3);
+        __builtin_prefetch(g + u * QHX_W4_CODE_BYTES + PREFETCH + 128, 0, 3);
+        __builtin_prefetch(g + u * QHX_W4_CODE_BYTES + PREFETCH + 192, 0, 3);
+        for (int p = 0; p < 2; p++) { /* rows 2p, 2p + 1 */
+            __m256i half[2][2];
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(g + (u + k) * QHX_W4_CODE_BYTES + 32 * p));
                 const __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-                sh[p][k] = w4_dot(lo, hi, h + c);
-                if (SPLIT) sl[p][k] = w4_dot(lo, hi, l + c);
+                const size_t c = (u + k) * QHX_W4_BLOCK;
+                _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) {
+                    const size_t o = (size_t)(t + j) * pad + c;
+                    const __m256i d = w4_dot(lo, hi, X->w4h + o, SPLIT ? X->w4l + o : NULL, SPLIT);
+                    if (k % 2) half[j][k / 2] = w4_half(half[j][k / 2], d);
+                    else half[j][k / 2] = d;
+                }
+            }
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ds + u * QHX_W4_GROUP + 8 * p)));
+            _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) {
+                const size_t nbj = (size_t)(t + j) * nb;
+                const __m256i tot = _mm256_add_epi32(_mm256_unpacklo_epi64(half[j][0], half[j][1]), _mm256_unpackhi_epi64(half[j][0], half[j][1]));
+                const __m256i corr = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(X->w4c + nbj + u)));
+                const __m256 s = _mm256_broadcast_ps((const __m128 *)(X->w4s + nbj + u));
+                acc[j][p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(tot, corr)), _mm256_mul_ps(d, s), acc[j][p]);
             }
         }
-        const __m256i corr = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(c8 + u)));
-        const __m256 s = _mm256_broadcast_ps((const __m128 *)(sx + u));
-        for (int p = 0; p < 2; p++) {
-            __m256i tot = w4_fold4(sh[p]);
-            if (SPLIT) tot = _mm256_add_epi32(_mm256_slli_epi32(tot, 8), w4_fold4(sl[p]));
-            tot = _mm256_sub_epi32(tot, corr);
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ds + u * QHX_W4_GROUP + 8 * p)));
-            acc[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), _mm256_mul_ps(d, s), acc[p]);
-        }
     }
-    _mm256_storeu_ps(out, acc[0]);
-    _mm256_storeu_ps(out + 8, acc[1]);
+    _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) _mm256_storeu_ps(out[j], acc[j][0]), _mm256_storeu_ps(out[j] + 8, acc[j][1]);
 }
 
 TARGET static qhx_status avx2_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
-    const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), gbytes = qhx_w4_group_bytes(cols), pad = X->w4pad;
+    const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), gbytes = qhx_w4_group_bytes(cols);
     for (int r = r0; r < r1; r += QHX_W4_GROUP) {
         const uint8_t *g = (const uint8_t *)W->data + (size_t)r / QHX_W4_GROUP * gbytes;
         const uint16_t *ds = (const uint16_t *)(g + nb * QHX_W4_CODE_BYTES);
         const int nr = r1 - r < QHX_W4_GROUP ? r1 - r : QHX_W4_GROUP;
-        for (int t = 0; t < T; t++) {
-            const int8_t *h = X->w4h + (size_t)t * pad;
-            float a[16];
-            if (X->w4l) w4_token(g, ds, nb, h, X->w4l + (size_t)t * pad, X->w4c + (size_t)t * nb, X->w4s + (size_t)t * nb, 1, a);
-            else w4_token(g, ds, nb, h, NULL, X->w4c + (size_t)t * nb, X->w4s + (size_t)t * nb, 0, a);
-            for (int i = 0; i < nr; i++) Y[(size_t)t * W->rows + r + i] = (a[4 * i] + a[4 * i + 1]) + (a[4 * i + 2] + a[4 * i + 3]);
+        for (int t = 0; t < T; t += 2) {
+            float a[2][16];
+            const int nt = T - t < 2 ? T - t : 2;
+            if (X->w4l) {
+                if (nt == 2) w4_tile(g, ds, nb, X, t, 2, 1, a);
+                else w4_tile(g, ds, nb, X, t, 1, 1, a);
+            } else {
+                if (nt == 2) w4_tile(g, ds, nb, X, t, 2, 0, a);
+                else w4_tile(g, ds, nb, X, t, 1, 0, a);
+            }
+            for (int j = 0; j < nt; j++)
+                for (int i = 0; i < nr; i++)
+                    Y[(size_t)(t + j) * W->rows + r + i] = (a[j][4 * i] + a[j][4 * i + 1]) + (a[j][4 * i + 2] + a[j][4 * i + 3]);
         }
     }
     return QHX_OK;
