@@ -6,18 +6,11 @@
 #include "forge/forge.h"
 #include "model/model.h"
 #include "model/ops.h"
+#include "util/rng.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-static double frand_gauss(uint64_t *s) {
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    const double u1 = ((*s >> 11) + 1.0) / 9007199254740993.0;
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    const double u2 = (*s >> 11) / 9007199254740992.0;
-    return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
-}
 
 int main(int argc, char **argv) {
     if (argc != 2) return fprintf(stderr, "usage: quant_error CHECKPOINT\n"), 2;
@@ -36,7 +29,7 @@ int main(int argc, char **argv) {
         const qhx_tensor *t = specs[i].dst;
         float *row = malloc(sizeof(float) * t->cols), *x = malloc(sizeof(float) * t->cols);
         int8_t *q = malloc((size_t)t->cols);
-        for (int c = 0; c < t->cols; c++) x[c] = (float)frand_gauss(&seed);
+        for (int c = 0; c < t->cols; c++) x[c] = (float)qhx_gauss(&seed);
         for (int r = 0; r < t->rows; r++) {
             double y = 0;
             for (int c = 0; c < t->cols; c++) {

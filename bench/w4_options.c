@@ -7,6 +7,7 @@
 #include "forge/forge.h"
 #include "model/model.h"
 #include "model/ops.h"
+#include "util/rng.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,13 +20,6 @@ typedef struct {
     int group, asym;
     double bits;     /* bits a weight, scales included */
 } scheme;
-
-static double gauss(uint64_t *s) {
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    const double u1 = ((*s >> 11) + 1.0) / 9007199254740993.0;
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return sqrt(-2 * log(u1)) * cos(6.283185307179586 * ((*s >> 11) / 9007199254740992.0));
-}
 
 /* one row quantized and dequantized in place */
 static void fake_quant(const scheme *s, float *row, int cols) {
@@ -110,7 +104,7 @@ int main(int argc, char **argv) {
             if (!orig[i]) continue;
             const int rows = saved[i].rows, cols = saved[i].cols;
             float *x = malloc(sizeof(float) * cols);
-            for (int c = 0; c < cols; c++) x[c] = (float)gauss(&seed);
+            for (int c = 0; c < cols; c++) x[c] = (float)qhx_gauss(&seed);
             for (int r = 0; r < rows; r++) {
                 float *w = work[i] + (size_t)r * cols;
                 const float *o = orig[i] + (size_t)r * cols;

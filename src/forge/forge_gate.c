@@ -30,13 +30,6 @@
 #define TIE_FRAC 0.02      /* greedy gate: a divergence is a near-tie if the reference margin is
                               below this fraction of the logit range of that step */
 
-
-
-static float gauss(uint64_t *s) {
-    const double u1 = ((qhx_splitmix64(s) >> 11) + 1.0) / 9007199254740993.0, u2 = (qhx_splitmix64(s) >> 11) / 9007199254740992.0;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
 /* Oracle-gated export: each shard, on the kernels the bundle runs with, against the same layers in
  * fp32 from the checkpoint, on random hidden states (8 tokens, N(0, 1)). The error is measured on
  * what the shard adds to the residual stream (on the normed output for the last shard), so a
@@ -60,7 +53,7 @@ qhx_status forge_gate_export(forge *f, qhx_model *b, json_t *gates, int *passed,
         double worst = 0;
         for (int k = 0; k < trials && !rc; k++) {
             uint64_t seed = 1000003ull * (uint64_t)(i + 1) + (uint64_t)k;
-            for (size_t j = 0; j < n; j++) x0[j] = gauss(&seed);
+            for (size_t j = 0; j < n; j++) x0[j] = (float)qhx_gauss(&seed);
             memcpy(xr, x0, n * sizeof(float));
             memcpy(xb, x0, n * sizeof(float));
             qhx_state sr, sb;
@@ -98,7 +91,7 @@ qhx_status forge_gate_export(forge *f, qhx_model *b, json_t *gates, int *passed,
         int32_t next[T];
         for (int k = 0; k < trials && !rc; k++) {
             uint64_t seed = 7000003ull + (uint64_t)k;
-            for (size_t j = 0; j < n; j++) x0[j] = gauss(&seed);
+            for (size_t j = 0; j < n; j++) x0[j] = (float)qhx_gauss(&seed);
             for (int t = 0; t < T; t++) next[t] = (int32_t)(qhx_splitmix64(&seed) % (uint64_t)c->vocab_size);
             qhx_state sr, sb;
             if ((rc = qhx_state_init(&sr, mc, 0, 1))) break;

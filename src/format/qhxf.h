@@ -72,8 +72,8 @@ uint64_t qhxf_data_bytes(qhx_dtype dt, uint64_t rows, uint64_t cols);
 
 /* fill(i, r0, r1, data, scale, user): rows [r0, r1) of tensor i into data (the tensor's dtype) and,
  * for I8, their scales. I8 data is in the W8 layout, Q4 data in the W4 one (scales inside), r0 a
- * multiple of their row group (4), and the
- * buffer zeroed beforehand (the layout's padding). Returns 0 on success, else the writer fails with the message it left. */
+ * multiple of their row group (4), and the buffer zeroed beforehand (the layout's padding).
+ * Returns 0 on success, else the writer fails with the message it left. */
 typedef int (*qhxf_fill)(int i, int r0, int r1, void *data, float *scale, void *user);
 
 /* Writes the whole file (header fields other than the offsets and size come from *h) and returns
