@@ -67,18 +67,29 @@ static void round_q16(const float *x, size_t cols, const qhx_acts *a, size_t t) 
 /* ---- W4 (format/w4.h), decode and prefill ----------------------------------------------------
  * A row's 16 code bytes of a block, low nibbles then high ones, sdot against the token's 16 + 16
  * activation bytes: 4 int32 quads; pairwise adds over 4 blocks put row i's block sums in lanes
- * 0-3, the order the layout keeps its scales in. The fp32 steps are the scalar twin's. */
-static inline int32x4_t w4_row_block(const uint8_t *codes, const int8_t *x) {
-    const uint8x16_t v = vld1q_u8(codes);
-    const int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15))), hi = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+ * 0-3, the order the layout keeps its scales in. The fp32 steps are the scalar twin's. Each
+ * block's codes are loaded and split once for both byte halves of int16 activations and for two
+ * tokens at a time. */
+static inline int32x4_t w4_dot(int8x16_t lo, int8x16_t hi, const int8_t *x) {
     return vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo, vld1q_s8(x)), hi, vld1q_s8(x + 16));
 }
 
-static inline int32x4_t w4_row_unit(const uint8_t *g, size_t u, int i, const int8_t *x) {
-    int32x4_t s[4];
-    for (int k = 0; k < 4; k++)
-        s[k] = w4_row_block(g + (u + k) * QHX_W4_CODE_BYTES + i * (QHX_W4_BLOCK / 2), x + (u + k) * QHX_W4_BLOCK);
-    return vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3]));
+static inline int32x4_t w4_sum4(const int32x4_t s[4]) { return vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3])); }
+
+/* row i's sums of the 4 blocks of unit u for NT (1 or 2) tokens: h[j] (and l[j]: 256 h + l) */
+static inline void w4_row_unit(const uint8_t *g, size_t u, int i, const int8_t *const h[2], const int8_t *const l[2], int NT,
+                               int32x4_t tot[2]) {
+    int32x4_t sh[2][4], sl[2][4];
+    for (int k = 0; k < 4; k++) {
+        const uint8x16_t v = vld1q_u8(g + (u + k) * QHX_W4_CODE_BYTES + i * (QHX_W4_BLOCK / 2));
+        const int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15))), hi = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+        const size_t c = (u + k) * QHX_W4_BLOCK;
+        for (int j = 0; j < NT; j++) {
+            sh[j][k] = w4_dot(lo, hi, h[j] + c);
+            if (l[0]) sl[j][k] = w4_dot(lo, hi, l[j] + c);
+        }
+    }
+    for (int j = 0; j < NT; j++) tot[j] = l[0] ? vaddq_s32(vshlq_n_s32(w4_sum4(sh[j]), 8), w4_sum4(sl[j])) : w4_sum4(sh[j]);
 }
 
 static qhx_status dot_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
@@ -87,22 +98,30 @@ static qhx_status dot_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, f
         const uint8_t *g = (const uint8_t *)W->data + (size_t)r / QHX_W4_GROUP * gbytes;
         const uint16_t *ds = (const uint16_t *)(g + nb * QHX_W4_CODE_BYTES);
         const int nr = r1 - r < QHX_W4_GROUP ? r1 - r : QHX_W4_GROUP;
-        for (int t = 0; t < T; t++) {
-            const int8_t *h = X->w4h + (size_t)t * pad, *l = X->w4l ? X->w4l + (size_t)t * pad : NULL;
-            const int32_t *c8 = X->w4c + (size_t)t * nb;
-            const float *sx = X->w4s + (size_t)t * nb;
+        for (int t = 0; t < T; t += 2) {
+            const int nt = T - t < 2 ? T - t : 2;
+            const int8_t *h[2], *l[2];
+            for (int j = 0; j < 2; j++) {
+                const size_t tj = (size_t)(t + (j < nt ? j : 0));
+                h[j] = X->w4h + tj * pad, l[j] = X->w4l ? X->w4l + tj * pad : NULL;
+            }
             for (int i = 0; i < nr; i++) {
-                float32x4_t acc = vdupq_n_f32(0.0f);
+                float32x4_t acc[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
                 for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
-                    int32x4_t tot = w4_row_unit(g, u, i, h);
-                    if (l) tot = vaddq_s32(vshlq_n_s32(tot, 8), w4_row_unit(g, u, i, l));
-                    tot = vsubq_s32(tot, vld1q_s32(c8 + u));
+                    int32x4_t tot[2];
+                    if (nt == 2) w4_row_unit(g, u, i, h, l, 2, tot);
+                    else w4_row_unit(g, u, i, h, l, 1, tot);
                     const float32x4_t d = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(ds + u * QHX_W4_GROUP + i * QHX_W4_UNIT)));
-                    acc = vfmaq_f32(acc, vcvtq_f32_s32(tot), vmulq_f32(d, vld1q_f32(sx + u)));
+                    for (int j = 0; j < nt; j++) {
+                        const size_t o = (size_t)(t + j) * nb + u;
+                        acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(vsubq_s32(tot[j], vld1q_s32(X->w4c + o))), vmulq_f32(d, vld1q_f32(X->w4s + o)));
+                    }
                 }
-                float a[4];
-                vst1q_f32(a, acc);
-                Y[(size_t)t * W->rows + r + i] = (a[0] + a[1]) + (a[2] + a[3]);
+                for (int j = 0; j < nt; j++) {
+                    float a[4];
+                    vst1q_f32(a, acc[j]);
+                    Y[(size_t)(t + j) * W->rows + r + i] = (a[0] + a[1]) + (a[2] + a[3]);
+                }
             }
         }
     }
