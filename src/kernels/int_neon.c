@@ -76,52 +76,65 @@ static inline int32x4_t w4_dot(int8x16_t lo, int8x16_t hi, const int8_t *x) {
 
 static inline int32x4_t w4_sum4(const int32x4_t s[4]) { return vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3])); }
 
-/* row i's sums of the 4 blocks of unit u for NT (1 or 2) tokens: h[j] (and l[j]: 256 h + l) */
-static inline void w4_row_unit(const uint8_t *g, size_t u, int i, const int8_t *const h[2], const int8_t *const l[2], int NT,
-                               int32x4_t tot[2]) {
+/* row i's sums of the 4 blocks of unit u for NT (1 or 2) tokens: h[j] (SPLIT: and l[j], 256 h + l).
+ * NT and SPLIT are constants at each call, so the sums stay in registers. */
+static inline __attribute__((always_inline)) void w4_row_unit(const uint8_t *g, size_t u, int i, const int8_t *const h[2],
+                                                             const int8_t *const l[2], int NT, int SPLIT, int32x4_t tot[2]) {
     int32x4_t sh[2][4], sl[2][4];
-    for (int k = 0; k < 4; k++) {
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
         const uint8x16_t v = vld1q_u8(g + (u + k) * QHX_W4_CODE_BYTES + i * (QHX_W4_BLOCK / 2));
         const int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15))), hi = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
         const size_t c = (u + k) * QHX_W4_BLOCK;
-        for (int j = 0; j < NT; j++) {
+        _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) {
             sh[j][k] = w4_dot(lo, hi, h[j] + c);
-            if (l[0]) sl[j][k] = w4_dot(lo, hi, l[j] + c);
+            if (SPLIT) sl[j][k] = w4_dot(lo, hi, l[j] + c);
         }
     }
-    for (int j = 0; j < NT; j++) tot[j] = l[0] ? vaddq_s32(vshlq_n_s32(w4_sum4(sh[j]), 8), w4_sum4(sl[j])) : w4_sum4(sh[j]);
+    _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++)
+        tot[j] = SPLIT ? vaddq_s32(vshlq_n_s32(w4_sum4(sh[j]), 8), w4_sum4(sl[j])) : w4_sum4(sh[j]);
+}
+
+/* rows r .. r + nr - 1 of tokens t .. t + NT - 1 */
+static inline __attribute__((always_inline)) void w4_rows(const uint8_t *g, size_t nb, const qhx_acts *X, int t, int NT, int SPLIT,
+                                                         int nr, float *Y, size_t ystride) {
+    const uint16_t *ds = (const uint16_t *)(g + nb * QHX_W4_CODE_BYTES);
+    const int8_t *h[2], *l[2];
+    _Pragma("GCC unroll 2") for (int j = 0; j < 2; j++) {
+        const size_t tj = (size_t)(t + (j < NT ? j : 0));
+        h[j] = X->w4h + tj * X->w4pad, l[j] = SPLIT ? X->w4l + tj * X->w4pad : NULL;
+    }
+    for (int i = 0; i < nr; i++) {
+        float32x4_t acc[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+        for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
+            int32x4_t tot[2];
+            w4_row_unit(g, u, i, h, l, NT, SPLIT, tot);
+            const float32x4_t d = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(ds + u * QHX_W4_GROUP + i * QHX_W4_UNIT)));
+            _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) {
+                const size_t o = (size_t)(t + j) * nb + u;
+                acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(vsubq_s32(tot[j], vld1q_s32(X->w4c + o))), vmulq_f32(d, vld1q_f32(X->w4s + o)));
+            }
+        }
+        _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) {
+            float a[4];
+            vst1q_f32(a, acc[j]);
+            Y[(size_t)(t + j) * ystride + i] = (a[0] + a[1]) + (a[2] + a[3]);
+        }
+    }
 }
 
 static qhx_status dot_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
-    const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), gbytes = qhx_w4_group_bytes(cols), pad = X->w4pad;
+    const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), gbytes = qhx_w4_group_bytes(cols), ys = (size_t)W->rows;
     for (int r = r0; r < r1; r += QHX_W4_GROUP) {
         const uint8_t *g = (const uint8_t *)W->data + (size_t)r / QHX_W4_GROUP * gbytes;
-        const uint16_t *ds = (const uint16_t *)(g + nb * QHX_W4_CODE_BYTES);
         const int nr = r1 - r < QHX_W4_GROUP ? r1 - r : QHX_W4_GROUP;
         for (int t = 0; t < T; t += 2) {
-            const int nt = T - t < 2 ? T - t : 2;
-            const int8_t *h[2], *l[2];
-            for (int j = 0; j < 2; j++) {
-                const size_t tj = (size_t)(t + (j < nt ? j : 0));
-                h[j] = X->w4h + tj * pad, l[j] = X->w4l ? X->w4l + tj * pad : NULL;
-            }
-            for (int i = 0; i < nr; i++) {
-                float32x4_t acc[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
-                for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
-                    int32x4_t tot[2];
-                    if (nt == 2) w4_row_unit(g, u, i, h, l, 2, tot);
-                    else w4_row_unit(g, u, i, h, l, 1, tot);
-                    const float32x4_t d = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(ds + u * QHX_W4_GROUP + i * QHX_W4_UNIT)));
-                    for (int j = 0; j < nt; j++) {
-                        const size_t o = (size_t)(t + j) * nb + u;
-                        acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(vsubq_s32(tot[j], vld1q_s32(X->w4c + o))), vmulq_f32(d, vld1q_f32(X->w4s + o)));
-                    }
-                }
-                for (int j = 0; j < nt; j++) {
-                    float a[4];
-                    vst1q_f32(a, acc[j]);
-                    Y[(size_t)(t + j) * W->rows + r + i] = (a[0] + a[1]) + (a[2] + a[3]);
-                }
+            const int two = T - t >= 2;
+            if (X->w4l) {
+                if (two) w4_rows(g, nb, X, t, 2, 1, nr, Y + r, ys);
+                else w4_rows(g, nb, X, t, 1, 1, nr, Y + r, ys);
+            } else {
+                if (two) w4_rows(g, nb, X, t, 2, 0, nr, Y + r, ys);
+                else w4_rows(g, nb, X, t, 1, 0, nr, Y + r, ys);
             }
         }
     }
