@@ -159,7 +159,8 @@ int cmd_bench(int argc, char **argv) {
         for (int v = 1; v < in.vocab_size; v++) best = last[v] > last[best] ? v : best;
         const double t0 = now_s();
         if (qhx_session_eval(s, &best, 1, QHX_EVAL_STEPWISE, NULL, last)) { free(last), free(pre); api_error(); goto done; }
-        dec_s += now_s() - t0, seg_s += now_s() - t0, seg_tokens++;
+        const double dt = now_s() - t0;
+        dec_s += dt, seg_s += dt, seg_tokens++;
         if (i % 16 == 15 || i == n_decode - 1) {
             const qhx_read_probe p = qhx_model_read_weights(m);
             probe.bytes += p.bytes, probe.seconds += p.seconds;

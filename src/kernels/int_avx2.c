@@ -191,10 +191,7 @@ TARGET static inline void w4_tile(const uint8_t *g, const uint16_t *ds, size_t n
     const size_t pad = X->w4pad;
     __m256 acc[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
     for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
-        __builtin_prefetch(g + u * QHX_W4_CODE_BYTES + PREFETCH, 0, 3);
-        __builtin_prefetch(g + u * QHX_W4_CODE_BYTES + PREFETCH + 64, 0, 3);
-        __builtin_prefetch(g + u * QHX_W4_CODE_BYTES + PREFETCH + 128, 0, 3);
-        __builtin_prefetch(g + u * QHX_W4_CODE_BYTES + PREFETCH + 192, 0, 3);
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) __builtin_prefetch(g + (u + k) * QHX_W4_CODE_BYTES + PREFETCH, 0, 3);
         for (int p = 0; p < 2; p++) { /* rows 2p, 2p + 1 */
             __m256i half[2][2];
             _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
