@@ -23,6 +23,7 @@ endif
 ifeq ($(ARCH),aarch64)
 CFLAGS  += -DQHX_HAVE_NEON
 $(BUILD)/src/kernels/int_neon.o: CFLAGS += -march=armv8.2-a+dotprod
+$(BUILD)/src/kernels/int_neon_i8mm.o: CFLAGS += -march=armv8.2-a+dotprod+i8mm
 endif
 SONAME  := libqhexrt.so.0
 LIB_LIBS := -lcjson -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread

@@ -91,7 +91,9 @@ typedef struct {
 
 extern const qhx_fp32_ops qhx_fp32_ref, qhx_fp32_scalar, qhx_fp32_avx2, qhx_fp32_avx512, qhx_fp32_neon;
 extern const qhx_acts_ops qhx_acts_scalar_q8, qhx_acts_scalar_q16, qhx_acts_scalar_bf16, qhx_acts_avx2_q8,
-    qhx_acts_avx2_q16, qhx_acts_vnni_q8, qhx_acts_vnni_q16, qhx_acts_amx_bf16, qhx_acts_neon_q8, qhx_acts_neon_q16;
+    qhx_acts_avx2_q16, qhx_acts_vnni_q8, qhx_acts_vnni_q16, qhx_acts_amx_bf16, qhx_acts_neon_q8, qhx_acts_neon_q16,
+    qhx_acts_i8mm_q8, qhx_acts_i8mm_q16;
+qhx_status qhx_i8mm_w8_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1);
 
 /* A kernel set: a vector layer's fp32 ops x how prefill rounds activations for W8 (kernels/sets.c
  * composes them). The forward calls it through these fields. */

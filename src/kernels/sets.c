@@ -26,6 +26,7 @@ typedef struct {
  * ground floor so auto never reaches them. */
 static const recipe recipes[] = {
 #ifdef QHX_HAVE_NEON
+    {"neon-i8mm", &qhx_fp32_neon, &qhx_acts_i8mm_q16, QHX_CPU_NEON | QHX_CPU_NEON_DOT | QHX_CPU_NEON_I8MM, NULL},
     {"neon", &qhx_fp32_neon, &qhx_acts_neon_q16, QHX_CPU_NEON | QHX_CPU_NEON_DOT, NULL},
     {"neon", &qhx_fp32_neon, NULL, QHX_CPU_NEON, NULL},
 #endif
@@ -46,6 +47,7 @@ static const recipe recipes[] = {
 #endif
 #ifdef QHX_HAVE_NEON
     {"neon", &qhx_fp32_neon, &qhx_acts_neon_q8, QHX_CPU_NEON | QHX_CPU_NEON_DOT, NULL},
+    {"neon-i8mm", &qhx_fp32_neon, &qhx_acts_i8mm_q8, QHX_CPU_NEON | QHX_CPU_NEON_DOT | QHX_CPU_NEON_I8MM, NULL},
 #endif
 #if defined(QHX_HAVE_AVX512) && defined(__linux__)
     {"amx", &qhx_fp32_avx512, &qhx_acts_amx_bf16, QHX_CPU_AVX512 | QHX_CPU_AMX_BF16, &qhx_fp32_avx2},
