@@ -160,8 +160,7 @@ TARGET static qhx_status avx2_int_matmul(const qhx_tensor *W, const qhx_acts *X,
 /* ---- W4 (format/w4.h), decode and prefill ----------------------------------------------------
  * int_vnni.c's scheme on 256 bits: a block's codes are two registers (rows 0-1, rows 2-3), and
  * vpmaddubsw (codes unsigned, activations signed; |products| <= 2 x 15 x 128, no saturation)
- * plus vpmaddwd stand in for vpdpbusd; vpmaddwd also weighs int16 activations' high bytes by 256
- * against their low ones, so a block's sum is exact in one register. Four blocks fold into lanes
+ * plus vpmaddwd stand in for vpdpbusd, so a block's sum is exact in one register. Four blocks fold into lanes
  * (row, block % 4), so the fp32 steps, and the results, are the scalar twin's. Two tokens at a
  * time share each block's load and nibble split. */
 
@@ -177,16 +176,8 @@ TARGET static inline __m256i w4_dot16(__m256i lo, __m256i hi, const int8_t *x) {
     return _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh));
 }
 
-/* a block of two rows x token (h, l) as int32 quads: 256 x the high bytes' sums + the low ones' */
-TARGET static inline __m256i w4_dot(__m256i lo, __m256i hi, const int8_t *h, const int8_t *l, int SPLIT) {
-    const __m256i ph = w4_dot16(lo, hi, h);
-    if (!SPLIT) return _mm256_madd_epi16(ph, _mm256_set1_epi16(1));
-    return _mm256_add_epi32(_mm256_madd_epi16(ph, _mm256_set1_epi16(256)), _mm256_madd_epi16(w4_dot16(lo, hi, l), _mm256_set1_epi16(1)));
-}
-
 /* One row group x NT (1 or 2) tokens from t: out[j] the 16 lanes (row, block % 4) of token t + j. */
-TARGET static inline void w4_tile(const uint8_t *g, const uint16_t *ds, size_t nb, const qhx_acts *X, int t, int NT, int SPLIT,
-                                  float out[2][16]) {
+TARGET static inline void w4_tile(const uint8_t *g, const uint16_t *ds, size_t nb, const qhx_acts *X, int t, int NT, float out[2][16]) {
     const __m256i m = _mm256_set1_epi8(15);
     const size_t pad = X->w4pad;
     __m256 acc[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
@@ -200,7 +191,7 @@ TARGET static inline void w4_tile(const uint8_t *g, const uint16_t *ds, size_t n
                 const size_t c = (u + k) * QHX_W4_BLOCK;
                 _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) {
                     const size_t o = (size_t)(t + j) * pad + c;
-                    const __m256i d = w4_dot(lo, hi, X->w4h + o, SPLIT ? X->w4l + o : NULL, SPLIT);
+                    const __m256i d = _mm256_madd_epi16(w4_dot16(lo, hi, X->w4h + o), _mm256_set1_epi16(1));
                     if (k % 2) half[j][k / 2] = w4_half(half[j][k / 2], d);
                     else half[j][k / 2] = d;
                 }
@@ -227,13 +218,8 @@ TARGET static qhx_status avx2_w4_matmul(const qhx_tensor *W, const qhx_acts *X, 
         for (int t = 0; t < T; t += 2) {
             float a[2][16];
             const int nt = T - t < 2 ? T - t : 2;
-            if (X->w4l) {
-                if (nt == 2) w4_tile(g, ds, nb, X, t, 2, 1, a);
-                else w4_tile(g, ds, nb, X, t, 1, 1, a);
-            } else {
-                if (nt == 2) w4_tile(g, ds, nb, X, t, 2, 0, a);
-                else w4_tile(g, ds, nb, X, t, 1, 0, a);
-            }
+            if (nt == 2) w4_tile(g, ds, nb, X, t, 2, a);
+            else w4_tile(g, ds, nb, X, t, 1, a);
             for (int j = 0; j < nt; j++)
                 for (int i = 0; i < nr; i++)
                     Y[(size_t)(t + j) * W->rows + r + i] = (a[j][4 * i] + a[j][4 * i + 1]) + (a[j][4 * i + 2] + a[j][4 * i + 3]);
@@ -242,7 +228,8 @@ TARGET static qhx_status avx2_w4_matmul(const qhx_tensor *W, const qhx_acts *X, 
     return QHX_OK;
 }
 
-const qhx_acts_ops qhx_acts_avx2_q8 = {.form = QHX_ACTS_Q8, .matmul = avx2_int_matmul, .matmul_w4 = avx2_w4_matmul, .round = round_q8};
+const qhx_acts_ops qhx_acts_avx2_q8 = {.form = QHX_ACTS_Q8, .matmul = avx2_int_matmul, .matmul_w4 = avx2_w4_matmul, .round = round_q8,
+                                       .round_q8 = round_q8};
 const qhx_acts_ops qhx_acts_avx2_q16 = {.form = QHX_ACTS_Q16, .matmul = avx2_int_matmul, .matmul_w4 = avx2_w4_matmul,
-                                        .round = round_q16};
+                                        .round = round_q16, .round_q8 = round_q8};
 #endif

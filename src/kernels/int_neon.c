@@ -68,46 +68,38 @@ static void round_q16(const float *x, size_t cols, const qhx_acts *a, size_t t) 
  * A row's 16 code bytes of a block, low nibbles then high ones, sdot against the token's 16 + 16
  * activation bytes: 4 int32 quads; pairwise adds over 4 blocks put row i's block sums in lanes
  * 0-3, the order the layout keeps its scales in. The fp32 steps are the scalar twin's. Each
- * block's codes are loaded and split once for both byte halves of int16 activations and for two
- * tokens at a time. */
+ * block's codes are loaded and split once for two tokens at a time. */
 static inline int32x4_t w4_dot(int8x16_t lo, int8x16_t hi, const int8_t *x) {
     return vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo, vld1q_s8(x)), hi, vld1q_s8(x + 16));
 }
 
 static inline int32x4_t w4_sum4(const int32x4_t s[4]) { return vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3])); }
 
-/* row i's sums of the 4 blocks of unit u for NT (1 or 2) tokens: h[j] (SPLIT: and l[j], 256 h + l).
- * NT and SPLIT are constants at each call, so the sums stay in registers. */
-static inline __attribute__((always_inline)) void w4_row_unit(const uint8_t *g, size_t u, int i, const int8_t *const h[2],
-                                                             const int8_t *const l[2], int NT, int SPLIT, int32x4_t tot[2]) {
-    int32x4_t sh[2][4], sl[2][4];
+/* row i's sums of the 4 blocks of unit u for NT (1 or 2) tokens h[j]. NT is a constant at each
+ * call, so the sums stay in registers. */
+static inline __attribute__((always_inline)) void w4_row_unit(const uint8_t *g, size_t u, int i, const int8_t *const h[2], int NT,
+                                                             int32x4_t tot[2]) {
+    int32x4_t sh[2][4];
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
         const uint8x16_t v = vld1q_u8(g + (u + k) * QHX_W4_CODE_BYTES + i * (QHX_W4_BLOCK / 2));
         const int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15))), hi = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
         const size_t c = (u + k) * QHX_W4_BLOCK;
-        _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) {
-            sh[j][k] = w4_dot(lo, hi, h[j] + c);
-            if (SPLIT) sl[j][k] = w4_dot(lo, hi, l[j] + c);
-        }
+        _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) sh[j][k] = w4_dot(lo, hi, h[j] + c);
     }
-    _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++)
-        tot[j] = SPLIT ? vaddq_s32(vshlq_n_s32(w4_sum4(sh[j]), 8), w4_sum4(sl[j])) : w4_sum4(sh[j]);
+    _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) tot[j] = w4_sum4(sh[j]);
 }
 
 /* rows r .. r + nr - 1 of tokens t .. t + NT - 1 */
-static inline __attribute__((always_inline)) void w4_rows(const uint8_t *g, size_t nb, const qhx_acts *X, int t, int NT, int SPLIT,
-                                                         int nr, float *Y, size_t ystride) {
+static inline __attribute__((always_inline)) void w4_rows(const uint8_t *g, size_t nb, const qhx_acts *X, int t, int NT, int nr,
+                                                         float *Y, size_t ystride) {
     const uint16_t *ds = (const uint16_t *)(g + nb * QHX_W4_CODE_BYTES);
-    const int8_t *h[2], *l[2];
-    _Pragma("GCC unroll 2") for (int j = 0; j < 2; j++) {
-        const size_t tj = (size_t)(t + (j < NT ? j : 0));
-        h[j] = X->w4h + tj * X->w4pad, l[j] = SPLIT ? X->w4l + tj * X->w4pad : NULL;
-    }
+    const int8_t *h[2];
+    _Pragma("GCC unroll 2") for (int j = 0; j < 2; j++) h[j] = X->w4h + (size_t)(t + (j < NT ? j : 0)) * X->w4pad;
     for (int i = 0; i < nr; i++) {
         float32x4_t acc[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
         for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
             int32x4_t tot[2];
-            w4_row_unit(g, u, i, h, l, NT, SPLIT, tot);
+            w4_row_unit(g, u, i, h, NT, tot);
             const float32x4_t d = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(ds + u * QHX_W4_GROUP + i * QHX_W4_UNIT)));
             _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) {
                 const size_t o = (size_t)(t + j) * nb + u;
@@ -128,22 +120,16 @@ static qhx_status dot_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, f
         const uint8_t *g = (const uint8_t *)W->data + (size_t)r / QHX_W4_GROUP * gbytes;
         const int nr = r1 - r < QHX_W4_GROUP ? r1 - r : QHX_W4_GROUP;
         for (int t = 0; t < T; t += 2) {
-            const int two = T - t >= 2;
-            if (X->w4l) {
-                if (two) w4_rows(g, nb, X, t, 2, 1, nr, Y + r, ys);
-                else w4_rows(g, nb, X, t, 1, 1, nr, Y + r, ys);
-            } else {
-                if (two) w4_rows(g, nb, X, t, 2, 0, nr, Y + r, ys);
-                else w4_rows(g, nb, X, t, 1, 0, nr, Y + r, ys);
-            }
+            if (T - t >= 2) w4_rows(g, nb, X, t, 2, nr, Y + r, ys);
+            else w4_rows(g, nb, X, t, 1, nr, Y + r, ys);
         }
     }
     return QHX_OK;
 }
 
-const qhx_acts_ops qhx_acts_neon_q8 = {.form = QHX_ACTS_Q8, .matmul = dot_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q8};
-const qhx_acts_ops qhx_acts_neon_q16 = {.form = QHX_ACTS_Q16, .matmul = dot_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q16};
+const qhx_acts_ops qhx_acts_neon_q8 = {.form = QHX_ACTS_Q8, .matmul = dot_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q8, .round_q8 = round_q8};
+const qhx_acts_ops qhx_acts_neon_q16 = {.form = QHX_ACTS_Q16, .matmul = dot_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q16, .round_q8 = round_q8};
 /* W8 prefill through smmla (int_neon_i8mm.c); W4 keeps sdot */
-const qhx_acts_ops qhx_acts_i8mm_q8 = {.form = QHX_ACTS_Q8, .matmul = qhx_i8mm_w8_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q8};
-const qhx_acts_ops qhx_acts_i8mm_q16 = {.form = QHX_ACTS_Q16, .matmul = qhx_i8mm_w8_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q16};
+const qhx_acts_ops qhx_acts_i8mm_q8 = {.form = QHX_ACTS_Q8, .matmul = qhx_i8mm_w8_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q8, .round_q8 = round_q8};
+const qhx_acts_ops qhx_acts_i8mm_q16 = {.form = QHX_ACTS_Q16, .matmul = qhx_i8mm_w8_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q16, .round_q8 = round_q8};
 #endif

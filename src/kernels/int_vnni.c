@@ -231,15 +231,14 @@ INLINE __m512i fold4(const __m512i s[4]) {
 INLINE __m512i bcast16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
 
 /* one token over NG (1 or 2) row groups: per group the 16 lanes of (row, block % 4)
- * accumulators. Two groups share each activation broadcast (4 a block with int16 activations).
- * SPLIT: int16 activations, their low bytes a second pass. */
-INLINE void w4_token(const uint8_t *g, size_t gbytes, size_t nb, int NG, const int8_t *h, const int8_t *l, const int32_t *c8,
-                     const float *sx, int SPLIT, __m512 acc[2]) {
+ * accumulators. Two groups share each activation broadcast. */
+INLINE void w4_token(const uint8_t *g, size_t gbytes, size_t nb, int NG, const int8_t *h, const int32_t *c8, const float *sx,
+                     __m512 acc[2]) {
     const __m512i m = _mm512_set1_epi8(15);
     const uint16_t *ds[2] = {(const uint16_t *)(g + nb * QHX_W4_CODE_BYTES), (const uint16_t *)(g + gbytes + nb * QHX_W4_CODE_BYTES)};
     acc[0] = acc[1] = _mm512_setzero_ps();
     for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
-        __m512i sh[2][4], sl[2][4];
+        __m512i sh[2][4];
         const size_t ahead = u + W4_AHEAD, a = ahead < nb ? ahead : ahead - nb;
         const uint8_t *pf = (ahead < nb ? g : g + 2 * gbytes) + a * QHX_W4_CODE_BYTES; /* its codes; its scales: */
         const uint8_t *pfd = pf + (nb - a) * QHX_W4_CODE_BYTES + a / QHX_W4_UNIT * QHX_W4_UNIT * QHX_W4_GROUP * 2;
@@ -247,23 +246,18 @@ INLINE void w4_token(const uint8_t *g, size_t gbytes, size_t nb, int NG, const i
         _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
             const size_t c = (u + k) * QHX_W4_BLOCK;
             const __m512i xl = bcast16(h + c), xh = bcast16(h + c + 16);
-            __m512i ll = xl, lh = xh;
-            if (SPLIT) ll = bcast16(l + c), lh = bcast16(l + c + 16);
             _Pragma("GCC unroll 2") for (int q = 0; q < NG; q++) {
                 const uint8_t *cb = g + q * gbytes + (u + k) * QHX_W4_CODE_BYTES;
                 __builtin_prefetch(pf + q * gbytes + k * QHX_W4_CODE_BYTES, 0, 3);
                 const __m512i v = _mm512_loadu_si512(cb);
                 const __m512i lo = _mm512_and_si512(v, m), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
                 sh[q][k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xl), hi, xh);
-                if (SPLIT) sl[q][k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, ll), hi, lh);
             }
         }
         const __m512i corr = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(c8 + u)));
         const __m512 s = _mm512_broadcast_f32x4(_mm_loadu_ps(sx + u));
         _Pragma("GCC unroll 2") for (int q = 0; q < NG; q++) {
-            __m512i tot = fold4(sh[q]);
-            if (SPLIT) tot = _mm512_add_epi32(_mm512_slli_epi32(tot, 8), fold4(sl[q]));
-            tot = _mm512_sub_epi32(tot, corr);
+            const __m512i tot = _mm512_sub_epi32(fold4(sh[q]), corr);
             const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ds[q] + u * QHX_W4_GROUP)));
             acc[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(d, s), acc[q]);
         }
@@ -319,13 +313,8 @@ TARGET static qhx_status vnni_w4_prefill(const qhx_tensor *W, const qhx_acts *X,
         for (size_t b = 0; b < nb; b++)
             for (int i = 0; i < nr; i++)
                 w4_pack_block(W->data, gbytes, nbw, (size_t)(row0 + i * LANES) / QHX_W4_GROUP, groups, b, panel + (w4_slot(b, nb) * 2 + i) * W4_UNITS);
-        if (X->v) {
-            if (nr == 2) TOKEN_TAILS(2, 1, 1)
-            else TOKEN_TAILS(1, 1, 1)
-        } else {
-            if (nr == 2) TOKEN_TAILS(2, 0, 1)
-            else TOKEN_TAILS(1, 0, 1)
-        }
+        if (nr == 2) TOKEN_TAILS(2, 0, 1)
+        else TOKEN_TAILS(1, 0, 1)
     }
     free(panel);
     return QHX_OK;
@@ -338,24 +327,20 @@ TARGET static qhx_status vnni_w4_matmul(const qhx_tensor *W, const qhx_acts *X, 
         const uint8_t *g = (const uint8_t *)W->data + (size_t)r / QHX_W4_GROUP * gbytes;
         const int nr = r1 - r < 2 * QHX_W4_GROUP ? r1 - r : 2 * QHX_W4_GROUP;
         for (int t = 0; t < T; t++) {
-            const int8_t *h = X->w4h + (size_t)t * pad, *l = X->w4l ? X->w4l + (size_t)t * pad : NULL;
+            const int8_t *h = X->w4h + (size_t)t * pad;
             const int32_t *c8 = X->w4c + (size_t)t * nb;
             const float *sx = X->w4s + (size_t)t * nb;
             __m512 acc[2];
-            if (nr > QHX_W4_GROUP) {
-                if (l) w4_token(g, gbytes, nb, 2, h, l, c8, sx, 1, acc);
-                else w4_token(g, gbytes, nb, 2, h, NULL, c8, sx, 0, acc);
-            } else {
-                if (l) w4_token(g, gbytes, nb, 1, h, l, c8, sx, 1, acc);
-                else w4_token(g, gbytes, nb, 1, h, NULL, c8, sx, 0, acc);
-            }
+            if (nr > QHX_W4_GROUP) w4_token(g, gbytes, nb, 2, h, c8, sx, acc);
+            else w4_token(g, gbytes, nb, 1, h, c8, sx, acc);
             w4_store(acc, nr, Y + (size_t)t * W->rows + r);
         }
     }
     return QHX_OK;
 }
 
-const qhx_acts_ops qhx_acts_vnni_q8 = {.form = QHX_ACTS_Q8, .matmul = vnni_int_matmul, .matmul_w4 = vnni_w4_matmul, .round = round_q8};
+const qhx_acts_ops qhx_acts_vnni_q8 = {.form = QHX_ACTS_Q8, .matmul = vnni_int_matmul, .matmul_w4 = vnni_w4_matmul, .round = round_q8,
+                                       .round_q8 = round_q8};
 const qhx_acts_ops qhx_acts_vnni_q16 = {.form = QHX_ACTS_Q16, .matmul = vnni_int_matmul, .matmul_w4 = vnni_w4_matmul,
-                                        .round = round_q16};
+                                        .round = round_q16, .round_q8 = round_q8};
 #endif

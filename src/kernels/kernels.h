@@ -34,11 +34,10 @@ typedef struct {
     float *s;
     uint16_t *bf;
     size_t pad, cap;      /* cap: values each of q, aq, laq and v, or bf, can hold */
-    /* For W4 matrices (format/w4.h), the same values again as the W4 kernels take them, each row
-     * w4pad long (whole 4-block units, zero past pad): signed bytes (Q8: q; Q16: v's high bytes,
-     * qhx_q16_split) in w4h, Q16's low bytes in w4l, and per 32-column block 8 x its sum of values
-     * (Q8: of q; Q16: of v) in w4c and its scale in w4s. qhx_acts_prepare_w4 fills them. */
-    int8_t *w4h, *w4l;
+    /* For W4 matrices (format/w4.h), which always take Q8 (see qhx_matmul_many): q again as the
+     * W4 kernels take it, each row w4pad long (whole 4-block units, zero past pad) in w4h, and per
+     * 32-column block 8 x its sum of q in w4c and its scale in w4s. */
+    int8_t *w4h;
     int32_t *w4c;
     float *w4s;
     size_t w4pad, w4cap;
@@ -76,7 +75,8 @@ typedef struct {
 typedef struct {
     qhx_acts_form form;
     qhx_matmul_acts_fn matmul;
-    /* W4 (format/w4.h) x the activations' w4 fields. Every set's kernel computes what the scalar
+    /* W4 (format/w4.h) x Q8 activations (q, s and the w4 fields; a prefill kernel may take the
+     * set's second form of q in aq, as its W8 one does). Every set's kernel computes what the scalar
      * twin does, bit for bit: per row and block the exact integer sum of (q - 8) x, then
      * acc[b % 4] = fma(sum, d * s, acc[b % 4]) in fp32, and (acc0 + acc1) + (acc2 + acc3). Each
      * token alone: results do not depend on T. NULL: W4 runs the fp32 kernel. */
@@ -84,6 +84,8 @@ typedef struct {
     /* one activation row (cols values) into row t of a, in the form; q or v and s are bit for bit
      * those of qhx_q8_quantize / qhx_q16_quantize, the pad columns zero */
     void (*round)(const float *x, size_t cols, const qhx_acts *a, size_t t);
+    /* the same ISA's Q8 rounding, whatever the form: what W4 matrices take */
+    void (*round_q8)(const float *x, size_t cols, const qhx_acts *a, size_t t);
     /* the fewest rows a call should get (0: any), for a kernel that packs that many rows and
      * passes every token over them */
     int panel_rows;
@@ -107,6 +109,7 @@ typedef struct {
     qhx_matmul_acts_fn matmul_acts_w4; /* Q4 weights x rounded activations; NULL: fp32 */
     qhx_acts_form acts;
     void (*round_acts)(const float *x, size_t cols, const qhx_acts *a, size_t t);
+    void (*round_q8)(const float *x, size_t cols, const qhx_acts *a, size_t t); /* for W4 */
     int panel_rows;
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n);
@@ -157,8 +160,6 @@ qhx_status qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, i
  * group instead of one a matrix, and small matrices run beside the large ones. */
 qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx_tensor *const W[], float *const Y[]);
 void qhx_acts_free(qhx_acts *a);
-/* The w4 fields of a for T rounded rows of `cols` columns; QHX_ERR_NOMEM when they cannot be had. */
-qhx_status qhx_acts_prepare_w4(qhx_acts *a, qhx_acts_form form, size_t cols, int T);
 
 
 /* ---- floating-point mode ------------------------------------------------------------------- */

@@ -49,64 +49,50 @@ static void matmul_part(void *arg, int i, int n) {
 }
 
 /* Room for the w4 fields of T rows of cols columns. */
-static qhx_status w4_reserve(qhx_acts *a, size_t cols, int T, int q16) {
+static qhx_status w4_reserve(qhx_acts *a, size_t cols, int T) {
     const size_t nb = qhx_w4_blocks(cols), need = nb * QHX_W4_BLOCK * (size_t)T;
     a->w4pad = nb * QHX_W4_BLOCK;
-    if (need <= a->w4cap && !a->w4l == !q16) return QHX_OK;
-    free(a->w4h), free(a->w4l), free(a->w4c), free(a->w4s);
+    if (need <= a->w4cap) return QHX_OK;
+    free(a->w4h), free(a->w4c), free(a->w4s);
     a->w4h = aligned_alloc(64, qhx_round_up(need, 64));
-    a->w4l = q16 ? aligned_alloc(64, qhx_round_up(need, 64)) : NULL;
     a->w4c = malloc(sizeof(int32_t) * nb * (size_t)T);
     a->w4s = malloc(sizeof(float) * nb * (size_t)T);
     a->w4cap = need;
-    if (a->w4h && (a->w4l || !q16) && a->w4c && a->w4s) return QHX_OK;
-    free(a->w4h), free(a->w4l), free(a->w4c), free(a->w4s);
-    a->w4h = a->w4l = NULL, a->w4c = NULL, a->w4s = NULL, a->w4cap = 0;
+    if (a->w4h && a->w4c && a->w4s) return QHX_OK;
+    free(a->w4h), free(a->w4c), free(a->w4s);
+    a->w4h = NULL, a->w4c = NULL, a->w4s = NULL, a->w4cap = 0;
     return QHX_ERR_NOMEM;
 }
 
-/* Row t's w4 fields from its rounded values (kernels.h says what they hold). */
+/* Row t's w4 fields from its Q8 values (kernels.h says what they hold). */
 static void w4_row(const qhx_acts *a, size_t t) {
     const size_t nbx = a->pad / QHX_Q8_BLOCK, nb = a->w4pad / QHX_W4_BLOCK;
-    int8_t *h = a->w4h + t * a->w4pad, *l = a->w4l ? a->w4l + t * a->w4pad : NULL;
+    int8_t *h = a->w4h + t * a->w4pad;
     for (size_t b = 0; b < nb; b++) {
         int32_t sum = 0;
-        for (size_t c = b * QHX_W4_BLOCK; c < (b + 1) * QHX_W4_BLOCK; c++) {
-            if (c >= a->pad) {
-                h[c] = 0;
-                if (l) l[c] = 0;
-            } else if (l) {
-                const int16_t v = a->v[t * a->pad + c];
-                qhx_q16_split(v, &h[c], &l[c]);
-                sum += v;
-            } else {
-                sum += h[c] = a->q[t * a->pad + c];
-            }
-        }
+        for (size_t c = b * QHX_W4_BLOCK; c < (b + 1) * QHX_W4_BLOCK; c++) sum += h[c] = c < a->pad ? a->q[t * a->pad + c] : 0;
         a->w4c[t * nb + b] = 8 * sum;
         a->w4s[t * nb + b] = b < nbx ? a->s[t * nbx + b] : 0.0f;
     }
-}
-
-qhx_status qhx_acts_prepare_w4(qhx_acts *a, qhx_acts_form form, size_t cols, int T) {
-    if (w4_reserve(a, cols, T, form == QHX_ACTS_Q16)) return QHX_ERR_NOMEM;
-    for (int t = 0; t < T; t++) w4_row(a, (size_t)t);
-    return QHX_OK;
 }
 
 static void round_part(void *arg, int i, int n) {
     const matmul_job *j = arg;
     const size_t cols = (size_t)j->W[0]->cols;
     for (int t = (int)((long long)j->T * i / n); t < (int)((long long)j->T * (i + 1) / n); t++) {
-        j->ks->round_acts(j->X + (size_t)t * cols, cols, j->acts, (size_t)t);
-        if (j->w4_acts) w4_row(j->acts, (size_t)t);
+        if (j->w4_acts) {
+            j->ks->round_q8(j->X + (size_t)t * cols, cols, j->acts, (size_t)t);
+            w4_row(j->acts, (size_t)t);
+        } else {
+            j->ks->round_acts(j->X + (size_t)t * cols, cols, j->acts, (size_t)t);
+        }
     }
 }
 
-/* Room for T rows of `cols` activations in the set's form; the kernels load them aligned. */
-static qhx_status acts_reserve(const qhx_kernel_set *ks, qhx_acts *a, size_t cols, int T) {
+/* Room for T rows of `cols` activations in the form; the kernels load them aligned. */
+static qhx_status acts_reserve(qhx_acts_form form, qhx_acts *a, size_t cols, int T) {
     a->pad = qhx_q8_padded(cols);
-    const int bf16 = ks->acts == QHX_ACTS_BF16, q16 = ks->acts == QHX_ACTS_Q16;
+    const int bf16 = form == QHX_ACTS_BF16, q16 = form == QHX_ACTS_Q16;
     const size_t rows = bf16 ? qhx_round_up((size_t)T, QHX_ACTS_TILE) : (size_t)T;
     const size_t need = qhx_round_up(a->pad * rows, 64); /* aligned_alloc: a multiple of the alignment */
     if (need <= a->cap && !a->bf == !bf16 && !a->v == !q16) return QHX_OK;
@@ -140,8 +126,8 @@ void qhx_acts_free(qhx_acts *a) {
     free(a->bf);
     free(a->v);
     free(a->laq);
-    free(a->w4h), free(a->w4l), free(a->w4c), free(a->w4s);
-    a->w4h = a->w4l = NULL, a->w4c = NULL, a->w4s = NULL, a->w4cap = 0;
+    free(a->w4h), free(a->w4c), free(a->w4s);
+    a->w4h = NULL, a->w4c = NULL, a->w4s = NULL, a->w4cap = 0;
     a->q = a->aq = a->laq = NULL;
     a->v = NULL;
     a->s = NULL;
@@ -164,15 +150,18 @@ qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, con
         any_i8 |= W[m]->dtype == QHX_I8;
         any_w4 |= W[m]->dtype == QHX_Q4;
     }
-    /* W4 takes rounded activations for every token count: its integer kernels compute each token
-     * alone (per_token holds), and with 4-bit weights the int16 rounding (1/65024 of a block's
-     * largest value) is noise far below the weights' own */
-    j.i8_acts = any_i8 && ex->ks->matmul_acts && T > 1 && !ex->per_token;
+    /* W4 takes activations rounded to int8 (Q8) for every token count and in every set, as
+     * llama.cpp's 4-bit types take Q8_0 ones: its integer kernels compute each token alone
+     * (per_token holds), and the rounding (1/254 of a block's largest value) is noise below the
+     * 4-bit weights' own. On q35-kjv's W4 bundle it moves perplexity by 0.04 % where int16 moved
+     * it by 0.00 %, and it halves the integer work (W4 prefill 1.21-1.25x W8's, bench/README.md).
+     * A group that mixes W4 and W8 (no bundle does) runs its W8 matrices on fp32 activations. */
     j.w4_acts = any_w4 && ex->ks->matmul_acts_w4;
+    j.i8_acts = any_i8 && !j.w4_acts && ex->ks->matmul_acts && T > 1 && !ex->per_token;
     if (j.i8_acts || j.w4_acts) {
         qhx_acts *a = ex->acts ? ex->acts : &local;
-        if (acts_reserve(ex->ks, a, (size_t)W[0]->cols, T) ||
-            (j.w4_acts && w4_reserve(a, (size_t)W[0]->cols, T, ex->ks->acts == QHX_ACTS_Q16))) {
+        if (acts_reserve(j.w4_acts ? QHX_ACTS_Q8 : ex->ks->acts, a, (size_t)W[0]->cols, T) ||
+            (j.w4_acts && w4_reserve(a, (size_t)W[0]->cols, T))) {
             qhx_acts_free(&local);
             return qhx_fail(QHX_ERR_NOMEM, "matmul: out of memory for %d rounded activation rows", T);
         }

@@ -115,8 +115,9 @@ static qhx_status scalar_int_matmul(const qhx_tensor *W, const qhx_acts *X, int 
     return QHX_OK;
 }
 
-/* The twin of every set's W4 kernel (kernels.h): exact block sums of (q - 8) x from the rounded
- * values themselves, four fp32 accumulators by block, fused multiply-adds. */
+/* The twin of every set's W4 kernel (kernels.h): exact block sums of (q - 8) x from the int8
+ * activations themselves (W4 always takes Q8), four fp32 accumulators by block, fused
+ * multiply-adds. */
 static qhx_status scalar_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, pad = X->pad, nbx = pad / QHX_Q8_BLOCK, nb = qhx_w4_blocks(cols);
     uint8_t *q = malloc(cols);
@@ -130,7 +131,7 @@ static qhx_status scalar_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T
                 int32_t sum = 0;
                 const size_t c1 = (b + 1) * QHX_W4_BLOCK < cols ? (b + 1) * QHX_W4_BLOCK : cols;
                 for (size_t c = b * QHX_W4_BLOCK; c < c1; c++)
-                    sum += (q[c] - 8) * (X->v ? X->v[(size_t)t * pad + c] : X->q[(size_t)t * pad + c]);
+                    sum += (q[c] - 8) * X->q[(size_t)t * pad + c];
                 acc[b % QHX_W4_UNIT] = fmaf((float)sum, d[b] * X->s[(size_t)t * nbx + b], acc[b % QHX_W4_UNIT]);
             }
             Y[(size_t)t * W->rows + r] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
@@ -206,7 +207,7 @@ const qhx_fp32_ops qhx_fp32_ref = {.matmul = ref_matmul, .dot = ref_dot, .axpy =
 const qhx_fp32_ops qhx_fp32_scalar = {.matmul = scalar_matmul, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
                                       .delta_step = scalar_delta_step, .silu = scalar_silu};
 const qhx_acts_ops qhx_acts_scalar_q8 = {.form = QHX_ACTS_Q8, .matmul = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,
-                                         .round = scalar_round_q8};
+                                         .round = scalar_round_q8, .round_q8 = scalar_round_q8};
 const qhx_acts_ops qhx_acts_scalar_q16 = {.form = QHX_ACTS_Q16, .matmul = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,
-                                          .round = scalar_round_q16};
+                                          .round = scalar_round_q16, .round_q8 = scalar_round_q8};
 const qhx_acts_ops qhx_acts_scalar_bf16 = {.form = QHX_ACTS_BF16, .matmul = scalar_bf16_matmul, .round = scalar_to_bf16};
