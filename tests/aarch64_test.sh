@@ -26,10 +26,10 @@ for set in auto neon-q16 neon; do
 done
 
 # an x86-64 bundle on aarch64: the same W8 layout, so it loads; prefill logits within the kernel
-# sets' own difference (avx512-q16 against neon-q16: the same int16 activations and exact integer
-# products, fp32 sums in other lane orders)
+# sets' own difference (avx512-q16 against neon-i8mm-q16: the same int16 activations and exact
+# integer products, fp32 sums in other lane orders)
 ids=$(seq -s, 7 53 4000 | head -c 300)
-# across BUNDLE LABEL: its logits on x86-64 and under qemu, within 1e-4 of the largest |logit|
+# across BUNDLE LABEL TOL: its logits on x86-64 and under qemu, within TOL of the largest |logit|
 across() {
     "$nbuild/qhx" logits "$1" --tokens "$ids" --out "$tmp/x86.f32" 2>/dev/null
     emu max "$abuild/qhx" logits "$1" --tokens "$ids" --out "$tmp/arm.f32" 2>"$tmp/err" || bad "aarch64 refused an x86-64 $2: $(cat "$tmp/err")"
@@ -37,14 +37,16 @@ across() {
     dev=$(paste <(od -An -v -f -w4 "$tmp/x86.f32") <(od -An -v -f -w4 "$tmp/arm.f32") |
         awk '{d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; a = $1 < 0 ? -$1 : $1; if (a > s) s = a} END {printf "%.2e", NR ? m / s : 1}')
     echo "  x86-64 $2 on aarch64: logits within $dev of the largest |logit| of the x86-64 run"
-    awk -v d="$dev" 'BEGIN {exit !(d < 1e-4)}' && ok || bad "x86-64 and aarch64 logits of the $2 differ by $dev"
+    awk -v d="$dev" -v t="$3" 'BEGIN {exit !(d < t)}' && ok || bad "x86-64 and aarch64 logits of the $2 differ by $dev"
 }
 "$nbuild/qhx" forge models/q35-kjv -o "$tmp/b" --no-gate >/dev/null 2>&1 || bad "forge on x86-64"
-across "$tmp/b" bundle
+across "$tmp/b" bundle 1e-4
 # a W4 bundle too: its integer kernels are the twin's bit for bit on both machines, the rest of
-# the model's fp32 arithmetic differs as above
+# the model's fp32 arithmetic differs as above, and W4 takes int8 activations, so a value the two
+# put on either side of a rounding boundary moves by a step, 1/254 of its block's largest value:
+# two x86-64 sets differ as much (avx512-q16 against avx2-q16 5.4e-3, against scalar-q16 9.5e-3)
 "$nbuild/qhx" forge models/q35-kjv -o "$tmp/b4" --weights w4 --lmhead w4 --no-gate >/dev/null 2>&1 || bad "forge W4 on x86-64"
-across "$tmp/b4" "W4 bundle"
+across "$tmp/b4" "W4 bundle" 2e-2
 sed -i 's/"target": "cpu-x86_64"/"target": "gpu-hexagon-v81"/' "$tmp/b/manifest.json"
 emu max "$abuild/qhx" generate "$tmp/b" --tokens 1 -n 1 >/dev/null 2>"$tmp/err"
 grep -q "forge the checkpoint again" "$tmp/err" && ok || bad "another target's bundle: $(cat "$tmp/err")"
