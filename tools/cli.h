@@ -42,12 +42,26 @@ void close_model(qhx_runtime *rt, qhx_model *m, qhx_session *s);
     "  -t N         threads (default: every core)\n" \
     "  --mmap       map a bundle's weights from the page cache instead of reading them in (shared\n" \
     "               between processes; slower where TLB misses are dear, as on virtual machines)\n" \
+    KERNELS_HELP
+
+/* the sets this build has (kernels/sets.c) */
+#ifdef __aarch64__
+#define KERNELS_HELP \
+    "  --kernels K  auto (default: the first this CPU runs of neon-i8mm-q16, neon-q16, neon), ref\n" \
+    "               (the fp32 reference), scalar, neon (fp32 activations throughout), scalar-q16,\n" \
+    "               neon-q16, neon-i8mm-q16 (prefill rounds activations for W8 weights to int16,\n" \
+    "               greedy-exact against fp32 activations; sdot, or smmla with i8mm), and the faster\n" \
+    "               approximate opt-ins scalar-q8, neon-q8, neon-i8mm-q8 (int8 activations, as\n" \
+    "               llama.cpp's Q8_0) and scalar-bf16 (bf16 activations)\n"
+#else
+#define KERNELS_HELP \
     "  --kernels K  auto (default: the first this CPU runs of avx512-q16, avx2-q16, scalar), ref\n" \
     "               (the fp32 reference), scalar, avx2, avx512 (fp32 activations throughout),\n" \
     "               scalar-q16, avx2-q16, avx512-q16 (prefill rounds activations for W8 weights to\n" \
     "               int16, greedy-exact against fp32 activations), and the faster approximate\n" \
     "               opt-ins scalar-q8, avx2-q8, avx512-q8 (int8 activations, as llama.cpp's Q8_0)\n" \
     "               and scalar-bf16, amx-bf16 (bf16 activations; AMX tiles)\n"
+#endif
 
 #define SAMPLING_HELP \
     "sampling (default greedy):\n" \
