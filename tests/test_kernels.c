@@ -348,6 +348,25 @@ int main(void) {
     }
     CHECK(qhx_pool_size(pool) == 3, "pool size %d", qhx_pool_size(pool));
 
+    /* a group mixing W8 and W4 (no bundle does): W4 takes int8 activations as alone, bit for bit,
+     * and W8 runs on fp32 activations, within fp32 rounding of the scalar kernel */
+    if (best->matmul_acts_w4) {
+        matrix m8 = make(QHX_I8, 70, 333), m4 = make(QHX_Q4, 90, 333);
+        float *y8 = malloc(sizeof(float) * 5 * 70), *y4 = malloc(sizeof(float) * 5 * 90), *r8 = malloc(sizeof(float) * 5 * 70),
+              *r4 = malloc(sizeof(float) * 5 * 90);
+        const qhx_tensor *Wg[2] = {&m8.t, &m4.t};
+        float *const Yg[2] = {y8, y4};
+        const qhx_exec scalar = {.ks = qhx_kernels_find("scalar")};
+        CHECK(qhx_matmul_many(&three, X, 5, 2, Wg, Yg) == QHX_OK, "mixed group: %s", qhx_last_error());
+        qhx_matmul(&one, &m4.t, X, 5, r4);
+        qhx_matmul(&scalar, &m8.t, X, 5, r8);
+        CHECK(!memcmp(y4, r4, sizeof(float) * 5 * 90), "mixed group: W4 differs from W4 alone");
+        const double e = compare(&m8, X, 5, y8, r8);
+        CHECK(e <= 1e-6, "mixed group: W8 off fp32 by %.2e", e);
+        free(y8), free(y4), free(r8), free(r4);
+        drop(&m8), drop(&m4);
+    }
+
     /* floating-point mode: fast sets flush subnormals, ref does not, leave restores, and every
      * worker of a parallel-for computes in the caller's mode */
     {
