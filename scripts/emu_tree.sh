@@ -10,7 +10,7 @@ rm -rf "$dst" && mkdir -p "$dst"
 dst=$(realpath "$dst")
 (cd "$src" && find . -type d) | while read -r d; do mkdir -p "$dst/$d"; done
 (cd "$src" && find . -type f -o -type l) | while read -r f; do
-    if [[ -x $src/$f ]] && file -b "$src/$f" | grep -q 'ELF.*executable'; then
+    if [[ -x $src/$f ]] && file -L -b "$src/$f" | grep -q 'ELF.*executable'; then # -L: qhx_generate links to qhx
         printf '#!/bin/sh\nexec %s -0 "$0" %q "$@"\n' "$*" "$src/${f#./}" >"$dst/$f"
         chmod +x "$dst/$f"
     else

@@ -80,7 +80,7 @@ golden_ids() {
 # of that step's logit range (the forge's greedy-gate rule). Run for the default kernels and for
 # their fp32-activation twin: the default must match Hugging Face wherever fp32 activations do.
 kern=$("$qhx" inspect "$tmp/one" | sed -n 's/^kernels: \([^,]*\),.*/\1/p')
-fp32_twin=${kern%-q16}
+fp32_twin=${kern%-q16}; fp32_twin=${fp32_twin%-i8mm} # neon-i8mm-q16: neon
 declare -A golden_n
 # golden_greedy BUNDLE LABEL KERNELS ENFORCE: each golden prompt's greedy tokens against Hugging
 # Face's, with the reference margin at a divergence (ENFORCE=1: it must be a near-tie)
@@ -117,9 +117,10 @@ done
 # Greedy parity of the default prefill: every -q16 set this CPU runs (int16 activations) generates
 # exactly the 64 tokens fp32 activations generate on the same W8 bundle, on each held-out prompt;
 # auto is the first of them. The -q8 opt-in (int8 activations) is reported, not held to it.
-check "[[ $kern == avx512-q16 || $kern == avx2-q16 || $kern == scalar ]]" "auto chose $kern"
+check "[[ $kern =~ ^(avx512-q16|avx2-q16|neon-i8mm-q16|neon-q16|neon|scalar)$ ]]" "auto chose $kern"
 mapfile -t held < <(grep -v '^#' tests/data/parity/prompts.txt)
-for pair in avx512-q16:avx512 avx2-q16:avx2 scalar-q16:scalar avx512-q8:avx512 avx2-q8:avx2; do
+for pair in avx512-q16:avx512 avx2-q16:avx2 neon-i8mm-q16:neon neon-q16:neon scalar-q16:scalar avx512-q8:avx512 avx2-q8:avx2 \
+    neon-i8mm-q8:neon neon-q8:neon; do
     q=${pair%%:*} f=${pair##*:}
     "$qhx" generate "$tmp/one" --tokens 1 -n 1 --kernels "$q" >/dev/null 2>&1 || { echo "  parity: $q not run on this CPU"; continue; }
     [[ $q == *-q8 && -n ${q8_done:-} ]] && continue
