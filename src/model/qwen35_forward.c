@@ -42,8 +42,11 @@ static size_t chunk_work_floats(int dk, int dv) {
 #define ATTN_BLOCKED_FROM 8  /* tokens a call; fewer: a gemm this narrow wastes most of its lanes */
 
 /* floats of one attention thread's scratch for n cached positions: attention_blocks' [hd][QBLOCK]
- * queries and two [n][QBLOCK] score blocks, more than attention_pairs' n scores */
-static size_t attention_block_floats(int hd, int n) { return ((size_t)hd * QBLOCK + (size_t)2 * QBLOCK * n + 15) & ~(size_t)15; }
+ * queries and two [n][QBLOCK] score blocks, or attention_pairs' n scores a query head of a group */
+static size_t attention_block_floats(int hd, int group, int n) {
+    const size_t blocks = (size_t)hd * QBLOCK + (size_t)2 * QBLOCK * n, pairs = (size_t)group * n;
+    return ((blocks > pairs ? blocks : pairs) + 15) & ~(size_t)15;
+}
 
 /* floats of scratch one call over n tokens at position pos needs, with `threads` work areas */
 static size_t scratch_need(const qhx_config *c, int n, int pos, int threads) {
@@ -51,7 +54,7 @@ static size_t scratch_need(const qhx_config *c, int n, int pos, int threads) {
     size_t hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, attn = (size_t)c->n_heads * c->head_dim;
     size_t work = chunk_work_floats((int)dk, (int)dv);
     size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + work * threads;
-    size_t att = T * attn * 3 + attention_block_floats(c->head_dim, (int)(pos + T)) * threads;
+    size_t att = T * attn * 3 + attention_block_floats(c->head_dim, c->n_heads / c->n_kv_heads, (int)(pos + T)) * threads;
     size_t mlp = T * (size_t)c->ffn * 2;
     size_t blk = gdn > att ? gdn : att;
     if (mlp > blk) blk = mlp;
@@ -68,25 +71,31 @@ static void causal_conv(const qhx_kernel_set *ks, const qhx_config *c, const qhx
                         const float *in, float *out, int T, int c0, int c1) {
     enum { TILE = 64 };
     const int K = c->conv_kernel, C = qhx_config_conv_dim(c);
-    float w[64][TILE], hist[64][TILE]; /* [tap][channel]: hist[j] is the input j + 1 - K steps back */
+    const float *w32 = lw->conv.dtype == QHX_F32 ? lw->conv.data : NULL; /* a bundle's: read in place */
+    /* [tap][channel]: hist[j] is the input j + 1 - K steps back. The loops run over whole tiles
+     * (a short last tile padded with zeros), so the compiler vectorizes them; each channel's sum
+     * still adds its taps in the reference's order. */
+    float w[64][TILE], hist[64][TILE], x[TILE], v[TILE];
     for (int ch0 = c0; ch0 < c1; ch0 += TILE) {
         const int n = c1 - ch0 < TILE ? c1 - ch0 : TILE;
-        for (int j = 0; j < K; j++)
-            for (int i = 0; i < n; i++) w[j][i] = qhx_tensor_get(&lw->conv, (size_t)(ch0 + i) * K + j);
+        memset(w, 0, sizeof(float) * TILE * (size_t)K);
+        memset(hist, 0, sizeof(float) * TILE * (size_t)K);
+        memset(x, 0, sizeof x);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < K; j++) w[j][i] = w32 ? w32[(size_t)(ch0 + i) * K + j] : qhx_tensor_get(&lw->conv, (size_t)(ch0 + i) * K + j);
         for (int j = 0; j < K - 1; j++) memcpy(hist[j], fifo + (size_t)j * C + ch0, sizeof(float) * n);
         for (int t = 0; t < T; t++) {
-            const float *x = in + (size_t)t * C + ch0;
-            float *y = out + (size_t)t * C + ch0;
-            for (int i = 0; i < n; i++) {
-                float v = w[K - 1][i] * x[i];
-                for (int j = 0; j < K - 1; j++) v += w[j][i] * hist[j][i];
-                y[i] = v;
-            }
-            ks->silu(y, NULL, (size_t)n);
+            memcpy(x, in + (size_t)t * C + ch0, sizeof(float) * n);
+            for (int i = 0; i < TILE; i++) v[i] = w[K - 1][i] * x[i];
+            for (int j = 0; j < K - 1; j++)
+                for (int i = 0; i < TILE; i++) v[i] += w[j][i] * hist[j][i];
             if (K > 1) {
-                for (int j = 0; j < K - 2; j++) memcpy(hist[j], hist[j + 1], sizeof(float) * n);
-                memcpy(hist[K - 2], x, sizeof(float) * n);
+                memmove(hist[0], hist[1], sizeof(float) * TILE * (size_t)(K - 2));
+                memcpy(hist[K - 2], x, sizeof x);
             }
+            float *y = out + (size_t)t * C + ch0;
+            memcpy(y, v, sizeof(float) * n);
+            ks->silu(y, NULL, (size_t)n);
         }
         for (int j = 0; j < K - 1; j++) memcpy(fifo + (size_t)j * C + ch0, hist[j], sizeof(float) * n);
     }
@@ -290,20 +299,45 @@ static float softmax_in_place(float *scores, int n) {
     return sum;
 }
 
+/* A head's cached rows are a whole KV row (every head) apart, a new 4 KiB stretch each few rows,
+ * where the hardware's prefetchers stop: they are fetched AHEAD positions early by hand. */
+enum { AHEAD = 8 };
+static inline void prefetch_row(const float *p, int n) {
+    for (int i = 0; i < n; i += 64 / (int)sizeof(float)) __builtin_prefetch(p + i);
+}
+
+/* A few tokens: one item is a token and a KV head, whose group of query heads go through the
+ * head's cache together, so each cached row comes from memory once for all of them (not once a
+ * query head), then from L1. Every score and sum is still the same dot / axpy call as per head. */
+
 static void attention_pairs(void *arg, int th, int nth) {
     const attn_job *J = arg;
-    const int hd = J->hd;
-    float *scores = J->scores + (size_t)th * J->scores_floats;
-    for (int pair = th; pair < J->T * J->hq; pair += nth) {
-        const int t = pair / J->hq, j = pair % J->hq, kvh = j / J->group;
+    const int hd = J->hd, G = J->group, hkv = J->hq / G;
+    float *scores = J->scores + (size_t)th * J->scores_floats; /* [G][n] */
+    for (int item = th; item < J->T * hkv; item += nth) {
+        const int t = item / hkv, kvh = item % hkv;
         const int n = J->pos0 + t + 1; /* causal: this token sees the cache up to itself */
-        const float *qj = J->qg + ((size_t)t * J->hq + j) * hd * 2, *gate = qj + hd;
-        for (int p = 0; p < n; p++) scores[p] = J->ks->dot(qj, J->kc + (size_t)p * J->kvdim + (size_t)kvh * hd, hd) * J->scale;
-        const float sum = softmax_in_place(scores, n);
-        float *o = J->att + ((size_t)t * J->hq + j) * hd;
-        for (int e = 0; e < hd; e++) o[e] = 0.0f;
-        for (int p = 0; p < n; p++) J->ks->axpy(o, scores[p] / sum, J->vc + (size_t)p * J->kvdim + (size_t)kvh * hd, hd);
-        for (int e = 0; e < hd; e++) o[e] *= qhx_sigmoid(gate[e]);
+        const float *q0 = J->qg + ((size_t)t * J->hq + (size_t)kvh * G) * hd * 2; /* query g at q0 + 2 hd g, its gate after it */
+        const float *kc = J->kc + (size_t)kvh * hd, *vc = J->vc + (size_t)kvh * hd;
+        for (int p = 0; p < n; p++) {
+            prefetch_row(kc + (size_t)(p + AHEAD) * J->kvdim, p + AHEAD < n ? hd : 0);
+            for (int g = 0; g < G; g++) scores[(size_t)g * n + p] = J->ks->dot(q0 + (size_t)2 * hd * g, kc + (size_t)p * J->kvdim, hd) * J->scale;
+        }
+        float *o0 = J->att + ((size_t)t * J->hq + (size_t)kvh * G) * hd;
+        for (int g = 0; g < G; g++) {
+            float *sg = scores + (size_t)g * n;
+            const float sum = softmax_in_place(sg, n);
+            for (int p = 0; p < n; p++) sg[p] /= sum;
+            for (int e = 0; e < hd; e++) o0[(size_t)g * hd + e] = 0.0f;
+        }
+        for (int p = 0; p < n; p++) {
+            prefetch_row(vc + (size_t)(p + AHEAD) * J->kvdim, p + AHEAD < n ? hd : 0);
+            for (int g = 0; g < G; g++) J->ks->axpy(o0 + (size_t)g * hd, scores[(size_t)g * n + p], vc + (size_t)p * J->kvdim, hd);
+        }
+        for (int g = 0; g < G; g++) {
+            const float *gate = q0 + (size_t)2 * hd * g + hd;
+            for (int e = 0; e < hd; e++) o0[(size_t)g * hd + e] *= qhx_sigmoid(gate[e]);
+        }
     }
 }
 
@@ -346,7 +380,7 @@ static qhx_status gated_attention(const qhx_exec *ex, const qhx_config *c, const
     const int hq = c->n_heads, hkv = c->n_kv_heads, hd = c->head_dim;
     const int group = hq / hkv, kvdim = hkv * hd;
     const int blocked = T >= ATTN_BLOCKED_FROM && !ex->per_token;
-    const size_t scores_floats = attention_block_floats(hd, pos0 + T); /* room for either way */
+    const size_t scores_floats = attention_block_floats(hd, group, pos0 + T); /* room for either way */
     float *qg = carve(&cv, (size_t)T * hq * hd * 2), *att = carve(&cv, (size_t)T * hq * hd);
     float *scores = carve(&cv, scores_floats * (size_t)qhx_pool_size(ex->pool));
 

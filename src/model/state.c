@@ -2,6 +2,7 @@
  * KV caches (growing with the tokens). */
 #include "model/qwen35.h"
 #include "util/error.h"
+#include "util/hugemem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +43,7 @@ qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, int l0, int l1) {
         if (c->full_attn[l]) continue;
         qhx_layer_state *ls = qhx_state_layer(s, l);
         ls->conv = calloc(conv, sizeof(float));
-        ls->ssm = calloc(ssm, sizeof(float));
+        ls->ssm = qhx_huge_calloc(ssm * sizeof(float));
         if (!ls->conv || !ls->ssm) {
             qhx_state_free(s);
             return qhx_fail(QHX_ERR_NOMEM, "session state: out of memory");
@@ -86,9 +87,10 @@ qhx_status qhx_state_reserve_kv(qhx_state *s, int need) {
     for (int l = s->l0; l < s->l1; l++) {
         if (!s->cfg->full_attn[l]) continue;
         qhx_layer_state *ls = qhx_state_layer(s, l);
-        float *k = realloc(ls->k_cache, sizeof(float) * kvdim * cap);
+        const size_t had = sizeof(float) * kvdim * s->kv_capacity, bytes = sizeof(float) * kvdim * cap;
+        float *k = qhx_huge_grow(ls->k_cache, had, bytes);
         if (k) ls->k_cache = k;
-        float *v = realloc(ls->v_cache, sizeof(float) * kvdim * cap);
+        float *v = k ? qhx_huge_grow(ls->v_cache, had, bytes) : NULL;
         if (v) ls->v_cache = v;
         if (!k || !v) return qhx_fail(QHX_ERR_NOMEM, "KV cache: out of memory for %d tokens", cap);
     }

@@ -1,0 +1,27 @@
+#include "util/hugemem.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+void *qhx_huge_calloc(size_t bytes) {
+    if (bytes < HUGE_PAGE / 2) return calloc(1, bytes ? bytes : 1); /* not worth a huge page */
+    const size_t size = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    void *p = aligned_alloc(HUGE_PAGE, size);
+    if (!p) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, size, MADV_HUGEPAGE); /* advice only: on 4 KiB pages it still works */
+#endif
+    memset(p, 0, size);
+    return p;
+}
+
+void *qhx_huge_grow(void *p, size_t old_bytes, size_t bytes) {
+    void *q = qhx_huge_calloc(bytes);
+    if (!q) return NULL;
+    if (p) memcpy(q, p, old_bytes < bytes ? old_bytes : bytes);
+    free(p);
+    return q;
+}
