@@ -216,7 +216,14 @@ expect_err 1 "cut2.gguf: tensor" "$qhx" generate "$tmp/cut2.gguf" x
     && ok || bad "examples/minimal: $(cat "$tmp/ex")"
 expect_err 1 "no such model" "$build/examples/minimal" /nope x 1
 
-# docs/cli.md is the commands' current --help
-scripts/cli_doc.sh "$build/qhx" | cmp -s - docs/cli.md && ok || bad "docs/cli.md is stale: run scripts/cli_doc.sh >docs/cli.md"
+# docs/cli.md is the commands' current --help. It documents the x86-64 build: another build (an
+# emulated aarch64 tree runs qhx through a wrapper script) names its own kernel sets under
+# --kernels, so those lines are left out of the comparison there.
+if [[ $(od -An -tx1 -j18 -N2 "$build/qhx" | tr -d ' \n') == 3e00 ]]; then
+    scripts/cli_doc.sh "$build/qhx" | cmp -s - docs/cli.md && ok || bad "docs/cli.md is stale: run scripts/cli_doc.sh >docs/cli.md"
+else
+    no_kernels() { awk '/^  --kernels K/ {skip = 1; next} skip && /^               / {next} {skip = 0; print}'; }
+    cmp -s <(scripts/cli_doc.sh "$build/qhx" | no_kernels) <(no_kernels <docs/cli.md) && ok || bad "docs/cli.md is stale (the --kernels lines aside)"
+fi
 
 finish cli
