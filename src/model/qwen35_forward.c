@@ -9,7 +9,6 @@
  *               x += MLP(norm(x))
  *   logits = lm_head · norm(x)
  */
-#include "format/qhxf.h"
 #include "kernels/kernels.h"
 #include "model/ops.h"
 #include "model/qwen35.h"
@@ -513,21 +512,4 @@ qhx_status qhx_qwen35_head(const qhx_exec *ex, const qhx_config *c, const qhx_we
     const qhx_status rc = qhx_matmul(ex, &w->lm_head, x, n, logits);
     qhx_fp_leave(fp);
     return rc;
-}
-
-static uint64_t tensor_bytes(const qhx_tensor *t) {
-    if (!t->data) return 0;
-    return qhxf_data_bytes(t->dtype, (uint64_t)t->rows, (uint64_t)t->cols) + (t->dtype == QHX_I8 ? 4 * (uint64_t)t->rows : 0);
-}
-
-uint64_t qhx_weights_bytes_per_token(const qhx_config *c, const qhx_weights *w) {
-    uint64_t n = tensor_bytes(&w->final_norm) + tensor_bytes(&w->lm_head) + (uint64_t)c->hidden * qhx_dtype_size(w->embed.dtype);
-    for (int l = 0; l < c->n_layers; l++) {
-        const qhx_layer_weights *lw = &w->layers[l];
-        const qhx_tensor *all[] = {&lw->in_norm, &lw->post_norm, &lw->gate, &lw->up, &lw->down, &lw->qkv, &lw->z,
-                                   &lw->b, &lw->a, &lw->conv, &lw->dt_bias, &lw->a_log, &lw->gnorm, &lw->out,
-                                   &lw->q, &lw->k, &lw->v, &lw->o, &lw->q_norm, &lw->k_norm};
-        for (size_t i = 0; i < sizeof all / sizeof *all; i++) n += tensor_bytes(all[i]);
-    }
-    return n;
 }

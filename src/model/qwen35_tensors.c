@@ -1,4 +1,5 @@
 /* The tensor table of the Qwen3.5 text decoder (spec §2): names, shapes, on-disk dtypes. */
+#include "format/qhxf.h"
 #include "model/qwen35.h"
 
 #include <stdio.h>
@@ -112,4 +113,22 @@ int qhx_qwen35_specs(const qhx_config *c, const char *prefix, qhx_weights *w, qh
 #undef MW
     }
     return L.n;
+}
+
+/* what one decode step reads: every layer's weights, the final norm, the lm-head, one embedding row */
+static uint64_t tensor_bytes(const qhx_tensor *t) {
+    if (!t->data) return 0;
+    return qhxf_data_bytes(t->dtype, (uint64_t)t->rows, (uint64_t)t->cols) + (t->dtype == QHX_I8 ? 4 * (uint64_t)t->rows : 0);
+}
+
+uint64_t qhx_weights_bytes_per_token(const qhx_config *c, const qhx_weights *w) {
+    uint64_t n = tensor_bytes(&w->final_norm) + tensor_bytes(&w->lm_head) + (uint64_t)c->hidden * qhx_dtype_size(w->embed.dtype);
+    for (int l = 0; l < c->n_layers; l++) {
+        const qhx_layer_weights *lw = &w->layers[l];
+        const qhx_tensor *all[] = {&lw->in_norm, &lw->post_norm, &lw->gate, &lw->up, &lw->down, &lw->qkv, &lw->z,
+                                   &lw->b, &lw->a, &lw->conv, &lw->dt_bias, &lw->a_log, &lw->gnorm, &lw->out,
+                                   &lw->q, &lw->k, &lw->v, &lw->o, &lw->q_norm, &lw->k_norm};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) n += tensor_bytes(all[i]);
+    }
+    return n;
 }
