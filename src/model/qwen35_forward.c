@@ -319,7 +319,7 @@ static void attention_pairs(void *arg, int th, int nth) {
         const float *q0 = J->qg + ((size_t)t * J->hq + (size_t)kvh * G) * hd * 2; /* query g at q0 + 2 hd g, its gate after it */
         const float *kc = J->kc + (size_t)kvh * hd, *vc = J->vc + (size_t)kvh * hd;
         for (int p = 0; p < n; p++) {
-            prefetch_row(kc + (size_t)(p + AHEAD) * J->kvdim, p + AHEAD < n ? hd : 0);
+            if (p + AHEAD < n) prefetch_row(kc + (size_t)(p + AHEAD) * J->kvdim, hd);
             for (int g = 0; g < G; g++) scores[(size_t)g * n + p] = J->ks->dot(q0 + (size_t)2 * hd * g, kc + (size_t)p * J->kvdim, hd) * J->scale;
         }
         float *o0 = J->att + ((size_t)t * J->hq + (size_t)kvh * G) * hd;
@@ -330,7 +330,7 @@ static void attention_pairs(void *arg, int th, int nth) {
             for (int e = 0; e < hd; e++) o0[(size_t)g * hd + e] = 0.0f;
         }
         for (int p = 0; p < n; p++) {
-            prefetch_row(vc + (size_t)(p + AHEAD) * J->kvdim, p + AHEAD < n ? hd : 0);
+            if (p + AHEAD < n) prefetch_row(vc + (size_t)(p + AHEAD) * J->kvdim, hd);
             for (int g = 0; g < G; g++) J->ks->axpy(o0 + (size_t)g * hd, scores[(size_t)g * n + p], vc + (size_t)p * J->kvdim, hd);
         }
         for (int g = 0; g < G; g++) {
