@@ -75,11 +75,12 @@ static void causal_conv(const qhx_kernel_set *ks, const qhx_config *c, const qhx
      * (a short last tile padded with zeros), so the compiler vectorizes them; each channel's sum
      * still adds its taps in the reference's order. */
     float w[64][TILE], hist[64][TILE], x[TILE], v[TILE];
+    /* lanes past a short last tile hold zeros or an earlier tile's values: their sums are never stored */
+    memset(w, 0, sizeof(float) * TILE * (size_t)K);
+    memset(hist, 0, sizeof(float) * TILE * (size_t)K);
+    memset(x, 0, sizeof x);
     for (int ch0 = c0; ch0 < c1; ch0 += TILE) {
         const int n = c1 - ch0 < TILE ? c1 - ch0 : TILE;
-        memset(w, 0, sizeof(float) * TILE * (size_t)K);
-        memset(hist, 0, sizeof(float) * TILE * (size_t)K);
-        memset(x, 0, sizeof x);
         for (int i = 0; i < n; i++)
             for (int j = 0; j < K; j++) w[j][i] = w32 ? w32[(size_t)(ch0 + i) * K + j] : qhx_tensor_get(&lw->conv, (size_t)(ch0 + i) * K + j);
         for (int j = 0; j < K - 1; j++) memcpy(hist[j], fifo + (size_t)j * C + ch0, sizeof(float) * n);

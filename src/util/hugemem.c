@@ -1,4 +1,5 @@
 #include "util/hugemem.h"
+#include "util/tensor.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +9,7 @@
 
 void *qhx_huge_calloc(size_t bytes) {
     if (bytes < HUGE_PAGE / 2) return calloc(1, bytes ? bytes : 1); /* not worth a huge page */
-    const size_t size = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    const size_t size = qhx_round_up(bytes, HUGE_PAGE);
     void *p = aligned_alloc(HUGE_PAGE, size);
     if (!p) return NULL;
 #ifdef MADV_HUGEPAGE
