@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "qhexrt.h"
 #include "qhexrt_tools.h"
+#include "util/argmax.h"
 
 #include <jansson.h>
 
@@ -155,8 +156,7 @@ int cmd_bench(int argc, char **argv) {
     if (!seg_frac) { free(last), free(pre); die("out of memory"); goto done; }
     if (qhx_session_eval(s, ids, 128, QHX_EVAL_SEQUENCE, NULL, last)) { free(last), free(pre); api_error(); goto done; }
     for (int i = 0; i < n_decode; i++) {
-        int32_t best = 0; /* greedy: the next input is the argmax, as in generation */
-        for (int v = 1; v < in.vocab_size; v++) best = last[v] > last[best] ? v : best;
+        int32_t best = qhx_argmax(last, in.vocab_size); /* greedy: the next input, as in generation */
         const double t0 = now_s();
         if (qhx_session_eval(s, &best, 1, QHX_EVAL_STEPWISE, NULL, last)) { free(last), free(pre); api_error(); goto done; }
         const double dt = now_s() - t0;

@@ -3,6 +3,7 @@
 #include "model/mtp.h"
 #include "model/model.h"
 #include "qhexrt_tools.h"
+#include "util/argmax.h"
 #include "util/buf.h"
 #include "util/error.h"
 
@@ -110,13 +111,6 @@ qhx_status qhx_mtp_flush(qhx_mtp *d, float *logits, int *rows) {
     return QHX_OK;
 }
 
-static int32_t argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 int qhx_mtp_draft(qhx_mtp *d, int32_t tok, int32_t *out, int max, float *first_logits) {
     const int V = d->vocab, P = qhx_session_pos(d->s);
     const size_t D = (size_t)d->m->cfg.hidden;
@@ -133,12 +127,12 @@ int qhx_mtp_draft(qhx_mtp *d, int32_t tok, int32_t *out, int max, float *first_l
     if (rc) return -1;
     d->queued = 0;
     if (first_logits) memcpy(first_logits, d->logits, sizeof(float) * V);
-    out[0] = argmax(d->logits, V);
+    out[0] = qhx_argmax(d->logits, V);
     const int keep = d->st.pos;
     for (int i = 1; i < max; i++) {
         memcpy(d->in, d->y + (size_t)(i == 1 ? q - 1 : 0) * D, sizeof(float) * D);
         if (head(d, &out[i - 1], 1, 1, V, d->logits)) return -1;
-        out[i] = argmax(d->logits, V);
+        out[i] = qhx_argmax(d->logits, V);
     }
     d->st.pos = keep;
     return max;

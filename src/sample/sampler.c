@@ -2,6 +2,7 @@
  * then temperature, top-k, top-p, min-p, and a draw from what is left with a seeded xoshiro256**.
  * Only the candidates that can matter are ever sorted, so a 250k vocabulary costs one pass. */
 #include "sample/sampler.h"
+#include "util/argmax.h"
 #include "util/rng.h"
 #include "util/buf.h"
 #include "util/error.h"
@@ -83,13 +84,6 @@ static void apply_penalties(qhx_sampler *s, float *x) {
     }
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i; /* the first index wins ties, like torch.argmax */
-    return best;
-}
-
 /* a before b: more probable first, then the lower id, so every order is total and reproducible */
 static int before(const float *p, int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); }
 
@@ -120,11 +114,11 @@ static int cmp_desc(const void *a, const void *b, void *prob) {
 static int keep_set(qhx_sampler *s, float *x, int32_t *greedy) {
     const int V = s->vocab;
     if (penalties_on(s)) apply_penalties(s, x);
-    if (s->temperature <= 0 || s->top_k == 1) return *greedy = argmax(x, V), 0;
+    if (s->temperature <= 0 || s->top_k == 1) return *greedy = qhx_argmax(x, V), 0;
 
     float *p = s->prob;
     int32_t *idx = s->idx;
-    const float m = x[argmax(x, V)], inv_t = 1.0f / s->temperature;
+    const float m = x[qhx_argmax(x, V)], inv_t = 1.0f / s->temperature;
     for (int i = 0; i < V; i++) {
         p[i] = expf((x[i] - m) * inv_t); /* unnormalised: the top token is 1 */
         idx[i] = i;
