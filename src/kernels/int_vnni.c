@@ -226,11 +226,11 @@ INLINE __m512i fold4(const __m512i s[4]) {
  * the other group (or the second group's start goes unfetched). What is fetched is what the pair
  * reads W4_AHEAD blocks later, codes and scales, in the next pair once this one runs out. Against
  * 4096 bytes ahead of each cursor, kernel_bench measured one thread 1.2-1.5x faster. The fetches
- * are non-temporal (each line is read once, so it need not displace L2): 2 KiB ahead that way
- * streamed 1.07x faster than 4 KiB into every level (2 threads, 576 MB, alternated 15 times
- * against a plain read loop: 0.96-1.00 of the loop against 0.89-0.93), and the 4B W4 decode
- * rose from 0.73 to 0.77-0.85 of the interleaved probe (bench/README.md, 2026-12-03). */
-#define W4_AHEAD 32
+ * are non-temporal (each line is read once, so it need not displace L2). Over 576 MB, 2 threads,
+ * each distance alternated 21 times with a plain read loop in one
+ * process: 0.94-0.98 of the loop 40 blocks (2.5 KiB) ahead, 0.88-0.93 at 32, 0.90-0.94 at 48,
+ * against 0.81-0.87 for 64 into every level, at 58-65 GB/s (bench/README.md, 2026-12-03). */
+#define W4_AHEAD 40
 
 INLINE __m512i bcast16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
 
