@@ -250,7 +250,7 @@ int main(void) {
                     for (int i = 0; i < dk * dv; i++) R[i] = S[i] = frand();
                     for (int i = 0; i < dk; i++) q[i] = frand(), k[i] = frand() / sqrtf((float)dk);
                     for (int j = 0; j < dv; j++) v[j] = frand();
-                    ks->delta_step(S, q, k, v, beta, decay, dk, dv, o, kv);
+                    ks->delta_step(S, q, k, v, beta, decay, dk, dv, o, kv, rep ? (const float *)R : NULL); /* R: any dk x dv floats */
                     double mag = 1;
                     for (int i = 0; i < dk * dv; i++) R[i] *= decay, mag = fabs(R[i]) > mag ? fabs(R[i]) : mag;
                     for (int j = 0; j < dv; j++) {

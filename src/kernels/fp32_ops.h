@@ -343,10 +343,13 @@ QV_TARGET static void QV_NAME(gemm)(int M, int N, int K, float alpha, const floa
 /* The gated delta rule's step (spec §3.5.1) in one sweep of S from L2 instead of four, by
  * linearity:  S^T k after the decay = decay (S^T k),  o = S'^T q = decay (S^T q) + (k . q) delta.
  * One read of a 32-column block gathers S^T k and S^T q; the write of the updated block follows
- * while it is still in L1 (32 columns x dk rows = 16 KB at dk = 128). */
+ * while it is still in L1 (32 columns x dk rows = 16 KB at dk = 128). Each row written fetches
+ * 128 bytes of `next`, so the caller's next state (dk x dv floats, as many bytes as there are
+ * row writes x 128) is in cache when its step begins: over 24 layers of 4B states, 2 threads,
+ * the steps ran 1.7x faster that way (0.79-0.83 of a read loop's bandwidth against 0.47-0.48). */
 #define QV_DV (32 / QV_LANES) /* vectors in a 32-column block */
 QV_TARGET static void QV_NAME(delta_step)(float *S, const float *q, const float *k, const float *v, float beta, float decay,
-                                          int dk, int dv, float *o, float *kv) {
+                                          int dk, int dv, float *o, float *kv, const float *next) {
     const float kq = QV_NAME(dot)(k, q, dk);
     const qv_f32 dec = qv_set1(decay), bet = qv_set1(beta), kqv = qv_set1(kq);
     int c0 = 0;
@@ -369,6 +372,8 @@ QV_TARGET static void QV_NAME(delta_step)(float *S, const float *q, const float 
         for (int i = 0; i < dk; i++) {
             float *row = S + (size_t)i * dv + c0;
             const qv_f32 ki = qv_set1(k[i]);
+            if (next) __builtin_prefetch((const char *)next + ((size_t)(c0 / 32) * dk + i) * 128, 0, 3),
+                      __builtin_prefetch((const char *)next + ((size_t)(c0 / 32) * dk + i) * 128 + 64, 0, 3);
             _Pragma("GCC unroll 4") for (int u = 0; u < QV_DV; u++)
                 qv_store(row + QV_LANES * u, qv_fma(ki, delta[u], qv_mul(dec, qv_load(row + QV_LANES * u))));
         }

@@ -63,9 +63,10 @@ typedef struct {
      * small products (64 x 128 x 128 per chunk and head) */
     void (*gemm)(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
     /* One token of the recurrent gated delta rule (spec §3.5.1) for one value head, S [dk][dv]:
-     * S = decay S;  S += k ((v - S^T k) beta)^T;  o = S^T q.  kv: dv floats of scratch. */
+     * S = decay S;  S += k ((v - S^T k) beta)^T;  o = S^T q.  kv: dv floats of scratch. next: the
+     * [dk][dv] state the caller steps after this one, fetched into cache meanwhile (NULL: none). */
     void (*delta_step)(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
-                       float *o, float *kv);
+                       float *o, float *kv, const float *next);
     /* x = silu(x) * mul elementwise (mul NULL: silu(x)); silu(x) = x / (1 + e^-x) */
     void (*silu)(float *x, const float *mul, size_t n);
 } qhx_fp32_ops;
@@ -115,7 +116,7 @@ typedef struct {
     void (*axpy)(float *y, float a, const float *x, int n);
     void (*gemm)(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
     void (*delta_step)(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
-                       float *o, float *kv);
+                       float *o, float *kv, const float *next);
     void (*silu)(float *x, const float *mul, size_t n);
     int ieee;       /* computes without flush-to-zero (ref): see qhx_fp_enter */
     int supported;  /* this CPU (and OS) runs it */

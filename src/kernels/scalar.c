@@ -188,7 +188,8 @@ static void ref_gemm(int M, int N, int K, float alpha, const float *A, int lda, 
 }
 
 static void scalar_delta_step(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
-                           float *o, float *kv) {
+                              float *o, float *kv, const float *next) {
+    (void)next;
     for (int i = 0; i < dk * dv; i++) S[i] *= decay;
     for (int j = 0; j < dv; j++) kv[j] = 0.0f;
     for (int i = 0; i < dk; i++) scalar_axpy(kv, k[i], S + (size_t)i * dv, dv);        /* kv = S^T k */

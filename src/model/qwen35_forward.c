@@ -198,7 +198,10 @@ static void deltanet_heads(void *arg, int th, int nth) {
     const int dk = c->lin_k_dim, dv = c->lin_v_dim, group = hv / hk;
     const float qscale = 1.0f / sqrtf((float)dk);
     float *work = J->work + (size_t)th * J->work_floats;
-    for (int kh = th; kh < hk; kh += nth) {
+    /* a run of key heads a thread: the value-head states it steps lie one after another, and each
+     * step fetches the next one's (delta_step's next) */
+    const int kh1 = hk * (th + 1) / nth;
+    for (int kh = hk * th / nth; kh < kh1; kh++) {
         causal_conv(J->ks, c, lw, J->conv, J->mixed, J->xc, T, kh * dk, (kh + 1) * dk);
         causal_conv(J->ks, c, lw, J->conv, J->mixed, J->xc, T, (hk + kh) * dk, (hk + kh + 1) * dk);
         causal_conv(J->ks, c, lw, J->conv, J->mixed, J->xc, T, 2 * hk * dk + kh * group * dv, 2 * hk * dk + (kh + 1) * group * dv);
@@ -219,9 +222,11 @@ static void deltanet_heads(void *arg, int th, int nth) {
             float *S = J->ssm + (size_t)j * dk * dv;
             const float *v = J->xc + (size_t)2 * hk * dk + (size_t)j * dv;
             if (J->stepwise) {
+                const float *next = j + 1 < kh1 * group ? S + (size_t)dk * dv : NULL;
                 for (int t = 0; t < T; t++)
                     J->ks->delta_step(S, q + (size_t)t * C, k + (size_t)t * C, v + (size_t)t * C, J->beta[(size_t)t * hv + j],
-                                      expf(J->g[(size_t)t * hv + j]), dk, dv, J->o + ((size_t)t * hv + j) * dv, work);
+                                      expf(J->g[(size_t)t * hv + j]), dk, dv, J->o + ((size_t)t * hv + j) * dv, work,
+                                      t == T - 1 ? next : NULL);
             } else {
                 for (int t0 = 0; t0 < T; t0 += CHUNK) {
                     const int n = T - t0 < CHUNK ? T - t0 : CHUNK;

@@ -74,7 +74,7 @@ static void replay_part(void *arg, int th, int nth) {
         for (int t = 0; t < J->k; t++, r += tf) {
             const float *xc = r + C, *beta = r + 2 * C, *g = beta + hv;
             J->ks->delta_step(S, xc + (size_t)kh * dk, xc + (size_t)(hk + kh) * dk, xc + (size_t)2 * hk * dk + (size_t)j * dv,
-                              beta[j], expf(g[j]), dk, dv, o, work);
+                              beta[j], expf(g[j]), dk, dv, o, work, NULL);
         }
     }
 }
