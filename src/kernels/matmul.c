@@ -64,13 +64,17 @@ static qhx_status w4_reserve(qhx_acts *a, size_t cols, int T) {
     return QHX_ERR_NOMEM;
 }
 
-/* Row t's w4 fields from its Q8 values (kernels.h says what they hold). */
+/* Row t's w4 fields from its Q8 values (kernels.h says what they hold). Written as plain copies
+ * and fixed-length sums, which the compiler vectorizes: a decode call pays it once a matrix. */
 static void w4_row(const qhx_acts *a, size_t t) {
     const size_t nbx = a->pad / QHX_Q8_BLOCK, nb = a->w4pad / QHX_W4_BLOCK;
+    const int8_t *q = a->q + t * a->pad;
     int8_t *h = a->w4h + t * a->w4pad;
+    memcpy(h, q, a->pad);
+    memset(h + a->pad, 0, a->w4pad - a->pad);
     for (size_t b = 0; b < nb; b++) {
         int32_t sum = 0;
-        for (size_t c = b * QHX_W4_BLOCK; c < (b + 1) * QHX_W4_BLOCK; c++) sum += h[c] = c < a->pad ? a->q[t * a->pad + c] : 0;
+        for (int c = 0; c < QHX_W4_BLOCK; c++) sum += h[b * QHX_W4_BLOCK + c];
         a->w4c[t * nb + b] = 8 * sum;
         a->w4s[t * nb + b] = b < nbx ? a->s[t * nbx + b] : 0.0f;
     }
