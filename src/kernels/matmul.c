@@ -21,31 +21,46 @@ typedef struct {
     const qhx_acts *acts;  /* set: rounded activations, for the W4 matrices and (i8_acts) the W8 ones */
     int i8_acts, w4_acts;
     int T;
-    int chunk_rows[MAX_GROUP], first[MAX_GROUP + 1];
-    atomic_int next;          /* the next chunk to take */
-    atomic_int status;        /* the first failure, or QHX_OK */
+    int first[MAX_GROUP + 1];  /* matrix m is the group's 16-row blocks first[m] .. first[m + 1] - 1 */
+    int step, share;           /* a take: a multiple of step blocks, about 1 / share of those left */
+    atomic_int next;           /* the first block not yet taken */
+    atomic_int status;         /* the first failure, or QHX_OK */
 } matmul_job;
 
-/* Threads take chunks of rows until none is left: memory bandwidth is not shared evenly between
- * cores, so equal static halves left one core waiting for the other (~8 % of decode). Chunks
- * are whole 16-row blocks, so every row is still computed whole by one kernel call and results
- * never depend on the thread count. */
-static void matmul_part(void *arg, int i, int n) {
-    (void)i, (void)n;
-    matmul_job *j = arg;
-    for (int k; (k = atomic_fetch_add(&j->next, 1)) < j->first[j->n];) {
-        int m = 0;
-        while (k >= j->first[m + 1]) m++;
-        const qhx_tensor *W = j->W[m];
-        const int r0 = (k - j->first[m]) * j->chunk_rows[m], r1 = r0 + j->chunk_rows[m] < W->rows ? r0 + j->chunk_rows[m] : W->rows;
-        const qhx_status rc = W->dtype == QHX_Q4 && j->w4_acts   ? j->ks->matmul_acts_w4(W, j->acts, j->T, j->Y[m], r0, r1)
-                              : W->dtype == QHX_I8 && j->i8_acts ? j->ks->matmul_acts(W, j->acts, j->T, j->Y[m], r0, r1)
-                                                                 : j->ks->matmul(W, j->X, j->T, j->Y[m], r0, r1);
-        if (rc) {
-            int ok = QHX_OK;
-            atomic_compare_exchange_strong(&j->status, &ok, (int)rc);
-        }
+/* Blocks b0 .. b0 + n - 1 of the group, or 0 when none is left. Takes shrink as the work does
+ * (guided scheduling): large ones while much is left, so few calls start cold, and single steps
+ * at the end, so no thread waits long for another's last take. Memory bandwidth is not shared
+ * evenly between cores, which is why the takes are not fixed halves (~8 % of decode). */
+static int take(matmul_job *j, int *b0) {
+    int cur = atomic_load(&j->next);
+    for (;;) {
+        const int left = j->first[j->n] - cur;
+        if (left <= 0) return 0;
+        int n = qhx_round_up(left / j->share + 1, j->step);
+        if (n > left) n = left;
+        if (atomic_compare_exchange_weak(&j->next, &cur, cur + n)) return *b0 = cur, n;
     }
+}
+
+/* Threads take blocks until none is left. Every row is computed whole by one kernel call, so
+ * results never depend on the thread count or on who took what. */
+static void matmul_part(void *arg, int i, int nth) {
+    (void)i, (void)nth;
+    matmul_job *j = arg;
+    for (int b0, n; (n = take(j, &b0)) > 0;)
+        for (int m = 0; m < j->n; m++) {
+            const int lo = b0 > j->first[m] ? b0 : j->first[m], hi = b0 + n < j->first[m + 1] ? b0 + n : j->first[m + 1];
+            if (lo >= hi) continue;
+            const qhx_tensor *W = j->W[m];
+            const int r0 = (lo - j->first[m]) * 16, r1 = (hi - j->first[m]) * 16 < W->rows ? (hi - j->first[m]) * 16 : W->rows;
+            const qhx_status rc = W->dtype == QHX_Q4 && j->w4_acts   ? j->ks->matmul_acts_w4(W, j->acts, j->T, j->Y[m], r0, r1)
+                                  : W->dtype == QHX_I8 && j->i8_acts ? j->ks->matmul_acts(W, j->acts, j->T, j->Y[m], r0, r1)
+                                                                     : j->ks->matmul(W, j->X, j->T, j->Y[m], r0, r1);
+            if (rc) {
+                int ok = QHX_OK;
+                atomic_compare_exchange_strong(&j->status, &ok, (int)rc);
+            }
+        }
 }
 
 /* Room for the w4 fields of T rows of cols columns. */
@@ -175,20 +190,13 @@ qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, con
         if (T <= 4) round_part(&j, 0, 1);
         else qhx_pool_run(ex->pool, round_part, &j);
     }
-    /* 16 chunks a thread over the whole group: a late thread costs at most 1/16 of its share
-     * (48 measured the same); matrices under 64 rows are one chunk each */
-    int blocks = 0;
-    for (int m = 0; m < n; m++) blocks += (W[m]->rows + 15) / 16;
-    const int want = 16 * qhx_pool_size(ex->pool);
-    int rows = 16 * ((blocks + want - 1) / want);
-    if (j.i8_acts && rows < ex->ks->panel_rows) rows = ex->ks->panel_rows;
     j.first[0] = 0;
-    for (int m = 0; m < n; m++) {
-        j.chunk_rows[m] = W[m]->rows < 64 || !ex->pool ? W[m]->rows : rows;
-        j.first[m + 1] = j.first[m] + (W[m]->rows + j.chunk_rows[m] - 1) / j.chunk_rows[m];
-    }
-    if (ex->pool && j.first[n] > 1) qhx_pool_run(ex->pool, matmul_part, &j);
-    else matmul_part(&j, 0, 1);
+    for (int m = 0; m < n; m++) j.first[m + 1] = j.first[m] + (W[m]->rows + 15) / 16;
+    /* a kernel that packs panel_rows rows is handed whole panels; without a pool, one take */
+    j.step = j.i8_acts && ex->ks->panel_rows > 16 ? ex->ks->panel_rows / 16 : 1;
+    j.share = 2 * qhx_pool_size(ex->pool);
+    if (ex->pool && j.first[n] > j.step) qhx_pool_run(ex->pool, matmul_part, &j);
+    else j.share = 1, matmul_part(&j, 0, 1);
     qhx_acts_free(&local);
     if (j.status) return qhx_fail((qhx_status)j.status, "matmul: out of memory for a kernel's row scratch");
     return QHX_OK;
