@@ -135,6 +135,9 @@ int parse_common(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--ctx")) {
             if (want_value(argc, argv, &i) || parse_long("--ctx", argv[i], 2, 1 << 20, &o->ctx)) return -1;
         }
+        else if (!strcmp(a, "--chunks")) {
+            if (want_value(argc, argv, &i) || parse_long("--chunks", argv[i], 1, 1 << 30, &o->chunks)) return -1;
+        }
         else if (!strcmp(a, "--decode")) {
             if (want_value(argc, argv, &i) || parse_long("--decode", argv[i], 1, 1 << 20, &o->decode)) return -1;
         }

@@ -17,10 +17,11 @@
 /* ---- qhx perplexity -------------------------------------------------------------------------- */
 
 static const char perplexity_help[] =
-    "usage: qhx perplexity MODEL FILE [--ctx N] [--second-half] [--json] [-t N] [--kernels K]\n"
+    "usage: qhx perplexity MODEL FILE [--ctx N] [--chunks N] [--second-half] [--json] [-t N] [--kernels K]\n"
     "The whole FILE is tokenized as one text (no special tokens), split into consecutive windows of\n"
     "N tokens (default 512; the last may be shorter), each evaluated from a fresh state.\n"
     "perplexity = exp(mean negative log-likelihood of every token of every window but its first).\n"
+    "  --chunks N     only the first N windows (llama-perplexity's --chunks)\n"
     "  --second-half  llama.cpp's definition (llama-perplexity): whole windows only, and of each only\n"
     "                 the tokens after its first half are scored, so figures compare with llama.cpp's\n"
     "  --json         print {\"tokens\": scored tokens, \"perplexity\": X} only\n" RUNTIME_HELP;
@@ -53,6 +54,7 @@ int cmd_perplexity(int argc, char **argv) {
         api_error();
         goto done;
     }
+    if (o.chunks && n > (size_t)o.chunks * (size_t)ctx) n = (size_t)o.chunks * (size_t)ctx;
     qhx_model_info in;
     qhx_model_get_info(m, &in);
     if (ctx > in.max_context) { die("--ctx %lld exceeds the model's context of %d", ctx, in.max_context); goto done; }
