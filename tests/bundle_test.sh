@@ -117,7 +117,11 @@ done
 # Greedy parity of the default prefill: every -q16 set this CPU runs (int16 activations) generates
 # exactly the 64 tokens fp32 activations generate on the same W8 bundle, on each held-out prompt;
 # auto is the first of them. The -q8 opt-in (int8 activations) is reported, not held to it.
-check "[[ $kern =~ ^(avx512-q16|avx2-q16|neon-i8mm-q16|neon-q16|neon|scalar)$ ]]" "auto chose $kern"
+if [[ -n ${QHX_KERNELS:-} ]]; then # an explicit choice replaces auto's: held to the choice instead
+    check "[[ $kern == \"$QHX_KERNELS\" ]]" "QHX_KERNELS=$QHX_KERNELS, auto chose $kern"
+else
+    check "[[ $kern =~ ^(avx512-q16|avx2-q16|neon-i8mm-q16|neon-q16|neon|scalar)$ ]]" "auto chose $kern"
+fi
 mapfile -t held < <(grep -v '^#' tests/data/parity/prompts.txt)
 for pair in avx512-q16:avx512 avx2-q16:avx2 neon-i8mm-q16:neon neon-q16:neon scalar-q16:scalar avx512-q8:avx512 avx2-q8:avx2 \
     neon-i8mm-q8:neon neon-q8:neon; do
