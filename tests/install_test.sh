@@ -4,18 +4,28 @@
 # copy alone (pkg-config, shared and static) gives what the in-tree build gives.
 source "$(dirname "$0")/lib.sh"
 prefix="$tmp/prefix"
+# A tree mirrored for an emulator (scripts/emu_tree.sh) wraps another architecture's programs:
+# install that build, compile the example with its cross compiler, run it through the emulator.
+mk=(BUILD="$build") cc=cc nm=nm emu=()
+if [[ $(head -c 2 "$build/qhx") == '#!' ]]; then
+    wrap=$(sed -n 's/^exec //p' "$build/qhx")           # EMULATOR... -0 "$0" PROGRAM "$@"
+    read -r -a emu <<<"${wrap%% -0 *}"
+    real=${wrap#*'"$0" '}; real=$(dirname "${real% \"\$@\"}")
+    arch=${emu[0]#qemu-}
+    mk=(CROSS="$arch" BUILD="$real") cc=$arch-linux-gnu-gcc nm=$arch-linux-gnu-nm
+fi
 # run LOG MESSAGE CMD...: a check that shows the command's output when it fails
 run() {
     local log=$1 msg=$2; shift 2
     if "$@" >"$log" 2>&1; then ok; else bad "$msg: $(head -c 400 "$log")"; fi
 }
-run "$tmp/install.log" "make install" make -s install BUILD="$build" PREFIX="$prefix"
+run "$tmp/install.log" "make install" make -s install "${mk[@]}" PREFIX="$prefix"
 for f in include/qhexrt.h include/qhexrt_tools.h lib/libqhexrt.a lib/libqhexrt.so lib/libqhexrt.so.0 lib/pkgconfig/qhexrt.pc; do
     check '[[ -e $prefix/$f ]]' "installed $f"
 done
 check '[[ $(readelf -d "$prefix/lib/libqhexrt.so.0" | grep -o "Library soname: \[[^]]*\]") == "Library soname: [libqhexrt.so.0]" ]]' "soname libqhexrt.so.0"
 # exported symbols == the functions the two public headers declare
-nm -D --defined-only "$prefix/lib/libqhexrt.so.0" | awk '{print $3}' | sort >"$tmp/exported"
+"$nm" -D --defined-only "$prefix/lib/libqhexrt.so.0" | awk '{print $3}' | sort >"$tmp/exported"
 grep -ho '\bqhx_[a-z0-9_]*(' "$prefix/include/qhexrt.h" "$prefix/include/qhexrt_tools.h" | tr -d '(' | sort -u >"$tmp/declared"
 check '[[ -s $tmp/exported ]] && cmp -s "$tmp/exported" "$tmp/declared"' "exports are the API: $(comm -3 "$tmp/exported" "$tmp/declared" | tr -s ' \t\n' ' ')"
 pc() { PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config "$@" qhexrt; }
@@ -25,13 +35,18 @@ san=; nm "$build/libqhexrt.a" 2>/dev/null | grep -q ' U __asan_' && san="-fsanit
 # built from a copy of the example in an empty directory: nothing of the source tree on the paths
 mkdir -p "$tmp/user" && cp examples/minimal.c "$tmp/user/"
 run "$tmp/cc.log" "build against the shared library" \
-    sh -c "cd '$tmp/user' && cc -std=c11 -Wall -Wextra -Werror $san minimal.c $(pc --cflags --libs) -Wl,-rpath,'$prefix/lib' -o minimal-shared"
+    sh -c "cd '$tmp/user' && $cc -std=c11 -Wall -Wextra -Werror $san minimal.c $(pc --cflags --libs) -Wl,-rpath,'$prefix/lib' -o minimal-shared"
 run "$tmp/cc2.log" "build against the static library" \
-    sh -c "cd '$tmp/user' && cc -std=c11 $san minimal.c $(pc --static --cflags) '$prefix/lib/libqhexrt.a' $(pc --static --libs | sed 's/-lqhexrt//') -o minimal-static"
-check 'ldd "$tmp/user/minimal-shared" | grep -q "libqhexrt.so.0 => $prefix/lib/libqhexrt.so.0"' "the shared build loads the installed library"
+    sh -c "cd '$tmp/user' && $cc -std=c11 $san minimal.c $(pc --static --cflags) '$prefix/lib/libqhexrt.a' $(pc --static --libs | sed 's/-lqhexrt//') -o minimal-static"
+if ((${#emu[@]})); then # ldd cannot read another architecture's program: its run path, and a run
+    check '[[ $(readelf -d "$tmp/user/minimal-shared") == *"path: [$prefix/lib]"* ]] && "${emu[@]}" "$tmp/user/minimal-shared" 2>&1 | grep -q usage' \
+        "the shared build finds the installed library"
+else
+    check 'ldd "$tmp/user/minimal-shared" | grep -q "libqhexrt.so.0 => $prefix/lib/libqhexrt.so.0"' "the shared build loads the installed library"
+fi
 "$build/examples/minimal" models/q35-kjv "In the beginning" 16 >"$tmp/want" 2>&1
 for v in shared static; do
-    "$tmp/user/minimal-$v" models/q35-kjv "In the beginning" 16 >"$tmp/got-$v" 2>&1
+    ${emu[@]+"${emu[@]}"} "$tmp/user/minimal-$v" models/q35-kjv "In the beginning" 16 >"$tmp/got-$v" 2>&1
     check 'cmp -s "$tmp/want" "$tmp/got-$v" && grep -q "16 generated" "$tmp/got-$v"' "minimal ($v) gives the in-tree output: $(head -c 200 "$tmp/got-$v")"
 done
 finish install
