@@ -4,15 +4,12 @@
 # copy alone (pkg-config, shared and static) gives what the in-tree build gives.
 source "$(dirname "$0")/lib.sh"
 prefix="$tmp/prefix"
-# A tree mirrored for an emulator (scripts/emu_tree.sh) wraps another architecture's programs:
-# install that build, compile the example with its cross compiler, run it through the emulator.
-mk=(BUILD="$build") cc=cc nm=nm emu=()
-if [[ $(head -c 2 "$build/qhx") == '#!' ]]; then
-    wrap=$(sed -n 's/^exec //p' "$build/qhx")           # EMULATOR... -0 "$0" PROGRAM "$@"
-    read -r -a emu <<<"${wrap%% -0 *}"
-    real=${wrap#*'"$0" '}; real=$(dirname "${real% \"\$@\"}")
+# On an emulated tree: install the build it mirrors, compile the example with that architecture's
+# cross compiler, run it through the emulator.
+mk=(BUILD="$build") cc=cc nm=nm
+if ((${#emu[@]})); then
     arch=${emu[0]#qemu-}
-    mk=(CROSS="$arch" BUILD="$real") cc=$arch-linux-gnu-gcc nm=$arch-linux-gnu-nm
+    mk=(CROSS="$arch" BUILD="$emu_build") cc=$arch-linux-gnu-gcc nm=$arch-linux-gnu-nm
 fi
 # run LOG MESSAGE CMD...: a check that shows the command's output when it fails
 run() {

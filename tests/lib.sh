@@ -11,6 +11,14 @@ if [[ -n ${QHX_VALGRIND:-} ]]; then
     qhx="$QHX_VALGRIND/qhx"
     export QHX_SLOW=${QHX_SLOW:-40} # memcheck runs a program ~50x slower: the suites' waits stretch by this
 fi
+# A tree mirrored for an emulator (scripts/emu_tree.sh) holds scripts that run another
+# architecture's programs: emu is the emulator's command, emu_build the build it mirrors.
+emu=() emu_build=
+if [[ $(head -c 2 "$build/qhx" 2>/dev/null) == '#!' ]]; then
+    wrap=$(sed -n 's/^exec //p' "$build/qhx") # EMULATOR... -0 "$0" PROGRAM "$@"
+    read -r -a emu <<<"${wrap%% -0 *}"
+    emu_build=${wrap#*'"$0" '}; emu_build=$(dirname "${emu_build% \"\$@\"}")
+fi
 slow=${QHX_SLOW:-1}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
