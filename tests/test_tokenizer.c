@@ -293,6 +293,10 @@ int main(void) {
 
     bad_tokenizer("{not json", "not a JSON object");
     bad_tokenizer("{\"added_tokens\": []}", "model");
+    /* U+0000 escaped, in a vocab key and as a whole string; an escaped backslash before "u0000" is not one */
+    bad_tokenizer("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\\u0000b\": 0}, \"merges\": []}}", "U+0000 in a string (at byte 38)");
+    bad_tokenizer("{\"added_tokens\": [{\"id\": 0, \"content\": \"\\u0000\"}]}", "U+0000");
+    bad_tokenizer("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\\\\u0000\": 0}, \"merges\": []}}", "byte 0x");
     bad_tokenizer("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", "WordPiece");
     bad_tokenizer("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "byte 0x");
     bad_tokenizer("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a\"]}}", "merge 0");

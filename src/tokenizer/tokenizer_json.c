@@ -266,11 +266,23 @@ static qhx_status read_added(qhx_tokenizer *t, const cJSON *added, const char *n
     return QHX_OK;
 }
 
+/* Where the text escapes U+0000, or NULL. cJSON's strings are C strings: such a piece would be cut
+ * short without a word, so the file is refused instead (no byte-level BPE vocabulary has one; its
+ * byte 0 is "\u0100"). Every backslash in JSON text starts a two-character escape, so pairing them
+ * from the left finds exactly the escapes. */
+static const char *escaped_nul(const char *s, size_t len) {
+    for (const char *p = memchr(s, '\\', len), *end = s + len; p && p + 1 < end; p = memchr(p + 2, '\\', (size_t)(end - p - 2)))
+        if (p[1] == 'u' && end - p >= 6 && !memcmp(p + 2, "0000", 4)) return p;
+    return NULL;
+}
+
 /* cJSON allocates every node and string on its own (a Qwen tokenizer.json is about a million of
  * them). An arena through cJSON_InitHooks made the load 1.1-1.2x faster, but the hooks are
  * process-wide: a program that also uses cJSON would allocate from them. So malloc it is. */
 qhx_status qhx_tokenizer_parse(const char *json, size_t len, const char *name, qhx_tokenizer **out) {
     *out = NULL;
+    const char *nul = escaped_nul(json, len);
+    if (nul) return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: U+0000 in a string (at byte %zu) is not supported", name, (size_t)(nul - json));
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
