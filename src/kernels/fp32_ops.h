@@ -4,9 +4,9 @@
  * lane order. Ragged tails go through zero-filled lanes: every element of every shape gets the
  * same arithmetic as the body.
  *
- *   decode (T <= QHX_DECODE_MAX_T): W8 streams its packed row groups (format/w8.h) in one
- *     sequential read, each token in turn over a group while it sits in L1; other dtypes run
- *     tiles of 4 rows x up to 4 tokens.
+ *   decode (T <= QHX_DECODE_MAX_T): every dtype is read as one sequential stream: W8 its packed
+ *     row groups (format/w8.h), each token in turn over a group while it sits in L1; row-major
+ *     dtypes a row at a time, up to 4 tokens over it.
  *   prefill: with QV_PREFILL_WIDEN, 4 rows widened once, every token swept over them
  *     QV_PREFILL_TOKENS at a time, so the FMAs run from registers and the widening is shared by
  *     all T tokens; without, decode's tiles over plain rows (W8 groups unpacked), widening in
@@ -27,13 +27,14 @@
  * matrices); 16 KiB measured the same as 8. The fetches are non-temporal (every weight is read
  * once): over 614 MB, 2 threads, at 72-76 GB/s, alternated 21 times with a plain read loop,
  * 0.87-0.89 of the loop against 0.70-0.73 into every level (4 and 2 KiB ahead: 0.76-0.84).
- * The fp16 rows below measured the same either way and keep the plain fetch. */
+ * Row-major decode fetches as far ahead the same way. */
 #define QV_PREFETCH 8192
 
 /* Bytes ahead on each of a tile's rows: the rows are read side by side, so what is fetched is
  * what they read that much later, in the next tile's rows once these run out (a fixed distance
  * past a row's end would land in the row beside it, already read). Into a 4-row fp16 lm-head on
- * the Zen 5 VM, 2 threads: 57-58 GB/s, as fast as W8, against 36 GB/s without. */
+ * the Zen 5 VM, 2 threads: 57-58 GB/s against 36 GB/s without; a row at a time as one stream
+ * (decode_rows) then read it at 64-68 GB/s against the tiles' 48-59, alternated 12 times. */
 #define QV_ROW_AHEAD 2048
 
 /* One step of a tile: QV_LANES columns from c, every row and token. */
@@ -114,7 +115,8 @@ QV_ROWS(rows_bf16, tile_bf16, 2)
 QV_ROWS(rows_f32, tile_f32, 4)
 #undef QV_ROWS
 
-/* A row-major dtype, 4 rows at a time. */
+#if !QV_PREFILL_WIDEN
+/* Prefill over a row-major dtype, 4 rows at a time. */
 QV_TARGET static void tiled(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, ws = cols * qhx_dtype_size(W->dtype);
     for (int r = r0; r < r1; r += 4) {
@@ -124,6 +126,59 @@ QV_TARGET static void tiled(const qhx_tensor *W, const float *X, int T, float *Y
         case QHX_F16: rows_f16(w, cols, X, T, Y, (size_t)W->rows, r, nr, NULL); break;
         case QHX_BF16: rows_bf16(w, cols, X, T, Y, (size_t)W->rows, r, nr, NULL); break;
         default: rows_f32(w, cols, X, T, Y, (size_t)W->rows, r, nr, NULL); break;
+        }
+    }
+}
+#endif
+
+/* Decode over row-major rows (the fp16 lm-head, bf16 and fp32 checkpoints): one row after the
+ * next, the matrix read as one stream with the fetch ahead of it, up to 4 tokens a pass over a
+ * row (from L1 after the first). Two accumulators a token, even and odd vectors, so a token's
+ * sum takes the same order however the tokens are grouped. */
+#define QV_STREAM(NAME, LOAD, ES)                                                                                      \
+    QV_INLINE void NAME(const unsigned char *w, size_t cols, const float *x, int NT, float out[4]) {                   \
+        qv_f32 acc[4][2];                                                                                              \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = qv_zero();                        \
+        size_t c = 0;                                                                                                  \
+        for (; c + 2 * QV_LANES <= cols; c += 2 * QV_LANES) {                                                          \
+            if (2 * QV_LANES * ES >= 64)                                                                                \
+                for (int o = 0; o < 2 * QV_LANES * ES; o += 64) __builtin_prefetch(w + c * ES + QV_PREFETCH + o, 0, 0);  \
+            else if (c * ES % 64 == 0) __builtin_prefetch(w + c * ES + QV_PREFETCH, 0, 0);                             \
+            const qv_f32 w0 = LOAD(w + c * ES), w1 = LOAD(w + (c + QV_LANES) * ES);                                    \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {                                                     \
+                acc[j][0] = qv_fma(w0, qv_load(x + j * cols + c), acc[j][0]);                                          \
+                acc[j][1] = qv_fma(w1, qv_load(x + j * cols + c + QV_LANES), acc[j][1]);                               \
+            }                                                                                                          \
+        }                                                                                                              \
+        for (int h = 0; c < cols; c += QV_LANES, h ^= 1) {                                                             \
+            const int n = cols - c < QV_LANES ? (int)(cols - c) : QV_LANES;                                            \
+            unsigned char wt[QV_LANES * 4] = {0};                                                                      \
+            memcpy(wt, w + c * ES, n * ES);                                                                            \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[j][h] = qv_fma(LOAD(wt), qv_load_n(x + j * cols + c, n), acc[j][h]); \
+        }                                                                                                              \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) out[j] = qv_reduce(qv_add(acc[j][0], acc[j][1]));        \
+    }
+QV_STREAM(stream_f16, qv_load_f16, 2)
+QV_STREAM(stream_bf16, qv_load_bf16, 2)
+QV_STREAM(stream_f32, load_f32, 4)
+#undef QV_STREAM
+
+QV_TARGET static void decode_rows(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, ws = cols * qhx_dtype_size(W->dtype);
+    float out[4];
+    for (int r = r0; r < r1; r++) {
+        const unsigned char *w = (const unsigned char *)W->data + (size_t)r * ws;
+        for (int t = 0; t < T; t += 4) {
+            const float *x = X + (size_t)t * cols;
+            const int nt = T - t < 4 ? T - t : 4;
+#define QV_NT(FN) (nt == 4 ? FN(w, cols, x, 4, out) : nt == 3 ? FN(w, cols, x, 3, out) : nt == 2 ? FN(w, cols, x, 2, out) : FN(w, cols, x, 1, out))
+            switch (W->dtype) {
+            case QHX_F16: QV_NT(stream_f16); break;
+            case QHX_BF16: QV_NT(stream_bf16); break;
+            default: QV_NT(stream_f32); break;
+            }
+#undef QV_NT
+            for (int j = 0; j < nt; j++) Y[(size_t)(t + j) * W->rows + r] = out[j];
         }
     }
 }
@@ -283,7 +338,7 @@ QV_TARGET static qhx_status QV_NAME(matmul)(const qhx_tensor *W, const float *X,
     if (W->dtype == QHX_Q4) return w4_fp32(W, X, T, Y, r0, r1);
     if (T > QHX_DECODE_MAX_T) return prefill(W, X, T, Y, r0, r1);
     if (W->dtype == QHX_I8) decode_w8(W, X, T, Y, r0, r1);
-    else tiled(W, X, T, Y, r0, r1);
+    else decode_rows(W, X, T, Y, r0, r1);
     return QHX_OK;
 }
 
