@@ -144,7 +144,9 @@ clean:
 
 .SECONDARY:
 .PHONY: all test test-asan test-valgrind clean fuzz install check-aarch64 test-emu
--include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(BUILD)/tools/main.d $(TEST_BIN:%=$(BUILD)/tests/%.d) $(FUZZ_REPLAY:%=%.d)
+# every object's header dependencies (tests, fuzzers, bench and examples too: a header change
+# that moves a struct must rebuild them all)
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # The README's two commands: install what is missing, build, then run.
 deps:

@@ -86,9 +86,9 @@ static double compare(const matrix *m, const float *X, int T, const float *a, co
     return worst;
 }
 
-/* a set whose W8 prefill kernel keeps the scalar twin's results exactly: the NEON int8 and int16
- * activation sets (exact integer block sums, then the twin's fp32 steps one block at a time); the
- * x86 kernels sum blocks in other orders, within the tolerance */
+/* a set whose W8 prefill kernel (and -q16 decode kernel) keeps the scalar twin's results exactly:
+ * the NEON int8 and int16 activation sets (exact integer block sums, then the twin's fp32 steps
+ * one block at a time); the x86 kernels sum blocks in other orders, within the tolerance */
 static int w8_exact(const qhx_kernel_set *ks) {
     return ks->matmul_acts && !strncmp(ks->name, "neon", 4) && (ks->acts == QHX_ACTS_Q8 || ks->acts == QHX_ACTS_Q16);
 }
@@ -144,7 +144,7 @@ int main(void) {
                         const double e = compare(&m, X, T, b, a);
                         /* the twin's arithmetic, bit for bit: every W4 kernel, and W8 prefill (T > 1) through the
                          * int8 dot products */
-                        if ((dts[d] == QHX_Q4 && ks->matmul_acts_w4 && !own_twin) || (dts[d] == QHX_I8 && T > 1 && w8_exact(ks))) {
+                        if ((dts[d] == QHX_Q4 && ks->matmul_acts_w4 && !own_twin) || (dts[d] == QHX_I8 && (T > 1 || ks->decode_acts) && w8_exact(ks))) {
                             int same = 1;
                             for (int i = 0; i < T * rows[ri]; i++) same &= a[i] == b[i];
                             CHECK(same, "%s vs %s: %s [%d x %d] T=%d: not bit for bit (error %.2e)", sets[s], twin->name, dt_name(dts[d]), rows[ri],
@@ -167,7 +167,8 @@ int main(void) {
                     }
         CHECK(worst <= tol, "%s: worst %.2e", sets[s], worst);
         if (ks->matmul_acts_w4 && !own_twin)
-            printf("  kernels %-10s W4%s: every shape bit for bit the twin's\n", sets[s], w8_exact(ks) ? " and W8 prefill" : "");
+            printf("  kernels %-10s W4%s: every shape bit for bit the twin's\n", sets[s],
+                   !w8_exact(ks) ? "" : ks->decode_acts ? " and W8" : " and W8 prefill");
         printf("  kernels %-10s vs %-10s: %d shapes x dtypes, worst error %.2e of sum|w x| (tolerance %.0e)\n", sets[s], twin->name,
                cases, worst, tol);
     }
@@ -199,6 +200,29 @@ int main(void) {
             }
     }
     printf("  a prefix of rows as a view: the full product's rows in %d set x dtype x T cases\n", prefix_cases);
+
+    /* per_token (a stepwise session's pieces): T tokens in one call give bit for bit what T
+     * one-token calls give, in every set and dtype, W8 decode through the set's own kernel */
+    int piece_cases = 0;
+    for (size_t s = 0; s < n_sets; s++) {
+        const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
+        if (!ks) continue;
+        for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
+            for (int T = 2; T <= QHX_DECODE_MAX_T; T += QHX_DECODE_MAX_T - 2) {
+                matrix m = make(dts[d], 67, 257);
+                float *X = malloc(sizeof(float) * T * 257), *a = malloc(sizeof(float) * T * 67), *b = malloc(sizeof(float) * T * 67);
+                for (int i = 0; i < T * 257; i++) X[i] = frand();
+                const qhx_exec all = {.ks = ks, .per_token = 1}, one = {.ks = ks};
+                qhx_matmul(&all, &m.t, X, T, a);
+                for (int t = 0; t < T; t++) qhx_matmul(&one, &m.t, X + t * 257, 1, b + t * 67);
+                CHECK(!memcmp(a, b, sizeof(float) * T * 67), "%s %s: %d tokens per_token differ from %d one-token calls", sets[s],
+                      dt_name(dts[d]), T, T);
+                piece_cases++;
+                free(X), free(a), free(b);
+                drop(&m);
+            }
+    }
+    printf("  per_token: T tokens at once equal T one-token calls in %d set x dtype x T cases\n", piece_cases);
 
     /* gemm (the delta rule's products) of every set against the double reference, odd shapes and
      * strides, C accumulated into: |error| relative to sum_k |alpha A B| + |C| */

@@ -49,17 +49,18 @@ void close_model(qhx_runtime *rt, qhx_model *m, qhx_session *s);
 #define KERNELS_HELP \
     "  --kernels K  auto (default: the first this CPU runs of neon-i8mm-q16, neon-q16, neon), ref\n" \
     "               (the fp32 reference), scalar, neon (fp32 activations throughout), scalar-q16,\n" \
-    "               neon-q16, neon-i8mm-q16 (prefill rounds activations for W8 weights to int16,\n" \
-    "               greedy-exact against fp32 activations; sdot, or smmla with i8mm), and the faster\n" \
-    "               approximate opt-ins scalar-q8, neon-q8, neon-i8mm-q8 (int8 activations, as\n" \
-    "               llama.cpp's Q8_0) and scalar-bf16 (bf16 activations)\n"
+    "               neon-q16, neon-i8mm-q16 (activations for W8 weights rounded to int16, prefill\n" \
+    "               and decode, greedy-exact against fp32 ones; sdot, or smmla with i8mm), and the\n" \
+    "               faster approximate opt-ins scalar-q8, neon-q8, neon-i8mm-q8 (int8 activations\n" \
+    "               in prefill, as llama.cpp's Q8_0) and scalar-bf16 (bf16 activations)\n"
 #else
 #define KERNELS_HELP \
     "  --kernels K  auto (default: the first this CPU runs of avx512-q16, avx2-q16, scalar), ref\n" \
     "               (the fp32 reference), scalar, avx2, avx512 (fp32 activations throughout),\n" \
-    "               scalar-q16, avx2-q16, avx512-q16 (prefill rounds activations for W8 weights to\n" \
-    "               int16, greedy-exact against fp32 activations), and the faster approximate\n" \
-    "               opt-ins scalar-q8, avx2-q8, avx512-q8 (int8 activations, as llama.cpp's Q8_0)\n" \
+    "               scalar-q16, avx2-q16, avx512-q16 (activations for W8 weights rounded to int16,\n" \
+    "               prefill and decode, greedy-exact against fp32 ones), and the faster approximate\n" \
+    "               opt-ins scalar-q8, avx2-q8, avx512-q8 (int8 activations in prefill, as\n" \
+    "               llama.cpp's Q8_0)\n" \
     "               and scalar-bf16, amx-bf16 (bf16 activations; AMX tiles)\n"
 #endif
 

@@ -128,8 +128,8 @@ static qhx_status dot_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, f
 }
 
 const qhx_acts_ops qhx_acts_neon_q8 = {.form = QHX_ACTS_Q8, .matmul = dot_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q8, .round_q8 = round_q8};
-const qhx_acts_ops qhx_acts_neon_q16 = {.form = QHX_ACTS_Q16, .matmul = dot_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q16, .round_q8 = round_q8};
+const qhx_acts_ops qhx_acts_neon_q16 = {.form = QHX_ACTS_Q16, .matmul = dot_matmul, .decode = dot_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q16, .round_q8 = round_q8};
 /* W8 prefill through smmla (int_neon_i8mm.c); W4 keeps sdot */
 const qhx_acts_ops qhx_acts_i8mm_q8 = {.form = QHX_ACTS_Q8, .matmul = qhx_i8mm_w8_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q8, .round_q8 = round_q8};
-const qhx_acts_ops qhx_acts_i8mm_q16 = {.form = QHX_ACTS_Q16, .matmul = qhx_i8mm_w8_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q16, .round_q8 = round_q8};
+const qhx_acts_ops qhx_acts_i8mm_q16 = {.form = QHX_ACTS_Q16, .matmul = qhx_i8mm_w8_matmul, .decode = dot_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q16, .round_q8 = round_q8};
 #endif

@@ -10,8 +10,8 @@
  * Prefill packs 32 rows at a time (pack_block) so that one register holds 4 consecutive columns of
  * 16 rows: lanes are rows, a token's 4 activation bytes are one broadcast, and nothing is summed
  * across lanes until a row ends. Every token then passes over the packed rows while they sit in
- * L2. Decode (one token) streams the W8 layout with fp32 activations (the avx512 set's kernel):
- * it is bound by memory, not by multiplies. */
+ * L2. Decode streams the W8 layout once with int16 activations whole (vnni_w8_decode, -q16) or
+ * fp32 ones (-q8: the avx512 set's kernel). */
 #include "format/w4.h"
 #include "format/w8.h"
 #include "kernels/kernels.h"
@@ -207,6 +207,40 @@ TARGET static qhx_status vnni_int_matmul(const qhx_tensor *W, const qhx_acts *X,
     return QHX_OK;
 }
 
+/* Decode with int16 activations: the W8 layout streamed once, as the fp32 kernel streams it, each
+ * row's block of 32 widened to int16 (vpmovsxbw) and multiplied with the token's int16 block by
+ * vpmaddwd into 16 exact pair sums, scaled by the block's activation scale into fp32 lanes. A
+ * block costs half the widening and conversion of fp32 activations: 80-84 against 50-53 GB/s a
+ * thread from L2 on Zen 5, headroom decode needs where memory streams 35 GB/s a core. Each token
+ * alone, so results do not depend on T. */
+#define W8_AHEAD 8192 /* bytes, non-temporal: as the fp32 kernel (kernels/fp32_ops.h) */
+
+TARGET static qhx_status vnni_w8_decode(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
+    const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
+    for (int r = r0; r < r1; r += QHX_W8_GROUP) {
+        const int8_t *g = (const int8_t *)W->data + (size_t)r / QHX_W8_GROUP * gbytes;
+        const int nr = r1 - r < QHX_W8_GROUP ? r1 - r : QHX_W8_GROUP;
+        for (int t = 0; t < T; t++) {
+            const int16_t *v = X->v + (size_t)t * X->pad;
+            const float *s = X->s + (size_t)t * nb;
+            __m512 acc[QHX_W8_GROUP] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (size_t b = 0; b < nb; b++) {
+                const int8_t *wb = g + b * QHX_W8_GROUP * QHX_W8_BLOCK;
+                _mm_prefetch((const char *)wb + W8_AHEAD, _MM_HINT_NTA);
+                _mm_prefetch((const char *)wb + W8_AHEAD + 64, _MM_HINT_NTA);
+                const __m512i x = _mm512_load_si512(v + b * QHX_W8_BLOCK);
+                const __m512 sc = _mm512_set1_ps(s[b]);
+                _Pragma("GCC unroll 4") for (int i = 0; i < QHX_W8_GROUP; i++) {
+                    const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(wb + i * QHX_W8_BLOCK)));
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(w, x)), sc, acc[i]);
+                }
+            }
+            for (int i = 0; i < nr; i++) Y[(size_t)t * W->rows + r + i] = _mm512_reduce_add_ps(acc[i]) * W->scale[r + i];
+        }
+    }
+    return QHX_OK;
+}
+
 /* ---- W4 (format/w4.h), decode and prefill ----------------------------------------------------
  * A block of a row group is one register of codes: its low nibbles are columns 0-15 of the 4 rows
  * (16 bytes a row), its high nibbles columns 16-31. With the codes as vpdpbusd's unsigned operand
@@ -345,6 +379,6 @@ TARGET static qhx_status vnni_w4_matmul(const qhx_tensor *W, const qhx_acts *X, 
 
 const qhx_acts_ops qhx_acts_vnni_q8 = {.form = QHX_ACTS_Q8, .matmul = vnni_int_matmul, .matmul_w4 = vnni_w4_matmul, .round = round_q8,
                                        .round_q8 = round_q8};
-const qhx_acts_ops qhx_acts_vnni_q16 = {.form = QHX_ACTS_Q16, .matmul = vnni_int_matmul, .matmul_w4 = vnni_w4_matmul,
-                                        .round = round_q16, .round_q8 = round_q8};
+const qhx_acts_ops qhx_acts_vnni_q16 = {.form = QHX_ACTS_Q16, .matmul = vnni_int_matmul, .decode = vnni_w8_decode,
+                                        .matmul_w4 = vnni_w4_matmul, .round = round_q16, .round_q8 = round_q8};
 #endif

@@ -76,6 +76,9 @@ typedef struct {
 typedef struct {
     qhx_acts_form form;
     qhx_matmul_acts_fn matmul;
+    /* W8 decode (T <= QHX_DECODE_MAX_T) over the same activations, each token alone, the weights
+     * streamed once; NULL: W8 decode keeps fp32 activations (the fp32 layer's kernel) */
+    qhx_matmul_acts_fn decode;
     /* W4 (format/w4.h) x Q8 activations (q, s and the w4 fields; a prefill kernel may take the
      * set's second form of q in aq, as its W8 one does). Every set's kernel computes what the scalar
      * twin does, bit for bit: per row and block the exact integer sum of (q - 8) x, then
@@ -98,15 +101,16 @@ extern const qhx_acts_ops qhx_acts_scalar_q8, qhx_acts_scalar_q16, qhx_acts_scal
     qhx_acts_i8mm_q8, qhx_acts_i8mm_q16;
 qhx_status qhx_i8mm_w8_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1);
 
-/* A kernel set: a vector layer's fp32 ops x how prefill rounds activations for W8 (kernels/sets.c
+/* A kernel set: a vector layer's fp32 ops x how prefill and decode round activations for W8 (kernels/sets.c
  * composes them). The forward calls it through these fields. */
 typedef struct {
     /* "ref", "scalar", "avx2", "avx512", "amx", "neon"; "-q16" / "-q8" / "-bf16": how activations are
-     * rounded for W8 in prefill */
+     * rounded for W8 in prefill (and, -q16, in decode) */
     const char *name;
     qhx_matmul_fn matmul;
     /* I8 weights x rounded activations (prefill); NULL: fp32 activations throughout */
     qhx_matmul_acts_fn matmul_acts;
+    qhx_matmul_acts_fn decode_acts; /* I8 weights x rounded activations, decode; NULL: fp32 */
     qhx_matmul_acts_fn matmul_acts_w4; /* Q4 weights x rounded activations; NULL: fp32 */
     qhx_acts_form acts;
     void (*round_acts)(const float *x, size_t cols, const qhx_acts *a, size_t t);
@@ -145,7 +149,7 @@ typedef struct qhx_exec {
     const qhx_kernel_set *ks;
     qhx_pool *pool;        /* NULL: run on the calling thread */
     qhx_acts *acts;        /* rounded-activation scratch kept between calls; NULL: one per call */
-    int per_token;         /* decode's numerics for every token of a call: fp32 activations, no
+    int per_token;         /* decode's numerics for every token of a call: the decode kernels, no
                               multi-token tiles, so n tokens at once give bit for bit what n
                               one-token calls give (weights still stream once) */
 } qhx_exec;

@@ -19,7 +19,7 @@ typedef struct {
     int n;
     const float *X;
     const qhx_acts *acts;  /* set: rounded activations, for the W4 matrices and (i8_acts) the W8 ones */
-    int i8_acts, w4_acts;
+    int i8_acts, w4_acts, i8_decode; /* i8_decode: the W8 ones through the set's decode kernel */
     int T;
     int first[MAX_GROUP + 1];  /* matrix m is the group's 16-row blocks first[m] .. first[m + 1] - 1 */
     int step, share;           /* a take: a multiple of step blocks, about 1 / share of those left */
@@ -54,6 +54,7 @@ static void matmul_part(void *arg, int i, int nth) {
             const qhx_tensor *W = j->W[m];
             const int r0 = (lo - j->first[m]) * 16, r1 = (hi - j->first[m]) * 16 < W->rows ? (hi - j->first[m]) * 16 : W->rows;
             const qhx_status rc = W->dtype == QHX_Q4 && j->w4_acts   ? j->ks->matmul_acts_w4(W, j->acts, j->T, j->Y[m], r0, r1)
+                                  : W->dtype == QHX_I8 && j->i8_decode ? j->ks->decode_acts(W, j->acts, j->T, j->Y[m], r0, r1)
                                   : W->dtype == QHX_I8 && j->i8_acts ? j->ks->matmul_acts(W, j->acts, j->T, j->Y[m], r0, r1)
                                                                      : j->ks->matmul(W, j->X, j->T, j->Y[m], r0, r1);
             if (rc) {
@@ -158,10 +159,12 @@ qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, con
     if (n < 1 || n > MAX_GROUP) return qhx_fail(QHX_ERR_ARG, "matmul: %d matrices in a group (1 to %d)", n, MAX_GROUP);
     matmul_job j = {.ks = ex->ks, .W = W, .Y = Y, .n = n, .X = X, .T = T};
     qhx_acts local = {0};
-    /* Int8 activations pay where each weight serves several tokens (prefill: 1.2-1.5x). One token
-     * streams the weights once either way: there the two measured equal on the 4B shape (5.22-5.60
-     * vs 5.40-5.64 tok/s, alternating runs; again 0.83-0.85 vs 0.76-0.84 of the bandwidth), and
-     * fp32 activations are exact against the W8 weights, so decode keeps them. */
+    /* Rounded activations pay in prefill, where each weight serves several tokens (1.2-1.5x), and
+     * in decode where the set has a decode kernel for them (the -q16 sets): one token streams the
+     * weights once either way, but widening int8 weights for fp32 activations costs more
+     * arithmetic than the memory leaves room for at 60-70 GB/s (AVX-512: 50 GB/s a thread from
+     * L2 against 70-84 with int16 activations). A stepwise call (per_token) and a single token go
+     * through the decode kernel, several tokens through the prefill one. */
     int any_i8 = 0, any_w4 = 0;
     for (int m = 0; m < n; m++) {
         if (W[m]->cols != W[0]->cols)
@@ -176,7 +179,8 @@ qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, con
      * it by 0.00 %, and it halves the integer work (W4 prefill 1.21-1.25x W8's, bench/README.md).
      * A group that mixes W4 and W8 (no bundle does) runs its W8 matrices on fp32 activations. */
     j.w4_acts = any_w4 && ex->ks->matmul_acts_w4;
-    j.i8_acts = any_i8 && !j.w4_acts && ex->ks->matmul_acts && T > 1 && !ex->per_token;
+    j.i8_decode = any_i8 && !j.w4_acts && ex->ks->decode_acts && (T == 1 || ex->per_token) && T <= QHX_DECODE_MAX_T;
+    j.i8_acts = j.i8_decode || (any_i8 && !j.w4_acts && ex->ks->matmul_acts && T > 1 && !ex->per_token);
     if (j.i8_acts || j.w4_acts) {
         qhx_acts *a = ex->acts ? ex->acts : &local;
         if (acts_reserve(j.w4_acts ? QHX_ACTS_Q8 : ex->ks->acts, a, (size_t)W[0]->cols, T) ||
@@ -193,7 +197,7 @@ qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, con
     j.first[0] = 0;
     for (int m = 0; m < n; m++) j.first[m + 1] = j.first[m] + (W[m]->rows + 15) / 16;
     /* a kernel that packs panel_rows rows is handed whole panels; without a pool, one take */
-    j.step = j.i8_acts && ex->ks->panel_rows > 16 ? ex->ks->panel_rows / 16 : 1;
+    j.step = j.i8_acts && !j.i8_decode && ex->ks->panel_rows > 16 ? ex->ks->panel_rows / 16 : 1;
     j.share = 2 * qhx_pool_size(ex->pool);
     if (ex->pool && j.first[n] > j.step) qhx_pool_run(ex->pool, matmul_part, &j);
     else j.share = 1, matmul_part(&j, 0, 1);

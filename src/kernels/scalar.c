@@ -209,6 +209,6 @@ const qhx_fp32_ops qhx_fp32_scalar = {.matmul = scalar_matmul, .dot = scalar_dot
                                       .delta_step = scalar_delta_step, .silu = scalar_silu};
 const qhx_acts_ops qhx_acts_scalar_q8 = {.form = QHX_ACTS_Q8, .matmul = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,
                                          .round = scalar_round_q8, .round_q8 = scalar_round_q8};
-const qhx_acts_ops qhx_acts_scalar_q16 = {.form = QHX_ACTS_Q16, .matmul = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,
+const qhx_acts_ops qhx_acts_scalar_q16 = {.form = QHX_ACTS_Q16, .matmul = scalar_int_matmul, .decode = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,
                                           .round = scalar_round_q16, .round_q8 = scalar_round_q8};
 const qhx_acts_ops qhx_acts_scalar_bf16 = {.form = QHX_ACTS_BF16, .matmul = scalar_bf16_matmul, .round = scalar_to_bf16};

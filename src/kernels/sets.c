@@ -1,5 +1,5 @@
-/* The kernel sets: each a vector layer's fp32 ops composed with how prefill rounds activations
- * for W8 matrices (an int8-dot specialisation), and the CPU features it needs. A new ISA adds a
+/* The kernel sets: each a vector layer's fp32 ops composed with how prefill (and, -q16, decode)
+ * rounds activations for W8 matrices (an int8-dot specialisation), and the CPU features it needs. A new ISA adds a
  * vector layer (kernels/vec_<isa>.h + fp32_<isa>.c), its int8-dot specialisations, and lines
  * here. */
 #include "kernels/kernels.h"
@@ -75,7 +75,7 @@ static void compose(void) {
                                    .gemm = r->fp32->gemm, .delta_step = step->delta_step, .silu = step->silu,
                                    .ieee = r->fp32 == &qhx_fp32_ref, .supported = (cpu & r->needs) == r->needs};
         if (r->acts)
-            sets[i].matmul_acts = r->acts->matmul, sets[i].acts = r->acts->form, sets[i].round_acts = r->acts->round,
+            sets[i].matmul_acts = r->acts->matmul, sets[i].decode_acts = r->acts->decode, sets[i].acts = r->acts->form, sets[i].round_acts = r->acts->round,
             sets[i].round_q8 = r->acts->round_q8,
             sets[i].panel_rows = r->acts->panel_rows, sets[i].matmul_acts_w4 = r->acts->matmul_w4;
     }
