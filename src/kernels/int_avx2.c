@@ -22,7 +22,7 @@
 #define PREFETCH 2048
 /* Where one pass streams the weights (one or two tokens: decode), further ahead and
  * non-temporal, as the fp32 decode kernel fetches (kernels/fp32_ops.h): W8 over 613 MB, 2
- * threads, 0.82-0.87 of a read loop against 0.77-0.82 with the prefill's fetch (Zen 5). A pass
+ * threads, 0.82-0.93 of a read loop against 0.67-0.82 with the prefill's fetch (Zen 5). A pass
  * that comes back for more tokens keeps the fetch into every level, where L2 holds the rows. */
 #define STREAM_AHEAD 8192
 /* Weights of a row block that stay in L2 while every token pair passes over them. */

@@ -101,8 +101,8 @@ extern const qhx_acts_ops qhx_acts_scalar_q8, qhx_acts_scalar_q16, qhx_acts_scal
     qhx_acts_i8mm_q8, qhx_acts_i8mm_q16;
 qhx_status qhx_i8mm_w8_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1);
 
-/* A kernel set: a vector layer's fp32 ops x how prefill and decode round activations for W8 (kernels/sets.c
- * composes them). The forward calls it through these fields. */
+/* A kernel set: a vector layer's fp32 ops x how prefill and decode round activations for W8
+ * (kernels/sets.c composes them). The forward calls it through these fields. */
 typedef struct {
     /* "ref", "scalar", "avx2", "avx512", "amx", "neon"; "-q16" / "-q8" / "-bf16": how activations are
      * rounded for W8 in prefill (and, -q16, in decode) */
