@@ -15,9 +15,6 @@ typedef struct {
     const qhx_fp32_ops *fp32;
     const qhx_acts_ops *acts;   /* NULL: fp32 activations throughout */
     unsigned needs;             /* QHX_CPU_* */
-    /* The AVX-512 sets keep the AVX2 layer's delta-rule step and SiLU: what they ran before the
-     * vector layer was split out (the step's k.q in 8 lanes), so their logits stay bit for bit. */
-    const qhx_fp32_ops *step;
 } recipe;
 
 /* In the order "auto" tries them: the first this CPU runs is the default. Only sets whose prefill
@@ -26,36 +23,36 @@ typedef struct {
  * ground floor so auto never reaches them. */
 static const recipe recipes[] = {
 #ifdef QHX_HAVE_NEON
-    {"neon-i8mm", &qhx_fp32_neon, &qhx_acts_i8mm_q16, QHX_CPU_NEON | QHX_CPU_NEON_DOT | QHX_CPU_NEON_I8MM, NULL},
-    {"neon", &qhx_fp32_neon, &qhx_acts_neon_q16, QHX_CPU_NEON | QHX_CPU_NEON_DOT, NULL},
-    {"neon", &qhx_fp32_neon, NULL, QHX_CPU_NEON, NULL},
+    {"neon-i8mm", &qhx_fp32_neon, &qhx_acts_i8mm_q16, QHX_CPU_NEON | QHX_CPU_NEON_DOT | QHX_CPU_NEON_I8MM},
+    {"neon", &qhx_fp32_neon, &qhx_acts_neon_q16, QHX_CPU_NEON | QHX_CPU_NEON_DOT},
+    {"neon", &qhx_fp32_neon, NULL, QHX_CPU_NEON},
 #endif
 #ifdef QHX_HAVE_AVX512
-    {"avx512", &qhx_fp32_avx512, &qhx_acts_vnni_q16, QHX_CPU_AVX512 | QHX_CPU_AVX512_VNNI, &qhx_fp32_avx2},
+    {"avx512", &qhx_fp32_avx512, &qhx_acts_vnni_q16, QHX_CPU_AVX512 | QHX_CPU_AVX512_VNNI},
 #endif
 #ifdef QHX_HAVE_AVX2
-    {"avx2", &qhx_fp32_avx2, &qhx_acts_avx2_q16, QHX_CPU_AVX2, NULL},
+    {"avx2", &qhx_fp32_avx2, &qhx_acts_avx2_q16, QHX_CPU_AVX2},
 #endif
-    {"scalar", &qhx_fp32_scalar, NULL, 0, NULL},
+    {"scalar", &qhx_fp32_scalar, NULL, 0},
 #ifdef QHX_HAVE_AVX512
-    {"avx512", &qhx_fp32_avx512, NULL, QHX_CPU_AVX512, &qhx_fp32_avx2},
-    {"avx512", &qhx_fp32_avx512, &qhx_acts_vnni_q8, QHX_CPU_AVX512 | QHX_CPU_AVX512_VNNI, &qhx_fp32_avx2},
+    {"avx512", &qhx_fp32_avx512, NULL, QHX_CPU_AVX512},
+    {"avx512", &qhx_fp32_avx512, &qhx_acts_vnni_q8, QHX_CPU_AVX512 | QHX_CPU_AVX512_VNNI},
 #endif
 #ifdef QHX_HAVE_AVX2
-    {"avx2", &qhx_fp32_avx2, NULL, QHX_CPU_AVX2, NULL},
-    {"avx2", &qhx_fp32_avx2, &qhx_acts_avx2_q8, QHX_CPU_AVX2, NULL},
+    {"avx2", &qhx_fp32_avx2, NULL, QHX_CPU_AVX2},
+    {"avx2", &qhx_fp32_avx2, &qhx_acts_avx2_q8, QHX_CPU_AVX2},
 #endif
 #ifdef QHX_HAVE_NEON
-    {"neon", &qhx_fp32_neon, &qhx_acts_neon_q8, QHX_CPU_NEON | QHX_CPU_NEON_DOT, NULL},
-    {"neon-i8mm", &qhx_fp32_neon, &qhx_acts_i8mm_q8, QHX_CPU_NEON | QHX_CPU_NEON_DOT | QHX_CPU_NEON_I8MM, NULL},
+    {"neon", &qhx_fp32_neon, &qhx_acts_neon_q8, QHX_CPU_NEON | QHX_CPU_NEON_DOT},
+    {"neon-i8mm", &qhx_fp32_neon, &qhx_acts_i8mm_q8, QHX_CPU_NEON | QHX_CPU_NEON_DOT | QHX_CPU_NEON_I8MM},
 #endif
 #if defined(QHX_HAVE_AVX512) && defined(__linux__)
-    {"amx", &qhx_fp32_avx512, &qhx_acts_amx_bf16, QHX_CPU_AVX512 | QHX_CPU_AMX_BF16, &qhx_fp32_avx2},
+    {"amx", &qhx_fp32_avx512, &qhx_acts_amx_bf16, QHX_CPU_AVX512 | QHX_CPU_AMX_BF16},
 #endif
-    {"scalar", &qhx_fp32_scalar, &qhx_acts_scalar_q16, 0, NULL},
-    {"scalar", &qhx_fp32_scalar, &qhx_acts_scalar_q8, 0, NULL},
-    {"scalar", &qhx_fp32_scalar, &qhx_acts_scalar_bf16, 0, NULL},
-    {"ref", &qhx_fp32_ref, NULL, 0, NULL},
+    {"scalar", &qhx_fp32_scalar, &qhx_acts_scalar_q16, 0},
+    {"scalar", &qhx_fp32_scalar, &qhx_acts_scalar_q8, 0},
+    {"scalar", &qhx_fp32_scalar, &qhx_acts_scalar_bf16, 0},
+    {"ref", &qhx_fp32_ref, NULL, 0},
 };
 #define N_SETS (sizeof recipes / sizeof recipes[0])
 
@@ -69,10 +66,9 @@ static void compose(void) {
     const unsigned cpu = qhx_cpu_features();
     for (size_t i = 0; i < N_SETS; i++) {
         const recipe *r = &recipes[i];
-        const qhx_fp32_ops *step = r->step ? r->step : r->fp32;
         snprintf(names[i], sizeof names[i], "%s%s", r->layer, r->acts ? suffix[r->acts->form] : "");
         sets[i] = (qhx_kernel_set){.name = names[i], .matmul = r->fp32->matmul, .dot = r->fp32->dot, .axpy = r->fp32->axpy,
-                                   .gemm = r->fp32->gemm, .delta_step = step->delta_step, .silu = step->silu,
+                                   .gemm = r->fp32->gemm, .delta_step = r->fp32->delta_step, .silu = r->fp32->silu,
                                    .ieee = r->fp32 == &qhx_fp32_ref, .supported = (cpu & r->needs) == r->needs};
         if (r->acts)
             sets[i].matmul_acts = r->acts->matmul, sets[i].decode_acts = r->acts->decode, sets[i].acts = r->acts->form, sets[i].round_acts = r->acts->round,
