@@ -22,14 +22,6 @@
 #define QV_PASTE(a, b) QV_PASTE_(a, b)
 #define QV_NAME(f) QV_PASTE(QV_ISA, f)
 
-/* Bytes ahead of the W8 block being read. 8 KiB streamed 1.12-1.19x faster than 2 KiB with the
- * AVX-512 layer on a Zen 5 VM (distances alternated 15 times in one process, 2 threads, 4B MLP
- * matrices); 16 KiB measured the same as 8. The fetches are non-temporal (every weight is read
- * once): over 614 MB, 2 threads, at 72-76 GB/s, alternated 21 times with a plain read loop,
- * 0.87-0.89 of the loop against 0.70-0.73 into every level (4 and 2 KiB ahead: 0.76-0.84).
- * Row-major decode fetches as far ahead the same way. */
-#define QV_PREFETCH 8192
-
 /* Bytes ahead on each of a tile's rows: the rows are read side by side, so what is fetched is
  * what they read that much later, in the next tile's rows once these run out (a fixed distance
  * past a row's end would land in the row beside it, already read). Into a 4-row fp16 lm-head on
@@ -142,8 +134,8 @@ QV_TARGET static void tiled(const qhx_tensor *W, const float *X, int T, float *Y
         size_t c = 0;                                                                                                  \
         for (; c + 2 * QV_LANES <= cols; c += 2 * QV_LANES) {                                                          \
             if (2 * QV_LANES * ES >= 64)                                                                                \
-                for (int o = 0; o < 2 * QV_LANES * ES; o += 64) __builtin_prefetch(w + c * ES + QV_PREFETCH + o, 0, 0);  \
-            else if (c * ES % 64 == 0) __builtin_prefetch(w + c * ES + QV_PREFETCH, 0, 0);                             \
+                for (int o = 0; o < 2 * QV_LANES * ES; o += 64) __builtin_prefetch(w + c * ES + QHX_STREAM_AHEAD + o, 0, 0);  \
+            else if (c * ES % 64 == 0) __builtin_prefetch(w + c * ES + QHX_STREAM_AHEAD, 0, 0);                             \
             const qv_f32 w0 = LOAD(w + c * ES), w1 = LOAD(w + (c + QV_LANES) * ES);                                    \
             _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {                                                     \
                 acc[j][0] = qv_fma(w0, qv_load(x + j * cols + c), acc[j][0]);                                          \
@@ -184,8 +176,8 @@ QV_TARGET static void decode_rows(const qhx_tensor *W, const float *X, int T, fl
 }
 
 QV_INLINE void w8_block(const int8_t *wb, const float *x, qv_f32 acc[4]) {
-    __builtin_prefetch(wb + QV_PREFETCH, 0, 0);
-    __builtin_prefetch(wb + QV_PREFETCH + 64, 0, 0);
+    __builtin_prefetch(wb + QHX_STREAM_AHEAD, 0, 0);
+    __builtin_prefetch(wb + QHX_STREAM_AHEAD + 64, 0, 0);
     _Pragma("GCC unroll 4") for (int k = 0; k < QHX_W8_BLOCK / QV_LANES; k++) {
         const qv_f32 xv = qv_load(x + QV_LANES * k);
         _Pragma("GCC unroll 4") for (int i = 0; i < QHX_W8_GROUP; i++)
@@ -403,10 +395,10 @@ QV_TARGET static void QV_NAME(gemm)(int M, int N, int K, float alpha, const floa
  * One read of a block of columns gathers S^T k and S^T q; the write of the updated block follows
  * while it is still in L1 (64 columns x dk rows = 32 KB at dk = 128 with AVX-512). Each column's
  * sums run over the rows in order whatever the block's width, so every layer steps a column
- * alike. Each row written fetches as many bytes of `next` as it writes, so
- * the caller's next state (dk x dv floats) is in cache when its step begins: over 24 layers of 4B
- * states, 2 threads, the steps ran 1.7x faster that way (0.79-0.83 of a read loop's bandwidth
- * against 0.47-0.48). */
+ * alike. Each row written fetches as many bytes of `next` as it writes, so the caller's next
+ * state (dk x dv floats) is in cache when its step begins: over 24 layers of 4B states, 2
+ * threads, the steps ran 1.7x faster that way (0.79-0.83 of a read loop's bandwidth against
+ * 0.47-0.48). */
 /* vectors in a block of columns: 64 columns with AVX-512 (over the 4B shape's 48 MiB of states,
  * 2 threads: 1.2x its 32-column blocks, 1.3x the AVX2 step; 128 columns were slower), 32
  * elsewhere (the AVX2 and NEON steps as measured before) */

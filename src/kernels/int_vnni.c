@@ -213,8 +213,6 @@ TARGET static qhx_status vnni_int_matmul(const qhx_tensor *W, const qhx_acts *X,
  * block costs half the widening and conversion of fp32 activations: 80-84 against 50-53 GB/s a
  * thread from L2 on Zen 5, headroom decode needs where memory streams 35 GB/s a core. Each token
  * alone, so results do not depend on T. */
-#define W8_AHEAD 8192 /* bytes, non-temporal: as the fp32 kernel (kernels/fp32_ops.h) */
-
 TARGET static qhx_status vnni_w8_decode(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
     for (int r = r0; r < r1; r += QHX_W8_GROUP) {
@@ -226,8 +224,8 @@ TARGET static qhx_status vnni_w8_decode(const qhx_tensor *W, const qhx_acts *X, 
             __m512 acc[QHX_W8_GROUP] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
             for (size_t b = 0; b < nb; b++) {
                 const int8_t *wb = g + b * QHX_W8_GROUP * QHX_W8_BLOCK;
-                _mm_prefetch((const char *)wb + W8_AHEAD, _MM_HINT_NTA);
-                _mm_prefetch((const char *)wb + W8_AHEAD + 64, _MM_HINT_NTA);
+                _mm_prefetch((const char *)wb + QHX_STREAM_AHEAD, _MM_HINT_NTA);
+                _mm_prefetch((const char *)wb + QHX_STREAM_AHEAD + 64, _MM_HINT_NTA);
                 const __m512i x = _mm512_load_si512(v + b * QHX_W8_BLOCK);
                 const __m512 sc = _mm512_set1_ps(s[b]);
                 _Pragma("GCC unroll 4") for (int i = 0; i < QHX_W8_GROUP; i++) {

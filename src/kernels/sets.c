@@ -1,7 +1,7 @@
 /* The kernel sets: each a vector layer's fp32 ops composed with how prefill (and, -q16, decode)
- * rounds activations for W8 matrices (an int8-dot specialisation), and the CPU features it needs. A new ISA adds a
- * vector layer (kernels/vec_<isa>.h + fp32_<isa>.c), its int8-dot specialisations, and lines
- * here. */
+ * rounds activations for W8 matrices (an int8-dot specialisation), and the CPU features it
+ * needs. A new ISA adds a vector layer (kernels/vec_<isa>.h + fp32_<isa>.c), its int8-dot
+ * specialisations, and lines here. */
 #include "kernels/kernels.h"
 #include "util/error.h"
 
