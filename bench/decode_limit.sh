@@ -7,6 +7,7 @@
 # min-max and median over the rounds, and how many rounds reached 0.85 of the best pass.
 #   bench/decode_limit.sh [-n ROUNDS] [-t THREADS] BUNDLE...      (default 5 rounds, every core)
 # The last line is each bundle's median tok/s over the first's (W4 against W8: the issue's 1.7x).
+# QHX=PATH times that qhx binary instead of building build/qhx.
 set -euo pipefail
 rounds=5 threads=()
 while getopts n:t: o; do
@@ -20,13 +21,14 @@ shift $((OPTIND - 1))
 (($# > 0)) || { echo "usage: bench/decode_limit.sh [-n ROUNDS] [-t THREADS] BUNDLE..." >&2; exit 2; }
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "decode_limit.sh: -n $rounds: not a positive count" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
-make -C "$root" -s build/qhx
+qhx=${QHX:-$root/build/qhx}
+[[ -n ${QHX:-} ]] || make -C "$root" -s build/qhx
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for ((r = 0; r < rounds; r++)); do
     for i in $(seq $#); do
         b=${!i}
-        "$root/build/qhx" bench "$b" "${threads[@]}" --prompts 16 --decode 48 --json >>"$out/$i.jsonl"
+        "$qhx" bench "$b" "${threads[@]}" --prompts 16 --decode 48 --json >>"$out/$i.jsonl"
         echo "round $((r + 1))/$rounds: $(basename "$b")" >&2
     done
 done

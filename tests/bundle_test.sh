@@ -29,6 +29,11 @@ check "node -e 'const j=JSON.parse(require(\"fs\").readFileSync(process.argv[1],
     [\"bandwidth_gb_s\",\"bandwidth_frac\",\"bandwidth_frac_median\",\"bandwidth_peak_gb_s\",\"bandwidth_peak_frac\",\"ttft_ms\",\"peak_rss_mb\",\"weight_gb_s\"].every(k=>pos(j[k]))&&
     Math.abs(j.weight_gb_s/j.bandwidth_gb_s-j.bandwidth_frac)<0.005/j.bandwidth_gb_s+2e-3*j.bandwidth_frac+1e-3 ? 0 : 1)' $tmp/bench.json" "bench --json: $(cat "$tmp/bench.json" "$tmp/bench.err")"
 expect_err 2 "--prompts" "$qhx" bench "$tmp/two" --prompts 8,x
+# bench/decode_limit.sh: one round over two bundles, a line each and the ratio line
+QHX=$qhx bench/decode_limit.sh -n 1 "$tmp/one" "$tmp/two" >"$tmp/limit.out" 2>"$tmp/limit.err"
+check "[[ \$(grep -c 'tok/s; interleaved .* >= 0.85 in [01]/1\$' $tmp/limit.out) -eq 2 ]] && grep -q \"median tok/s over $tmp/one's: $tmp/two [0-9.]*x\" $tmp/limit.out" \
+    "decode_limit.sh: $(cat "$tmp/limit.out" "$tmp/limit.err")"
+expect_err 2 "-n x: not a positive count" bench/decode_limit.sh -n x "$tmp/one"
 "$qhx" bench "$tmp/two" --json --prompts 8 --decode 4 --draft ngram --draft-max 3 >"$tmp/bench2.json" 2>"$tmp/bench2.err"
 check "node -e 'const j=JSON.parse(require(\"fs\").readFileSync(process.argv[1],\"utf8\")), s=j.speculative, pos=v=>typeof v===\"number\"&&v>0;
     process.exit(s&&s.verify.length===3&&s.verify[2].drafts===3&&s.verify.every(v=>pos(v.verify_ms)&&pos(v.steps_ms)&&v.rewind_ms>=0)&&s.mark_ms>=0 ? 0 : 1)' $tmp/bench2.json" \
