@@ -20,10 +20,6 @@
 /* Bytes ahead of the block being read: far enough to cover memory latency at this stream's
  * rate, measured best on the 4B shape's matrices (bench/kernel_bench). */
 #define PREFETCH 2048
-/* Where one pass streams the weights (one or two tokens: decode), the decode streams' fetch
- * (QHX_STREAM_AHEAD, non-temporal): W8 over 613 MB, 2 threads, 0.82-0.93 of a read loop against
- * 0.67-0.82 with the prefill's (Zen 5). A pass that comes back for more tokens keeps the fetch
- * into every level, where L2 holds the rows. */
 /* Weights of a row block that stay in L2 while every token pair passes over them. */
 #define L2_WEIGHTS (512 << 10)
 
@@ -103,6 +99,10 @@ static inline __attribute__((always_inline)) TARGET void tile(const int8_t *grou
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         const int8_t *wb = group + b * QHX_W8_GROUP * QHX_W8_BLOCK;
+        /* STREAM: one pass over the rows (one or two tokens: decode) takes the decode streams' fetch
+         * (non-temporal, QHX_STREAM_AHEAD): W8 over 613 MB, 2 threads, 0.82-0.93 of a read loop
+         * against 0.67-0.82 with the prefill's (Zen 5). A pass that comes back for more tokens
+         * keeps the fetch into every level, where L2 holds the rows. */
         if (STREAM) {
             _mm_prefetch((const char *)wb + QHX_STREAM_AHEAD, _MM_HINT_NTA);
             _mm_prefetch((const char *)wb + QHX_STREAM_AHEAD + 64, _MM_HINT_NTA);

@@ -19,7 +19,7 @@ typedef struct {
     int n;
     const float *X;
     const qhx_acts *acts;  /* set: rounded activations, for the W4 matrices and (i8_acts) the W8 ones */
-    int i8_acts, w4_acts, i8_decode; /* i8_decode: the W8 ones through the set's decode kernel */
+    int i8_acts, w4_acts, i8_decode; /* the W8 ones through the set's prefill (i8_acts) or decode kernel */
     int T;
     int first[MAX_GROUP + 1];  /* matrix m is the group's 16-row blocks first[m] .. first[m + 1] - 1 */
     int step, share;           /* a take: a multiple of step blocks, about 1 / share of those left */
@@ -180,8 +180,8 @@ qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, con
      * A group that mixes W4 and W8 (no bundle does) runs its W8 matrices on fp32 activations. */
     j.w4_acts = any_w4 && ex->ks->matmul_acts_w4;
     j.i8_decode = any_i8 && !j.w4_acts && ex->ks->decode_acts && (T == 1 || ex->per_token) && T <= QHX_DECODE_MAX_T;
-    j.i8_acts = j.i8_decode || (any_i8 && !j.w4_acts && ex->ks->matmul_acts && T > 1 && !ex->per_token);
-    if (j.i8_acts || j.w4_acts) {
+    j.i8_acts = !j.i8_decode && any_i8 && !j.w4_acts && ex->ks->matmul_acts && T > 1 && !ex->per_token;
+    if (j.i8_acts || j.i8_decode || j.w4_acts) {
         qhx_acts *a = ex->acts ? ex->acts : &local;
         if (acts_reserve(j.w4_acts ? QHX_ACTS_Q8 : ex->ks->acts, a, (size_t)W[0]->cols, T) ||
             (j.w4_acts && w4_reserve(a, (size_t)W[0]->cols, T))) {
@@ -197,7 +197,7 @@ qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, con
     j.first[0] = 0;
     for (int m = 0; m < n; m++) j.first[m + 1] = j.first[m] + (W[m]->rows + 15) / 16;
     /* a kernel that packs panel_rows rows is handed whole panels; without a pool, one take */
-    j.step = j.i8_acts && !j.i8_decode && ex->ks->panel_rows > 16 ? ex->ks->panel_rows / 16 : 1;
+    j.step = j.i8_acts && ex->ks->panel_rows > 16 ? ex->ks->panel_rows / 16 : 1;
     j.share = 2 * qhx_pool_size(ex->pool);
     if (ex->pool && j.first[n] > j.step) qhx_pool_run(ex->pool, matmul_part, &j);
     else j.share = 1, matmul_part(&j, 0, 1);
