@@ -123,7 +123,7 @@ int main(void) {
                                      : form == QHX_ACTS_Q8   ? qhx_kernels_find("scalar-q8")
                                      : form == QHX_ACTS_BF16 ? qhx_kernels_find("scalar-bf16")
                                                              : qhx_kernels_find("scalar");
-        /* the rounding's bounds: half a step of 32-column blocks (127 or 32512 steps), 2^-8 of each
+        /* the rounding's bounds: half a step of 32-column (int8) or 64-column (int16) blocks, 2^-8 of each
          * value for bf16 */
         const double tol = !own_twin ? 1e-6 : form == QHX_ACTS_Q8 ? 2e-2 : form == QHX_ACTS_Q16 ? 1e-4 : 4e-3;
         variants++;
@@ -423,7 +423,7 @@ int main(void) {
      * bit, on rows with ragged tails, zero blocks and values at the block maximum; int16 parts
      * stay in range and within half a step of x */
     {
-        const size_t colsv[] = {1, 31, 32, 33, 100, 257};
+        const size_t colsv[] = {1, 31, 32, 33, 63, 64, 65, 100, 257};
         int bad = 0, rounded = 0;
         double q16_err = 0;
         for (size_t s = 0; s < n_sets; s++) {
@@ -431,26 +431,27 @@ int main(void) {
             if (!ks || (ks->acts != QHX_ACTS_Q8 && ks->acts != QHX_ACTS_Q16)) continue;
             const qhx_kernel_set *twin = ks->acts == QHX_ACTS_Q16 ? qhx_kernels_find("scalar-q16") : qhx_kernels_find("scalar-q8");
             for (size_t ci = 0; ci < sizeof colsv / sizeof *colsv; ci++) {
-                const size_t ncols = colsv[ci], pad = (ncols + 31) / 32 * 32;
+                const int q16 = ks->acts == QHX_ACTS_Q16;
+                const size_t blk = q16 ? QHX_Q16_BLOCK : QHX_Q8_BLOCK, ncols = colsv[ci], pad = (ncols + blk - 1) / blk * blk;
                 float x[257];
-                for (size_t c = 0; c < ncols; c++) x[c] = c >= 32 && c < 64 ? 0.0f : frand() * (c % 5 == 0 ? 40.0f : 1.0f);
-                int8_t buf[2][2][288] = {{{0}}};
-                int16_t v16[2][288] = {{0}};
-                float sc[2][9] = {{0}};
+                /* a zero block: columns 64-127 (one int16 block, two int8 ones) */
+                for (size_t c = 0; c < ncols; c++) x[c] = c >= 64 && c < 128 ? 0.0f : frand() * (c % 5 == 0 ? 40.0f : 1.0f);
+                int8_t buf[2][2][320] = {{{0}}};
+                int16_t v16[2][320] = {{0}};
+                float sc[2][10] = {{0}};
                 qhx_acts ra[2];
                 for (int k = 0; k < 2; k++) {
-                    const int q16 = ks->acts == QHX_ACTS_Q16;
-                    int8_t laq[288];
+                    int8_t laq[320];
                     ra[k] = (qhx_acts){.q = q16 ? NULL : buf[k][0], .aq = buf[k][1], .laq = laq, .v = q16 ? v16[k] : NULL, .s = sc[k], .pad = pad};
                     (k ? ks : twin)->round_acts(x, ncols, &ra[k], 0);
                 }
                 bad += memcmp(buf[0][0], buf[1][0], pad) || memcmp(v16[0], v16[1], sizeof(int16_t) * pad) ||
-                       memcmp(sc[0], sc[1], sizeof(float) * (pad / 32));
+                       memcmp(sc[0], sc[1], sizeof(float) * (pad / blk));
                 if (ra[0].v)
                     for (size_t c = 0; c < pad; c++) {
                         const int v = v16[0][c];
                         bad += v < -QHX_Q16_MAX || v > QHX_Q16_MAX || (c >= ncols && v);
-                        const double step = sc[0][c / 32], want = c < ncols ? x[c] : 0;
+                        const double step = sc[0][c / blk], want = c < ncols ? x[c] : 0;
                         if (step > 0) q16_err = fmax(q16_err, fabs(want - step * v) / step);
                         int8_t hi, lo; /* the split int8 multipliers take: exact, in range */
                         qhx_q16_split(v, &hi, &lo);

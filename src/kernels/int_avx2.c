@@ -2,7 +2,8 @@
  * approximate) for W8 matrices (kernels/q8.h). The llama.cpp Q8_0 trick: vpsignb moves the activation's sign onto the weight so
  * vpmaddubsw can multiply |x| (unsigned) by it, 32 products per instruction; block sums are exact
  * integers, scaled once per 32 columns. Int16 activations multiply whole with vpmaddwd against the
- * weights widened to int16 (16 products an instruction, the widening shared by a token pair):
+ * weights widened to int16 (16 products an instruction, the widening shared by a token pair), and
+ * are scaled once per 64 columns:
  * the same instruction count per product as the int8 trick. The W8 layout (format/w8.h) puts a row group's block in
  * 128 consecutive bytes, so decode reads one sequential stream. Other dtypes go to the fp32 AVX2
  * kernels. */
@@ -66,35 +67,35 @@ TARGET static void round_q8(const float *x, size_t cols, const qhx_acts *a, size
 /* qhx_q16_quantize the same way (bit for bit) */
 TARGET static void round_q16(const float *x, size_t cols, const qhx_acts *a, size_t t) {
     int16_t *v = a->v + t * a->pad;
-    float *s = a->s + t * (a->pad / QHX_Q8_BLOCK);
-    for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q8_BLOCK, b++) {
-        if (cols - c0 < QHX_Q8_BLOCK) { /* the ragged last block */
-            float tail[QHX_Q8_BLOCK] = {0};
+    float *s = a->s + t * (a->pad / QHX_Q16_BLOCK);
+    for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q16_BLOCK, b++) {
+        if (cols - c0 < QHX_Q16_BLOCK) { /* the ragged last block */
+            float tail[QHX_Q16_BLOCK] = {0};
             memcpy(tail, x + c0, sizeof(float) * (cols - c0));
-            qhx_q16_quantize(tail, QHX_Q8_BLOCK, v + c0, s + b);
+            qhx_q16_quantize(tail, QHX_Q16_BLOCK, v + c0, s + b);
             break;
         }
-        __m256 f[4];
-        const float mx = block_max(x + c0, f);
+        __m256 f[8];
+        const float m0 = block_max(x + c0, f), m1 = block_max(x + c0 + 32, f + 4), mx = m0 > m1 ? m0 : m1;
         const __m256 inv = _mm256_set1_ps(mx > 0 ? (float)QHX_Q16_MAX / mx : 0.0f);
         s[b] = mx / (float)QHX_Q16_MAX;
-        __m256i r[4];
-        for (int i = 0; i < 4; i++) r[i] = _mm256_cvtps_epi32(_mm256_mul_ps(f[i], inv));
+        __m256i r[8];
+        for (int i = 0; i < 8; i++) r[i] = _mm256_cvtps_epi32(_mm256_mul_ps(f[i], inv));
         /* the pack interleaves 128-bit lanes; the permute restores the order */
-        _mm256_storeu_si256((__m256i *)(v + c0), _mm256_permute4x64_epi64(_mm256_packs_epi32(r[0], r[1]), 0xd8));
-        _mm256_storeu_si256((__m256i *)(v + c0 + 16), _mm256_permute4x64_epi64(_mm256_packs_epi32(r[2], r[3]), 0xd8));
+        for (int i = 0; i < 4; i++)
+            _mm256_storeu_si256((__m256i *)(v + c0 + 16 * i), _mm256_permute4x64_epi64(_mm256_packs_epi32(r[2 * i], r[2 * i + 1]), 0xd8));
     }
 }
 
 /* One row group (4 rows) x NT tokens (1 or 2; NT and Q16 are constants at each call, so the 4 x NT
  * accumulators stay in registers). Weights are loaded per product from L1. Int8: 8 accumulators,
  * the token's q, |q| and scale, the ones and a temporary fit the 16 ymm registers. Int16: each
- * row's block widened to 2 x 16 int16 once for both tokens, vpmaddwd multiplying 16 pairs into
- * 8 int32 (|v w| sums of 4 stay under 2^24: exact). */
+ * row's two blocks of an activation block widened to 4 x 16 int16 once for both tokens, vpmaddwd
+ * multiplying 16 pairs into 8 int32 (|v w| sums of 8 stay under 2^26: exact). */
 static inline __attribute__((always_inline)) TARGET void tile(const int8_t *group, size_t nb, const qhx_acts *X,
                                                                int t, int NT, int Q16, int STREAM, float out[4][2]) {
     const __m256i ones = _mm256_set1_epi16(1);
-    const size_t nbx = X->pad / QHX_Q8_BLOCK;
+    const size_t nbx = X->pad / QHX_Q8_BLOCK, nbx16 = X->pad / QHX_Q16_BLOCK;
     __m256 acc[4][2];
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
@@ -110,15 +111,23 @@ static inline __attribute__((always_inline)) TARGET void tile(const int8_t *grou
             _mm_prefetch((const char *)wb + PREFETCH, _MM_HINT_T0);
             _mm_prefetch((const char *)wb + PREFETCH + 64, _MM_HINT_T0);
         }
-        if (Q16) {
+        if (Q16) { /* blocks b and b + 1 are one activation block of 64: their products one integer sum */
+            if (b % 2) continue; /* taken with b - 1 */
+            const int two = b + 1 < nb;
             _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
-                const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + i * QHX_W8_BLOCK)));
-                const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + i * QHX_W8_BLOCK + 16)));
+                const int8_t *w = wb + i * QHX_W8_BLOCK, *w2 = w + QHX_W8_GROUP * QHX_W8_BLOCK;
+                const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w));
+                const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 16)));
+                const __m256i w2a = two ? _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w2)) : _mm256_setzero_si256();
+                const __m256i w2b = two ? _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w2 + 16))) : _mm256_setzero_si256();
                 _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) {
                     const int16_t *v = X->v + (size_t)(t + j) * X->pad + b * QHX_Q8_BLOCK;
-                    const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_load_si256((const __m256i *)v)),
-                                                       _mm256_madd_epi16(w1, _mm256_load_si256((const __m256i *)(v + 16))));
-                    acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(X->s + (size_t)(t + j) * nbx + b), acc[i][j]);
+                    __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_load_si256((const __m256i *)v)),
+                                                 _mm256_madd_epi16(w1, _mm256_load_si256((const __m256i *)(v + 16))));
+                    if (two)
+                        p = _mm256_add_epi32(p, _mm256_add_epi32(_mm256_madd_epi16(w2a, _mm256_load_si256((const __m256i *)(v + 32))),
+                                                                 _mm256_madd_epi16(w2b, _mm256_load_si256((const __m256i *)(v + 48)))));
+                    acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(X->s + (size_t)(t + j) * nbx16 + b / 2), acc[i][j]);
                 }
             }
             continue;

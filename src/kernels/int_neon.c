@@ -2,7 +2,8 @@
  * has it) or int8 ones ("neon-q8", approximate) for W8 matrices (kernels/q8.h). sdot multiplies 4
  * signed bytes by 4 signed bytes into an int32 lane: 16 products an instruction. Int16 activations
  * go as their high and low bytes (qhx_q16_split, both signed: sdot needs no bias) in two passes
- * whose block sums meet as 256 hi + lo: exact. Each 32-column block of a W8 row group (4 rows in
+ * whose block sums meet as 256 hi + lo: exact (an int16 block of 64 columns is two W8 blocks, one
+ * integer). Each 32-column block of a W8 row group (4 rows in
  * 128 consecutive bytes, format/w8.h) gives 4 rows' int32 sums at once (pairwise adds put the rows
  * in the lanes), and the block's scaling runs as the scalar twin's does, one fp32 multiply and one
  * add per row and block: the results are the twin's bit for bit. Decode (a few tokens) streams
@@ -29,20 +30,26 @@ static inline int32x4_t block_dot(const int8_t *wb, const int8_t *x) {
 }
 
 static qhx_status dot_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
-    const size_t cols = (size_t)W->cols, pad = X->pad, nb = pad / QHX_Q8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
+    const size_t cols = (size_t)W->cols, pad = X->pad, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
     const int q16 = X->v != NULL;
+    /* int16: an activation block of 64 is two W8 blocks, summed as one integer before its scaling */
+    const size_t per = q16 ? QHX_Q16_BLOCK / QHX_Q8_BLOCK : 1, nbx = pad / (QHX_Q8_BLOCK * per);
     for (int r = r0; r < r1; r += QHX_W8_GROUP) {
         const int8_t *g = (const int8_t *)W->data + (size_t)r / QHX_W8_GROUP * gbytes;
         const int nr = r1 - r < QHX_W8_GROUP ? r1 - r : QHX_W8_GROUP;
         for (int t = 0; t < T; t++) {
             const int8_t *hi = (q16 ? X->aq : X->q) + (size_t)t * pad, *lo = q16 ? X->laq + (size_t)t * pad : NULL;
-            const float *s = X->s + (size_t)t * nb;
+            const float *s = X->s + (size_t)t * nbx;
             float32x4_t acc = vdupq_n_f32(0.0f);
-            for (size_t b = 0; b < nb; b++) {
-                const int8_t *wb = g + b * QHX_W8_GROUP * QHX_W8_BLOCK;
-                int32x4_t d = block_dot(wb, hi + b * QHX_Q8_BLOCK);
-                if (q16) d = vaddq_s32(vshlq_n_s32(d, 8), block_dot(wb, lo + b * QHX_Q8_BLOCK));
-                acc = vaddq_f32(acc, vmulq_n_f32(vcvtq_f32_s32(d), s[b]));
+            for (size_t b0 = 0; b0 < nb; b0 += per) {
+                int32x4_t d = vdupq_n_s32(0);
+                for (size_t b = b0; b < b0 + per && b < nb; b++) {
+                    const int8_t *wb = g + b * QHX_W8_GROUP * QHX_W8_BLOCK;
+                    int32x4_t e = block_dot(wb, hi + b * QHX_Q8_BLOCK);
+                    if (q16) e = vaddq_s32(vshlq_n_s32(e, 8), block_dot(wb, lo + b * QHX_Q8_BLOCK));
+                    d = vaddq_s32(d, e);
+                }
+                acc = vaddq_f32(acc, vmulq_n_f32(vcvtq_f32_s32(d), s[b0 / per]));
             }
             float out[4];
             vst1q_f32(out, acc);
@@ -60,7 +67,7 @@ static void round_q8(const float *x, size_t cols, const qhx_acts *a, size_t t) {
 static void round_q16(const float *x, size_t cols, const qhx_acts *a, size_t t) {
     int16_t *v = a->v + t * a->pad;
     int8_t *hi = a->aq + t * a->pad, *lo = a->laq + t * a->pad;
-    qhx_q16_quantize(x, cols, v, a->s + t * (a->pad / QHX_Q8_BLOCK));
+    qhx_q16_quantize(x, cols, v, a->s + t * (a->pad / QHX_Q16_BLOCK));
     for (size_t c = 0; c < a->pad; c++) qhx_q16_split(v[c], hi + c, lo + c);
 }
 

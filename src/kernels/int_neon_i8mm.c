@@ -6,7 +6,7 @@
  * from 4 + 4 smmla, each lane one row's exact int32 sum for one token, which are scaled as the
  * scalar twin scales them (one fp32 multiply and one add per row, token and block): bit for bit
  * the twin's. Int16 activations take two passes over their high and low bytes, 256 hi + lo, as in
- * int_neon.c. This file alone is compiled for armv8.2-a+dotprod+i8mm; the sets that call it need
+ * int_neon.c, two W8 blocks summed for each int16 block of 64. This file alone is compiled for armv8.2-a+dotprod+i8mm; the sets that call it need
  * QHX_CPU_NEON_I8MM. */
 #include "format/w8.h"
 #include "kernels/kernels.h"
@@ -37,32 +37,38 @@ static inline int32x4_t mm_block(const int8x16_t w[4], const int8x16_t x[4]) {
     return vmmlaq_s32(d, w[3], x[3]);
 }
 
-/* tokens t0 and t1 (the same token when T is odd: its second lane is dropped) over one row group */
+/* tokens t0 and t1 (the same token when T is odd: its second lane is dropped) over one row group;
+ * int16: an activation block of 64 is two W8 blocks, summed as one integer before its scaling */
 static void group_tokens(const int8_t *g, size_t nb, const qhx_acts *X, size_t t0, size_t t1, int q16, float32x4_t acc[2]) {
-    const size_t pad = X->pad;
+    const size_t pad = X->pad, per = q16 ? QHX_Q16_BLOCK / QHX_Q8_BLOCK : 1, nbx = pad / (QHX_Q8_BLOCK * per);
     const int8_t *h0 = (q16 ? X->aq : X->q) + t0 * pad, *h1 = (q16 ? X->aq : X->q) + t1 * pad;
     const int8_t *l0 = q16 ? X->laq + t0 * pad : NULL, *l1 = q16 ? X->laq + t1 * pad : NULL;
-    const float *s0 = X->s + t0 * nb, *s1 = X->s + t1 * nb;
+    const float *s0 = X->s + t0 * nbx, *s1 = X->s + t1 * nbx;
     acc[0] = acc[1] = vdupq_n_f32(0.0f);
-    for (size_t b = 0; b < nb; b++) {
-        const int8_t *wb = g + b * QHX_W8_GROUP * QHX_W8_BLOCK;
-        const size_t c = b * QHX_Q8_BLOCK;
-        int8x16_t xh[4], xl[4], w[2][4];
-        pair32(h0 + c, h1 + c, xh);
-        if (q16) pair32(l0 + c, l1 + c, xl);
-        const float32x2_t s01 = vld1_lane_f32(s1 + b, vld1_dup_f32(s0 + b), 1);
-        const float32x4_t s = vcombine_f32(s01, s01);
-        for (int p = 0; p < 2; p++) {
-            pair32(wb + 2 * p * QHX_W8_BLOCK, wb + (2 * p + 1) * QHX_W8_BLOCK, w[p]);
-            int32x4_t d = mm_block(w[p], xh);
-            if (q16) d = vaddq_s32(vshlq_n_s32(d, 8), mm_block(w[p], xl));
-            acc[p] = vaddq_f32(acc[p], vmulq_f32(vcvtq_f32_s32(d), s));
+    for (size_t b0 = 0; b0 < nb; b0 += per) {
+        int32x4_t d[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
+        for (size_t b = b0; b < b0 + per && b < nb; b++) {
+            const int8_t *wb = g + b * QHX_W8_GROUP * QHX_W8_BLOCK;
+            const size_t c = b * QHX_Q8_BLOCK;
+            int8x16_t xh[4], xl[4], w[4];
+            pair32(h0 + c, h1 + c, xh);
+            if (q16) pair32(l0 + c, l1 + c, xl);
+            for (int p = 0; p < 2; p++) {
+                pair32(wb + 2 * p * QHX_W8_BLOCK, wb + (2 * p + 1) * QHX_W8_BLOCK, w);
+                int32x4_t e = mm_block(w, xh);
+                if (q16) e = vaddq_s32(vshlq_n_s32(e, 8), mm_block(w, xl));
+                d[p] = vaddq_s32(d[p], e);
+            }
         }
+        const size_t bx = b0 / per;
+        const float32x2_t s01 = vld1_lane_f32(s1 + bx, vld1_dup_f32(s0 + bx), 1);
+        const float32x4_t s = vcombine_f32(s01, s01);
+        for (int p = 0; p < 2; p++) acc[p] = vaddq_f32(acc[p], vmulq_f32(vcvtq_f32_s32(d[p]), s));
     }
 }
 
 qhx_status qhx_i8mm_w8_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
-    const size_t cols = (size_t)W->cols, nb = X->pad / QHX_Q8_BLOCK, gbytes = qhx_w8_group_bytes(cols), ys = (size_t)W->rows;
+    const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols), ys = (size_t)W->rows;
     const int q16 = X->v != NULL;
     for (int r = r0; r < r1; r += QHX_W8_GROUP) {
         const int8_t *g = (const int8_t *)W->data + (size_t)r / QHX_W8_GROUP * gbytes;

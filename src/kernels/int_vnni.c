@@ -4,8 +4,9 @@
  * where AVX2 needs vpsignb + vpmaddubsw + vpmaddwd for 32. The weights are the signed operand, so
  * the activations go in biased to unsigned (aq = q + 128, kernels/q8.h) and 128 x the block's sum
  * of weights comes off again; block sums stay exact integers, scaled once per 32 columns, as in
- * the scalar twin. Int16 activations take two passes, their high and low bytes, into two block
- * sums that meet as 256 hi + lo before the block's one scaling: exact, at half the int8 rate.
+ * the scalar twin. Int16 activations take two passes, their high and low bytes, into two sums over
+ * the activation block (64 columns, two W8 blocks) that meet as 256 hi + lo before its one
+ * scaling: exact, at half the int8 rate.
  *
  * Prefill packs 32 rows at a time (pack_block) so that one register holds 4 consecutive columns of
  * 16 rows: lanes are rows, a token's 4 activation bytes are one broadcast, and nothing is summed
@@ -71,30 +72,31 @@ INLINE void split16(__m512i v, __m128i *hi, __m128i *lo) {
 TARGET static void round_q16(const float *x, size_t cols, const qhx_acts *a, size_t t) {
     int16_t *v = a->v + t * a->pad;
     int8_t *uhi = a->aq + t * a->pad, *ulo = a->laq + t * a->pad;
-    float *s = a->s + t * (a->pad / QHX_Q8_BLOCK);
-    for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q8_BLOCK, b++) {
-        __m512i r0, r1;
-        if (cols - c0 < QHX_Q8_BLOCK) { /* the ragged last block */
-            float tail[QHX_Q8_BLOCK] = {0};
+    float *s = a->s + t * (a->pad / QHX_Q16_BLOCK);
+    for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q16_BLOCK, b++) {
+        __m512i r[4];
+        if (cols - c0 < QHX_Q16_BLOCK) { /* the ragged last block */
+            float tail[QHX_Q16_BLOCK] = {0};
             memcpy(tail, x + c0, sizeof(float) * (cols - c0));
-            qhx_q16_quantize(tail, QHX_Q8_BLOCK, v + c0, s + b);
-            r0 = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(v + c0)));
-            r1 = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(v + c0 + 16)));
+            qhx_q16_quantize(tail, QHX_Q16_BLOCK, v + c0, s + b);
+            for (int i = 0; i < 4; i++) r[i] = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)(v + c0 + 16 * i)));
         } else {
-            const __m512 v0 = _mm512_loadu_ps(x + c0), v1 = _mm512_loadu_ps(x + c0 + 16);
-            const float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            __m512 f[4], m = _mm512_setzero_ps();
+            for (int i = 0; i < 4; i++) f[i] = _mm512_loadu_ps(x + c0 + 16 * i), m = _mm512_max_ps(m, _mm512_abs_ps(f[i]));
+            const float mx = _mm512_reduce_max_ps(m);
             const __m512 inv = _mm512_set1_ps(mx > 0 ? (float)QHX_Q16_MAX / mx : 0.0f);
             s[b] = mx / (float)QHX_Q16_MAX;
-            r0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv));
-            r1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
-            _mm256_storeu_si256((__m256i *)(v + c0), _mm512_cvtepi32_epi16(r0));
-            _mm256_storeu_si256((__m256i *)(v + c0 + 16), _mm512_cvtepi32_epi16(r1));
+            for (int i = 0; i < 4; i++) {
+                r[i] = _mm512_cvtps_epi32(_mm512_mul_ps(f[i], inv));
+                _mm256_storeu_si256((__m256i *)(v + c0 + 16 * i), _mm512_cvtepi32_epi16(r[i]));
+            }
         }
-        __m128i h0, l0, h1, l1;
-        split16(r0, &h0, &l0);
-        split16(r1, &h1, &l1);
-        _mm256_storeu_si256((__m256i *)(uhi + c0), _mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));
-        _mm256_storeu_si256((__m256i *)(ulo + c0), _mm256_inserti128_si256(_mm256_castsi128_si256(l0), l1, 1));
+        for (int i = 0; i < 4; i++) {
+            __m128i h, l;
+            split16(r[i], &h, &l);
+            _mm_storeu_si128((__m128i *)(uhi + c0 + 16 * i), h);
+            _mm_storeu_si128((__m128i *)(ulo + c0 + 16 * i), l);
+        }
     }
 }
 
@@ -123,17 +125,24 @@ INLINE size_t w4_slot(size_t b, size_t nb) { return b % 4 * ((nb + 3) / 4) + b /
  * accumulators stay in registers (with SPLIT: 8 + 8 int32 and 8 fp32 of the 32). */
 INLINE void tile(const __m512i *panel, size_t nb, const qhx_acts *X, int t, int NR, int NT, int SPLIT, int W4, const qhx_tensor *W,
                  int row0, int nvalid, float *Y) {
-    const size_t nbx = X->pad / QHX_Q8_BLOCK, units = W4 ? W4_UNITS : UNITS;
+    const size_t nbx = X->pad / (SPLIT ? QHX_Q16_BLOCK : QHX_Q8_BLOCK), units = W4 ? W4_UNITS : UNITS;
     const int passes = W4 ? 4 : 1;
     __m512 part[4][TOKENS][2];
     for (int p = 0; p < passes; p++) {
         __m512 acc[TOKENS][2];
         _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+        __m512i d[TOKENS][2], e[TOKENS][2];
+        _Pragma("GCC unroll 4") for (int j = 0; j < TOKENS; j++) d[j][0] = d[j][1] = e[j][0] = e[j][1] = _mm512_setzero_si512();
         for (size_t b = (size_t)p; b < nb; b += (size_t)passes) {
             const __m512i *pb = panel + (W4 ? w4_slot(b, nb) : b) * 2 * units;
-            __m512i d[TOKENS][2], e[TOKENS][2];
+            /* SPLIT: the int16 block of 64 columns is two W8 blocks, their sums one integer */
+            const int first = !SPLIT || b % 2 == 0, last = !SPLIT || b % 2 == 1 || b + 1 == nb;
             _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++)
-                _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) d[j][i] = e[j][i] = pb[i * units + UNITS - 1];
+                _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) {
+                    const __m512i corr = pb[i * units + UNITS - 1];
+                    d[j][i] = first ? corr : _mm512_add_epi32(d[j][i], corr);
+                    if (SPLIT) e[j][i] = first ? corr : _mm512_add_epi32(e[j][i], corr);
+                }
             _Pragma("GCC unroll 8") for (int k = 0; k < UNITS - 1; k++) {
                 const __m512i w0 = pb[k], w1 = pb[units + k];
                 _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
@@ -151,8 +160,9 @@ INLINE void tile(const __m512i *panel, size_t nb, const qhx_acts *X, int t, int 
                     }
                 }
             }
+            if (!last) continue;
             _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {
-                const __m512 sc = _mm512_set1_ps(X->s[(size_t)(t + j) * nbx + b]);
+                const __m512 sc = _mm512_set1_ps(X->s[(size_t)(t + j) * nbx + (SPLIT ? b / 2 : b)]);
                 _Pragma("GCC unroll 2") for (int i = 0; i < NR; i++) {
                     const __m512i sum = SPLIT ? _mm512_add_epi32(_mm512_slli_epi32(d[j][i], 8), e[j][i]) : d[j][i];
                     const __m512 s = W4 ? _mm512_mul_ps(_mm512_castsi512_ps(pb[i * units + UNITS]), sc) : sc;
@@ -208,30 +218,41 @@ TARGET static qhx_status vnni_int_matmul(const qhx_tensor *W, const qhx_acts *X,
 }
 
 /* Decode with int16 activations: the W8 layout streamed once, as the fp32 kernel streams it, each
- * row's block of 32 widened to int16 (vpmovsxbw) and multiplied with the token's int16 block by
- * vpmaddwd into 16 exact pair sums, scaled by the block's activation scale into fp32 lanes. A
- * block costs half the widening and conversion of fp32 activations: 80-84 against 50-53 GB/s a
- * thread from L2 on Zen 5, headroom decode needs where memory streams 35 GB/s a core. Each token
- * alone, so results do not depend on T. */
+ * row's block of 32 widened to int16 (vpmovsxbw) and multiplied with the token's int16 values by
+ * vpmaddwd into 16 exact pair sums; the second block of an activation block of 64 adds into the
+ * same sums (vpdpwssd), and the 64 columns are scaled once into fp32 lanes. A row's block costs one
+ * widening and one product; the conversion and multiply-add, once per 64 columns, are what bound
+ * the kernel over blocks of 32 (Zen 5, 2 threads: 0.83 of a read loop against 0.97; bench/README.md,
+ * 2026-12-05). Each token alone, so results do not depend on T. */
+INLINE __m512i w8_widen(const int8_t *p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p)); }
+
 TARGET static qhx_status vnni_w8_decode(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
+    const size_t nbx = X->pad / QHX_Q16_BLOCK, pairs = nb / 2;
+    enum { GB = QHX_W8_GROUP * QHX_W8_BLOCK }; /* bytes of a row group's block */
     for (int r = r0; r < r1; r += QHX_W8_GROUP) {
         const int8_t *g = (const int8_t *)W->data + (size_t)r / QHX_W8_GROUP * gbytes;
         const int nr = r1 - r < QHX_W8_GROUP ? r1 - r : QHX_W8_GROUP;
         for (int t = 0; t < T; t++) {
             const int16_t *v = X->v + (size_t)t * X->pad;
-            const float *s = X->s + (size_t)t * nb;
+            const float *s = X->s + (size_t)t * nbx;
             __m512 acc[QHX_W8_GROUP] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-            for (size_t b = 0; b < nb; b++) {
-                const int8_t *wb = g + b * QHX_W8_GROUP * QHX_W8_BLOCK;
-                _mm_prefetch((const char *)wb + QHX_STREAM_AHEAD, _MM_HINT_NTA);
-                _mm_prefetch((const char *)wb + QHX_STREAM_AHEAD + 64, _MM_HINT_NTA);
-                const __m512i x = _mm512_load_si512(v + b * QHX_W8_BLOCK);
-                const __m512 sc = _mm512_set1_ps(s[b]);
+            for (size_t p = 0; p < pairs; p++) {
+                const int8_t *wb = g + 2 * p * GB;
+                _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) _mm_prefetch((const char *)wb + QHX_STREAM_AHEAD + 64 * k, _MM_HINT_NTA);
+                const __m512i x0 = _mm512_load_si512(v + p * QHX_Q16_BLOCK), x1 = _mm512_load_si512(v + p * QHX_Q16_BLOCK + 32);
+                const __m512 sc = _mm512_set1_ps(s[p]);
                 _Pragma("GCC unroll 4") for (int i = 0; i < QHX_W8_GROUP; i++) {
-                    const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(wb + i * QHX_W8_BLOCK)));
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(w, x)), sc, acc[i]);
+                    const __m512i sum = _mm512_dpwssd_epi32(_mm512_madd_epi16(w8_widen(wb + i * QHX_W8_BLOCK), x0), w8_widen(wb + GB + i * QHX_W8_BLOCK), x1);
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc, acc[i]);
                 }
+            }
+            if (nb % 2) { /* a last block of 32 alone: the first half of its activation block */
+                const int8_t *wb = g + (nb - 1) * GB;
+                const __m512i x0 = _mm512_load_si512(v + pairs * QHX_Q16_BLOCK);
+                const __m512 sc = _mm512_set1_ps(s[pairs]);
+                _Pragma("GCC unroll 4") for (int i = 0; i < QHX_W8_GROUP; i++)
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(w8_widen(wb + i * QHX_W8_BLOCK), x0)), sc, acc[i]);
             }
             for (int i = 0; i < nr; i++) Y[(size_t)t * W->rows + r + i] = _mm512_reduce_add_ps(acc[i]) * W->scale[r + i];
         }

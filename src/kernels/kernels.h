@@ -18,12 +18,12 @@ typedef qhx_status (*qhx_matmul_fn)(const qhx_tensor *W, const float *X, int T, 
 typedef enum {
     QHX_ACTS_F32 = 0, /* not at all: fp32 activations throughout */
     QHX_ACTS_Q8,      /* int8 in blocks of 32 (kernels/q8.h): approximate, as llama.cpp's Q8_0 */
-    QHX_ACTS_Q16,     /* int16 in blocks of 32 as two int8 parts (kernels/q8.h): the default */
+    QHX_ACTS_Q16,     /* int16 in blocks of 64, or as two int8 parts (kernels/q8.h): the default */
     QHX_ACTS_BF16     /* bf16, nearest even, in AMX's tile order */
 } qhx_acts_form;
 
-/* T activation rows rounded once per matmul for every thread, pad (cols rounded up to 32) values a
- * row, one scale s per 32 columns (pad / 32 per row). Q8: q, and the set's second form of it in
+/* T activation rows rounded once per matmul for every thread, pad (cols rounded up to the form's
+ * block: 64 for Q16, else 32) values a row, one scale s per block (pad / block per row). Q8: q, and the set's second form of it in
  * aq (|q| for AVX2's sign trick, q + 128 as unsigned bytes for VNNI). Q16: v, and for VNNI the
  * high and low bytes (qhx_q16_split) + 128 in aq and laq. BF16: bf in AMX's tile order
  * (qhx_acts_bf16_at): rows in tiles of 16, each tile a run of 16 x 32-column blocks, so one tile

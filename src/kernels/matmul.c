@@ -111,8 +111,8 @@ static void round_part(void *arg, int i, int n) {
 
 /* Room for T rows of `cols` activations in the form; the kernels load them aligned. */
 static qhx_status acts_reserve(qhx_acts_form form, qhx_acts *a, size_t cols, int T) {
-    a->pad = qhx_q8_padded(cols);
     const int bf16 = form == QHX_ACTS_BF16, q16 = form == QHX_ACTS_Q16;
+    a->pad = q16 ? qhx_q16_padded(cols) : qhx_q8_padded(cols);
     const size_t rows = bf16 ? qhx_round_up((size_t)T, QHX_ACTS_TILE) : (size_t)T;
     const size_t need = qhx_round_up(a->pad * rows, 64); /* aligned_alloc: a multiple of the alignment */
     if (need <= a->cap && !a->bf == !bf16 && !a->v == !q16) return QHX_OK;

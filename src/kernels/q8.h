@@ -35,14 +35,20 @@ static inline void qhx_q8_quantize_abs(const float *x, size_t cols, int8_t *q, i
     for (size_t c = 0; c < qhx_q8_padded(cols); c++) aq[c] = (int8_t)(q[c] < 0 ? -q[c] : q[c]);
 }
 
-/* Int16 activations for W8 matrices (the "-q16" sets, the default): each block of 32 is rounded to
+/* Int16 activations for W8 matrices (the "-q16" sets, the default): each block of 64 is rounded to
  * v = round(x * 32512 / max|x|) in [-32512, 32512], 15 bits where int8 keeps 7, with one scale
  * s = max / 32512 a block, so a block's dot product with an int8 weight row is again exact integer
- * arithmetic. The rounding error is at most half a step, 1/65024 of the block's largest value:
- * two orders of magnitude below the W8 weights' own rounding, where int8 activations are about
- * level with it. Int8 multipliers take v as v = 256 hi + lo (qhx_q16_split), hi in [-127, 127]
- * and lo in [-128, 127]: two passes, exact. */
+ * arithmetic (|sum| <= 64 x 128 x 32512 < 2^31). The rounding error is at most half a step,
+ * 1/65024 of the block's largest value: two orders of magnitude below the W8 weights' own
+ * rounding, where int8 activations are about level with it. Blocks of 64, not int8's 32: a block
+ * costs decode one conversion and one multiply-add a row, and over 32 columns those bound the
+ * AVX-512 kernel on Zen 5 (0.83 of a read loop, 0.97 over 64; bench/README.md, 2026-12-05).
+ * Int8 multipliers take v as v = 256 hi + lo (qhx_q16_split), hi in [-127, 127] and lo in
+ * [-128, 127]: two passes, exact. */
 #define QHX_Q16_MAX 32512
+#define QHX_Q16_BLOCK 64
+
+static inline size_t qhx_q16_padded(size_t cols) { return qhx_round_up(cols, QHX_Q16_BLOCK); }
 
 static inline void qhx_q16_split(int32_t v, int8_t *hi, int8_t *lo) {
     const int32_t h = (v + 128) >> 8; /* arithmetic shift: floor((v + 128) / 256) */
@@ -52,13 +58,13 @@ static inline void qhx_q16_split(int32_t v, int8_t *hi, int8_t *lo) {
 
 /* v: cols rounded up to a whole block (the tail zero); s: one scale per block */
 static inline void qhx_q16_quantize(const float *x, size_t cols, int16_t *v, float *s) {
-    for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q8_BLOCK, b++) {
-        const size_t n = cols - c0 < QHX_Q8_BLOCK ? cols - c0 : QHX_Q8_BLOCK;
+    for (size_t c0 = 0, b = 0; c0 < cols; c0 += QHX_Q16_BLOCK, b++) {
+        const size_t n = cols - c0 < QHX_Q16_BLOCK ? cols - c0 : QHX_Q16_BLOCK;
         float mx = 0.0f;
         for (size_t i = 0; i < n; i++) mx = fabsf(x[c0 + i]) > mx ? fabsf(x[c0 + i]) : mx;
         const float inv = mx > 0 ? (float)QHX_Q16_MAX / mx : 0.0f;
         s[b] = mx / (float)QHX_Q16_MAX;
-        for (size_t i = 0; i < QHX_Q8_BLOCK; i++) v[c0 + i] = i < n ? (int16_t)((x[c0 + i] * inv + 0x1.8p23f) - 0x1.8p23f) : 0;
+        for (size_t i = 0; i < QHX_Q16_BLOCK; i++) v[c0 + i] = i < n ? (int16_t)((x[c0 + i] * inv + 0x1.8p23f) - 0x1.8p23f) : 0;
     }
 }
 

@@ -91,9 +91,10 @@ static void scalar_axpy(float *y, float a, const float *x, int n) {
 }
 
 /* the twin of the -q8 and -q16 SIMD sets: the same rounded activations, exact integer block sums
- * each scaled once */
+ * (32 columns for int8, 64 for int16) each scaled once */
 static qhx_status scalar_int_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
-    const size_t cols = (size_t)W->cols, pad = X->pad, nb = pad / QHX_Q8_BLOCK;
+    const size_t blk = X->v ? QHX_Q16_BLOCK : QHX_Q8_BLOCK;
+    const size_t cols = (size_t)W->cols, pad = X->pad, nb = (cols + blk - 1) / blk, nbx = pad / blk;
     int8_t *w = malloc(cols);
     if (!w) return QHX_ERR_NOMEM;
     for (int r = r0; r < r1; r++) {
@@ -104,9 +105,9 @@ static qhx_status scalar_int_matmul(const qhx_tensor *W, const qhx_acts *X, int 
             float acc = 0.0f;
             for (size_t b = 0; b < nb; b++) {
                 int32_t d = 0;
-                const size_t c0 = b * QHX_Q8_BLOCK, c1 = c0 + QHX_Q8_BLOCK < cols ? c0 + QHX_Q8_BLOCK : cols;
+                const size_t c0 = b * blk, c1 = c0 + blk < cols ? c0 + blk : cols;
                 for (size_t c = c0; c < c1; c++) d += (int32_t)w[c] * (v ? v[c] : q[c]);
-                acc += (float)d * X->s[(size_t)t * nb + b];
+                acc += (float)d * X->s[(size_t)t * nbx + b];
             }
             Y[(size_t)t * W->rows + r] = acc * W->scale[r];
         }
@@ -147,7 +148,7 @@ static void scalar_round_q8(const float *x, size_t cols, const qhx_acts *a, size
 }
 
 static void scalar_round_q16(const float *x, size_t cols, const qhx_acts *a, size_t t) {
-    qhx_q16_quantize(x, cols, a->v + t * a->pad, a->s + t * (a->pad / QHX_Q8_BLOCK));
+    qhx_q16_quantize(x, cols, a->v + t * a->pad, a->s + t * (a->pad / QHX_Q16_BLOCK));
 }
 
 /* the twin of the -bf16 sets: activations rounded to bf16 (int8 weights are exact in bf16), fp32
