@@ -2,13 +2,13 @@
  * has it) or int8 ones ("neon-q8", approximate) for W8 matrices (kernels/q8.h). sdot multiplies 4
  * signed bytes by 4 signed bytes into an int32 lane: 16 products an instruction. Int16 activations
  * go as their high and low bytes (qhx_q16_split, both signed: sdot needs no bias) in two passes
- * whose block sums meet as 256 hi + lo: exact (an int16 block of 64 columns is two W8 blocks, one
- * integer). Each 32-column block of a W8 row group (4 rows in
- * 128 consecutive bytes, format/w8.h) gives 4 rows' int32 sums at once (pairwise adds put the rows
- * in the lanes), and the block's scaling runs as the scalar twin's does, one fp32 multiply and one
- * add per row and block: the results are the twin's bit for bit. Decode (a few tokens) streams
- * the W8 layout with fp32 activations (the neon set's kernel). This file alone is compiled for
- * armv8.2-a+dotprod; the sets that call it need QHX_CPU_NEON_DOT. */
+ * whose sums meet as 256 hi + lo: exact. Each 32-column block of a W8 row group (4 rows in 128
+ * consecutive bytes, format/w8.h) gives 4 rows' int32 sums at once (pairwise adds put the rows in
+ * the lanes); the two W8 blocks of an int16 block of 64 are summed as integers, and each
+ * activation block's scaling runs as the scalar twin's does, one fp32 multiply and one add per row
+ * and block: the results are the twin's bit for bit. With int16 activations decode goes through
+ * the same kernel, a token at a time (int8: the neon set's fp32 kernel). This file alone is
+ * compiled for armv8.2-a+dotprod; the sets that call it need QHX_CPU_NEON_DOT. */
 #include "format/w4.h"
 #include "format/w8.h"
 #include "kernels/kernels.h"

@@ -6,8 +6,8 @@
  * from 4 + 4 smmla, each lane one row's exact int32 sum for one token, which are scaled as the
  * scalar twin scales them (one fp32 multiply and one add per row, token and block): bit for bit
  * the twin's. Int16 activations take two passes over their high and low bytes, 256 hi + lo, as in
- * int_neon.c, two W8 blocks summed for each int16 block of 64. This file alone is compiled for armv8.2-a+dotprod+i8mm; the sets that call it need
- * QHX_CPU_NEON_I8MM. */
+ * int_neon.c, the two W8 blocks of an int16 block of 64 summed before its scaling. This file alone
+ * is compiled for armv8.2-a+dotprod+i8mm; the sets that call it need QHX_CPU_NEON_I8MM. */
 #include "format/w8.h"
 #include "kernels/kernels.h"
 #include "kernels/q8.h"
