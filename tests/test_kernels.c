@@ -123,8 +123,8 @@ int main(void) {
                                      : form == QHX_ACTS_Q8   ? qhx_kernels_find("scalar-q8")
                                      : form == QHX_ACTS_BF16 ? qhx_kernels_find("scalar-bf16")
                                                              : qhx_kernels_find("scalar");
-        /* the rounding's bounds: half a step of 32-column (int8) or 64-column (int16) blocks, 2^-8 of each
-         * value for bf16 */
+        /* the rounding's bounds: half a step of 32-column (int8) or 64-column (int16) blocks, 2^-8
+         * of each value for bf16 */
         const double tol = !own_twin ? 1e-6 : form == QHX_ACTS_Q8 ? 2e-2 : form == QHX_ACTS_Q16 ? 1e-4 : 4e-3;
         variants++;
         double worst = 0;

@@ -222,8 +222,8 @@ TARGET static qhx_status vnni_int_matmul(const qhx_tensor *W, const qhx_acts *X,
  * vpmaddwd into 16 exact pair sums; the second block of an activation block of 64 adds into the
  * same sums (vpdpwssd), and the 64 columns are scaled once into fp32 lanes. A row's block costs one
  * widening and one product; the conversion and multiply-add, once per 64 columns, are what bound
- * the kernel over blocks of 32 (Zen 5, 2 threads: 0.83 of a read loop against 0.97; bench/README.md,
- * 2026-12-05). Each token alone, so results do not depend on T. */
+ * the kernel over blocks of 32 (Zen 5, one thread: 0.80 of a read loop against 0.85 over 64; in
+ * the model +5-6 %; bench/README.md, 2026-12-05). Each token alone, so results do not depend on T. */
 INLINE __m512i w8_widen(const int8_t *p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p)); }
 
 TARGET static qhx_status vnni_w8_decode(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
