@@ -22,12 +22,32 @@ if [[ ${#cross[@]} -gt 0 ]] && ! dpkg --print-foreign-architectures | grep -qx a
     $sudo dpkg --add-architecture arm64
 fi
 missing+=("${cross[@]}")
+# apt as root, waiting (up to QHX_APT_WAIT seconds, default 600) while another apt or an unattended
+# upgrade holds its lock, instead of failing on the first try
+apt_wait() {
+    local limit=${QHX_APT_WAIT:-600} start=$SECONDS err
+    err=$(mktemp)
+    until DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=10 "$@" 2>"$err" >/dev/null; do
+        if ! grep -qiE 'could not get lock|unable to acquire|is another process using it' "$err"; then
+            cat "$err" >&2; rm -f "$err"; echo "scripts/deps.sh: apt-get $1 failed" >&2; exit 1
+        fi
+        if ((SECONDS - start >= limit)); then
+            rm -f "$err"
+            echo "scripts/deps.sh: apt's lock still held after ${limit} s (another apt or unattended-upgrades); rerun when it is done, or set QHX_APT_WAIT" >&2
+            exit 1
+        fi
+        echo "scripts/deps.sh: waiting for apt's lock ($((SECONDS - start)) s)" >&2
+        sleep 5
+    done
+    rm -f "$err"
+}
 if [[ ${#missing[@]} -gt 0 ]]; then
     echo "installing: ${missing[*]}" >&2
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    apt_wait update -qq
+    apt_wait install -y -qq "${missing[@]}"
 fi
-# the independent oracles the tests compare against (Hugging Face's Rust tokenizers, OpenAI's client)
-if [[ ${QHX_TEST_DEPS:-0} == 1 && ! ( -d tests/oracle/node_modules/tokenizers && -d tests/oracle/node_modules/openai ) ]]; then
+# the independent oracles the tests compare against (Hugging Face's Rust tokenizers; the openai,
+# LangChain and AI SDK clients); reinstalled when any in package.json is missing
+if [[ ${QHX_TEST_DEPS:-0} == 1 ]] && ! (cd tests/oracle && node -e 'for (const d of Object.keys(require("./package.json").dependencies)) require.resolve(d + "/package.json")' 2>/dev/null); then
     (cd tests/oracle && npm ci --no-audit --no-fund --silent)
 fi

@@ -124,8 +124,8 @@ int parse_common(int argc, char **argv, opts *o) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) o->help = 1;
         else if (!strcmp(a, "--tokens")) { if (want_value(argc, argv, &i)) return -1; o->tokens = argv[i]; }
         else if (!strcmp(a, "--out") || !strcmp(a, "-o")) { if (want_value(argc, argv, &i)) return -1; o->out = argv[i]; }
-        else if (!strcmp(a, "-n")) {
-            if (want_value(argc, argv, &i) || parse_long("-n", argv[i], 0, 1 << 30, &o->n)) return -1;
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 0, 1 << 30, &o->n)) return -1;
         }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 1024, &o->threads)) return -1;

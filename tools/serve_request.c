@@ -66,10 +66,13 @@ static const char *parse_sampling(server *sv, json_t *body, request *rq, char *e
     if (r) g->seed = (uint64_t)v;
     else g->seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)(uintptr_t)rq;
     if ((r = get_int(body, "n", 1, 1, &v, err, cap)) < 0) return "n";
+    /* Omitted: until the context ends, capped by --n-predict (as OpenAI's chat and llama-server
+     * do; clients leave it out by default). Larger than that: clamped (parse_request), finishing
+     * with "length". */
     const char *mt = json_object_get(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    g->max_tokens = rq->chat ? sv->max_tokens : 16; /* OpenAI: completions default to 16 */
-    if ((r = get_int(body, mt, 1, sv->max_tokens, &v, err, cap)) < 0) return mt;
-    if (r) g->max_tokens = (int)v;
+    g->max_tokens = sv->max_tokens;
+    if ((r = get_int(body, mt, 1, LLONG_MAX, &v, err, cap)) < 0) return mt;
+    if (r && v < sv->max_tokens) g->max_tokens = (int)v;
     if (get_bool(body, "stream", &rq->stream, err, cap)) return "stream";
     json_t *so = json_object_get(body, "stream_options");
     if (so && !json_is_null(so)) {
@@ -194,14 +197,14 @@ request *parse_request(server *sv, const char *body, size_t len, int chat, refus
         rq->n_ids = (int)n;
         if (!n) { param = "prompt"; snprintf(err, cap, "the prompt is empty"); goto fail; }
     }
-    if (rq->n_ids + rq->gen.max_tokens > sv->mi.max_context) {
+    if (rq->n_ids >= sv->mi.max_context) { /* no room for a single token */
         param = chat ? "messages" : "prompt";
         code = "context_length_exceeded";
-        snprintf(err, cap, "This model's maximum context length is %d tokens. However, you requested %d tokens "
-                 "(%d in the prompt, %d for the completion).", sv->mi.max_context, rq->n_ids + rq->gen.max_tokens,
-                 rq->n_ids, rq->gen.max_tokens);
+        snprintf(err, cap, "This model's maximum context length is %d tokens. However, your prompt has %d tokens, "
+                 "leaving no room for the completion.", sv->mi.max_context, rq->n_ids);
         goto fail;
     }
+    if (rq->gen.max_tokens > sv->mi.max_context - rq->n_ids) rq->gen.max_tokens = sv->mi.max_context - rq->n_ids;
     free(text);
     json_decref(j);
     why->status = 0;
