@@ -1,8 +1,14 @@
-# qhexrt build. `make` builds build/qhx; `make test` runs every test; `make test-asan` runs them
-# again under AddressSanitizer + UndefinedBehaviorSanitizer (in build-asan/).
+# qhexrt build. `make` builds build/qhx. Tests in tiers (tests/run.sh): `make test-quick` for every
+# edit (the C tests, the default kernel family, under a minute), `make test` (everything),
+# `make test-asan` (the quick tier, fuzz replays, server and chat under AddressSanitizer +
+# UndefinedBehaviorSanitizer, in build-asan/), `make check` (what CI runs).
 # `make CROSS=aarch64 ...` builds for 64-bit Arm with Debian's cross compiler against the arm64
 # builds of the libraries (scripts/deps.sh installs both with QHX_CROSS=aarch64), into build-aarch64;
 # `make CROSS=aarch64 test-emu` runs the whole suite under qemu-aarch64 (EMU_CPU=max by default).
+# every core, unless the command line says -j
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc)
+endif
 ifeq ($(CROSS),aarch64)
 CC      := aarch64-linux-gnu-gcc
 BUILD   ?= build-aarch64
@@ -25,7 +31,9 @@ CFLAGS  += -DQHX_HAVE_NEON
 $(BUILD)/src/kernels/int_neon.o: CFLAGS += -march=armv8.2-a+dotprod
 $(BUILD)/src/kernels/int_neon_i8mm.o: CFLAGS += -march=armv8.2-a+dotprod+i8mm
 endif
-SONAME  := libqhexrt.so.0
+VERSION := $(shell sed -n 's/^\#define QHX_VERSION "\(.*\)"/\1/p' include/qhexrt.h)
+# the soname carries the major version alone: it moves only when the ABI breaks
+SONAME  := libqhexrt.so.$(firstword $(subst ., ,$(VERSION)))
 LIB_LIBS := -lcjson -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread
 LDLIBS  += -lmicrohttpd $(LIB_LIBS)
 LDFLAGS += $(SAN)
@@ -53,23 +61,25 @@ $(BUILD)/libqhexrt.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 # the shared library: versioned, exporting qhexrt.h and qhexrt_tools.h alone (-fvisibility=hidden)
-VERSION := $(shell sed -n 's/^\#define QHX_VERSION "\(.*\)"/\1/p' include/qhexrt.h)
 $(BUILD)/$(SONAME): $(LIB_OBJ)
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -o $@ $^ $(LIB_LIBS)
 
-# `make install PREFIX=/usr/local` (DESTDIR for staging): the headers, the shared library with its
-# links, the static one and a pkg-config file
+# `make install PREFIX=/usr/local` (DESTDIR for staging): the headers, libqhexrt.so.MAJOR.MINOR.PATCH
+# with its soname and development links, the static library and a pkg-config file; ldconfig runs
+# when the library directory is one the dynamic linker searches
 PREFIX  ?= /usr/local
 LIBDIR  ?= $(PREFIX)/lib
 install: $(BUILD)/libqhexrt.a $(BUILD)/$(SONAME)
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LIBDIR)/pkgconfig
 	install -m 644 include/qhexrt.h include/qhexrt_tools.h $(DESTDIR)$(PREFIX)/include/
-	install -m 755 $(BUILD)/$(SONAME) $(DESTDIR)$(LIBDIR)/$(SONAME).$(VERSION)
-	ln -sf $(SONAME).$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	install -m 755 $(BUILD)/$(SONAME) $(DESTDIR)$(LIBDIR)/libqhexrt.so.$(VERSION)
+	ln -sf libqhexrt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libqhexrt.so
 	install -m 644 $(BUILD)/libqhexrt.a $(DESTDIR)$(LIBDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@VERSION@|$(VERSION)|; s|@LIBS@|$(LIB_LIBS)|' \
 	    qhexrt.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/qhexrt.pc
+	@if [ -z "$(DESTDIR)" ] && /sbin/ldconfig -v -N 2>/dev/null | grep -q "^$$(realpath -m $(LIBDIR)):"; then \
+	    echo "ldconfig"; /sbin/ldconfig || echo "make install: ldconfig failed (not root?); run it before using $(LIBDIR)/$(SONAME)"; fi
 
 # the command line as a library (every command, no main) that the fuzzers link as qhx runs it
 TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out tools/main.c,$(wildcard tools/*.c)))
@@ -121,6 +131,13 @@ $(BUILD)/pty_drive: $(BUILD)/tests/pty_drive.o
 test: all
 	tests/run.sh $(BUILD)
 
+test-quick: $(TEST_BIN)
+	tests/run.sh $(BUILD) quick
+
+# bugs the tests once caught, put back one at a time: the quick tier must fail on each
+test-mutants: all
+	tests/mutants.sh $(BUILD)
+
 # the aarch64 build under qemu-aarch64: kernels, parity and a cross-machine bundle (make check runs
 # it); test-emu runs the whole suite that way (slow: every program emulated)
 check-aarch64: all
@@ -133,7 +150,8 @@ test-emu: all
 	tests/run.sh $(BUILD)-emu-$(EMU_CPU)
 
 test-asan:
-	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
+	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" all
+	tests/run.sh build-asan sanitize
 
 # memcheck over the test binaries and the CLI (slow; not part of make check)
 test-valgrind: all
@@ -143,7 +161,7 @@ clean:
 	rm -rf build build-asan build-fuzz build-aarch64 build-aarch64-emu
 
 .SECONDARY:
-.PHONY: all test test-asan test-valgrind clean fuzz install check-aarch64 test-emu
+.PHONY: all test test-quick test-mutants test-asan test-valgrind clean fuzz install check-aarch64 test-emu
 # every object's header dependencies (tests, fuzzers, bench and examples too: a header change
 # that moves a struct must rebuild them all)
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -275,14 +275,14 @@ void qhx_session_free(qhx_session *s) {
 
 void qhx_session_reset(qhx_session *s) { qhx_hostop_reset(&s->hs, s->model); }
 
-int qhx_session_pos(const qhx_session *s) { return s->hs.pos; }
+int qhx_session_pos(const qhx_session *s) { return s->hs.st.pos; }
 
 qhx_status qhx_session_eval(qhx_session *s, const int32_t *tokens, int n, qhx_eval_mode mode, float *logits,
                             float *last_logits) {
     if (!s || !tokens || n <= 0) return qhx_fail(QHX_ERR_ARG, "session_eval: need a session and at least one token");
     if (mode == QHX_EVAL_SEQUENCE) return qhx_hostop_eval(s->model, &s->hs, tokens, n, 0, logits, last_logits);
-    if (n > s->model->context - s->hs.pos) /* refuse before the first piece, not half-way */
-        return qhx_fail(QHX_ERR_RANGE, "%d tokens after %d exceed the context of %d", n, s->hs.pos, s->model->context);
+    if (n > s->model->context - s->hs.st.pos) /* refuse before the first piece, not half-way */
+        return qhx_fail(QHX_ERR_RANGE, "%d tokens after %d exceed the context of %d", n, s->hs.st.pos, s->model->context);
     /* pieces the decode kernels take whole, so every token gets decode's arithmetic (kernels.h) */
     const size_t V = (size_t)s->model->cfg.vocab_size;
     for (int t = 0; t < n; t += QHX_DECODE_MAX_T) {

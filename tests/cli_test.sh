@@ -17,6 +17,21 @@ for c in "" logits generate synth tokenize detokenize; do
 done
 expect_err 2 "unknown command 'frobnicate'" "$qhx" frobnicate
 expect_err 2 "unknown option '--bogus'" "$qhx" generate models/q35-kjv --tokens 1 --bogus
+# a flag another command takes is refused by name, never accepted and ignored
+expect_err 2 "--ctx does not apply to qhx generate" "$qhx" generate models/q35-kjv --tokens 1 --ctx 512
+expect_err 2 "--port does not apply to qhx generate" "$qhx" generate models/q35-kjv --tokens 1 --port 1
+expect_err 2 "--stepwise does not apply to qhx perplexity" "$qhx" perplexity models/q35-kjv tests/data/corpora/kjv-dev.txt --stepwise
+expect_err 2 "--temp does not apply to qhx serve" "$qhx" serve models/q35-kjv --temp 0.5
+expect_err 2 "--draft does not apply to qhx logits" "$qhx" logits models/q35-kjv --tokens 1 --out "$tmp/x" --draft ngram
+expect_err 2 "--json does not apply to qhx inspect" "$qhx" inspect models/q35-kjv --json
+expect_err 2 "-n does not apply to qhx bench" "$qhx" bench models/q35-kjv -n 5
+expect_err 1 "--ctx 300000: models/q35-kjv holds at most 262144 positions" "$qhx" serve models/q35-kjv --ctx 300000 --port 0
+expect_err 2 "help: one command at a time" "$qhx" help generate serve
+# llama.cpp's spellings where the meaning is the same: -m, -p, -n, -s (and -c, -np for serve)
+a=$("$qhx" generate -m models/q35-kjv -p "And God said" -n 8 -s 5 --temp 0.7 --ids 2>/dev/null)
+b=$("$qhx" generate models/q35-kjv "And God said" --n-predict 8 --seed 5 --temp 0.7 --ids 2>/dev/null)
+check "[[ -n '$a' && '$a' == '$b' ]]" "-m -p -n -s give what MODEL PROMPT --n-predict --seed give: '$a' vs '$b'"
+check "cmp -s <(\"$qhx\" help serve) <(\"$qhx\" serve --help)" "qhx help serve is not qhx serve --help"
 
 # generate --ids: exactly the golden greedy ids, one line, nothing else on stdout
 for m in q35-kjv q35-rand-tiny; do

@@ -17,10 +17,12 @@ run() {
     if "$@" >"$log" 2>&1; then ok; else bad "$msg: $(head -c 400 "$log")"; fi
 }
 run "$tmp/install.log" "make install" make -s install "${mk[@]}" PREFIX="$prefix"
-for f in include/qhexrt.h include/qhexrt_tools.h lib/libqhexrt.a lib/libqhexrt.so lib/libqhexrt.so.0 lib/pkgconfig/qhexrt.pc; do
+version=$(sed -n 's/^#define QHX_VERSION "\(.*\)"/\1/p' include/qhexrt.h)
+for f in include/qhexrt.h include/qhexrt_tools.h lib/libqhexrt.a lib/libqhexrt.so lib/libqhexrt.so.0 "lib/libqhexrt.so.$version" lib/pkgconfig/qhexrt.pc; do
     check '[[ -e $prefix/$f ]]' "installed $f"
 done
 check '[[ $(readelf -d "$prefix/lib/libqhexrt.so.0" | grep -o "Library soname: \[[^]]*\]") == "Library soname: [libqhexrt.so.0]" ]]' "soname libqhexrt.so.0"
+check '[[ $(readlink "$prefix/lib/libqhexrt.so.0") == "libqhexrt.so.$version" ]]' "libqhexrt.so.0 links to libqhexrt.so.$version"
 # exported symbols == the functions the two public headers declare
 "$nm" -D --defined-only "$prefix/lib/libqhexrt.so.0" | awk '{print $3}' | sort >"$tmp/exported"
 grep -ho '\bqhx_[a-z0-9_]*(' "$prefix/include/qhexrt.h" "$prefix/include/qhexrt_tools.h" | tr -d '(' | sort -u >"$tmp/declared"

@@ -1,7 +1,8 @@
 /* Snapshots and state files against cold runs, bit for bit: on q35-kjv as a checkpoint and forged
- * to 1- and 2-shard bundles, on every kernel set this CPU runs. A cold session evaluates the
- * token script below call by call; sessions that take, restore, branch and reload snapshots
- * between the same calls must give the identical logits. Then every way a state file can be bad. */
+ * to 1- and 2-shard bundles, on every kernel family this CPU runs (tests/testlib.h). A cold session
+ * evaluates the token script below call by call; sessions that take, restore, branch and reload
+ * snapshots between the same calls must give the identical logits. Then every way a state file
+ * can be bad. */
 #include "qhexrt.h"
 #include "qhexrt_tools.h"
 #include "testlib.h"
@@ -11,8 +12,6 @@
 #include <unistd.h>
 
 static char root[256];
-static const char *const kernel_sets[] = {"ref", "scalar", "scalar-q16", "scalar-q8", "scalar-bf16", "avx2", "avx2-q16",
-                                          "avx2-q8", "avx512", "avx512-q16", "avx512-q8", "amx-bf16"};
 
 /* The script: a prompt of P as one sequence (snapshot S1), Q more as a sequence, 3 single-token
  * steps (snapshot S2), R more as a sequence; the branch: BR other tokens after S1. */
@@ -307,7 +306,12 @@ int main(void) {
             CHECK(mi != 2 || in.n_shards == 2, "the 2-shard bundle has %d", in.n_shards);
             qhx_model_close(m);
         }
-        for (size_t k = 0; k < sizeof kernel_sets / sizeof *kernel_sets; k++) check_model(models[mi], kernel_sets[k], other);
+        /* every kernel family on the 2-shard bundle (the form with the most moving parts), the
+         * default set on the others; quick: the checkpoint and the 2-shard bundle */
+        const char *sets[8];
+        const int n_sets = mi == 2 ? tl_kernel_families(sets) : (sets[0] = "auto", 1);
+        if (mi == 1 && tl_quick()) continue;
+        for (int k = 0; k < n_sets; k++) check_model(models[mi], sets[k], other);
     }
     bad_files(ck, b1);
     qhx_model_close(other);

@@ -161,6 +161,17 @@ int main(void) {
     fm.out = m2, fm.max_context_bytes = 3500000;
     CHECK(qhx_forge(&fm) == QHX_OK, "forge: %s", qhx_last_error());
     const int NG = QHX_DRAFT_NGRAM, MTP = QHX_DRAFT_MTP;
+    if (tl_quick()) { /* each drafter on a checkpoint and a 2-shard bundle, greedy and sampled */
+        check_model("models/q35-kjv", NG, 64, 1, 1);
+        check_model(b2, NG, 64, 1, 1);
+        check_model("models/q35-kjv-mtp", MTP, 64, 1, 1);
+        check_model(m2, MTP, 64, 1, 1);
+        sampled_same("models/q35-kjv", NG);
+        sampled_and_bad();
+        snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+        if (system(cmd)) return 1;
+        return tl_finish("test_speculative");
+    }
     check_model("models/q35-kjv", NG, 64, 0, 1);
     check_model("models/q35-rand-tiny", NG, 64, 0, 0); /* random weights: its text never repeats, so nothing is drafted */
     check_model(b1, NG, 64, 0, 1);

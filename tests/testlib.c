@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 int tl_passed, tl_failed;
 
@@ -56,4 +57,34 @@ json_t *tl_json(const char *path) {
     free(text);
     CHECK(root != NULL, "cannot read or parse %s", path);
     return root;
+}
+
+int tl_quick(void) {
+    const char *q = getenv("QHX_TEST_QUICK");
+    return q && *q && strcmp(q, "0");
+}
+
+int tl_kernel_families(const char **sets) {
+    /* each family's members, fastest first: fp32 activations, int16 (the default family), int8 and
+     * bf16 activations, and the double-accumulating reference */
+#ifdef __aarch64__
+    static const char *const fam[][4] = {{"neon-i8mm-q16", "neon-q16", "scalar-q16"}, {"neon", "scalar"},
+                                         {"neon-i8mm-q8", "neon-q8", "scalar-q8"}, {"scalar-bf16"}, {"ref"}};
+#else
+    static const char *const fam[][4] = {{"avx512-q16", "avx2-q16", "scalar-q16"}, {"avx512", "avx2", "scalar"},
+                                         {"avx512-q8", "avx2-q8", "scalar-q8"}, {"amx-bf16", "scalar-bf16"}, {"ref"}};
+#endif
+    int n = 0;
+    sets[n++] = "auto";
+    if (tl_quick()) return n;
+    for (size_t f = 1; f < sizeof fam / sizeof *fam; f++)
+        for (int k = 0; k < 4 && fam[f][k]; k++) {
+            qhx_runtime_opts ro = {.kernels = fam[f][k], .n_threads = 1};
+            qhx_runtime *rt;
+            if (qhx_runtime_new(&ro, &rt) != QHX_OK) continue; /* not on this CPU */
+            qhx_runtime_free(rt);
+            sets[n++] = fam[f][k];
+            break;
+        }
+    return n;
 }

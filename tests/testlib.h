@@ -26,6 +26,13 @@ double tl_row_dev(const float *a, const float *g, int V);
 /* A runtime on `kernels`, the model at dir and a session on it, CHECKed; 0 when all opened (else
  * nothing is left open). */
 int tl_open(const char *dir, const char *kernels, qhx_runtime **rt, qhx_model **m, qhx_session **s);
+/* QHX_TEST_QUICK=1 (make test-quick): the model-level tests run the default kernel set and the
+ * forms that can fail differently, not the whole matrix. */
+int tl_quick(void);
+/* The kernel sets a model-level test runs, into sets[] (at most 8): one per family this CPU runs,
+ * its fastest member (test_kernels holds every SIMD set to its scalar twin, so one member stands
+ * for the family), the default first; quick: the default alone. Returns the count. */
+int tl_kernel_families(const char **sets);
 /* A JSON file, CHECKed; NULL when it cannot be read or parsed. */
 struct json_t *tl_json(const char *path);
 /* Reads a whole file; NULL if absent. */

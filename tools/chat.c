@@ -124,7 +124,7 @@ static const char chat_help[] =
 
 int cmd_chat(int argc, char **argv) {
     opts o = {.n = 1024, .think = -1, .cache_mb = 2048, .gen = {.temperature = 0.7f, .top_p = 0.8f, .top_k = 20}};
-    if (parse_common(argc, argv, &o)) return 2;
+    if (parse_common(argc, argv, &o, "-m -n --n-predict --system --think --no-think --cache-mb --ctx -c --ctx-size --verbose" SAMPLING_FLAGS RUNTIME_FLAGS)) return 2;
     if (o.help) return fputs(chat_help, stdout), 0;
     if (!o.model || o.prompt) return die("needs MODEL (see qhx chat --help)"), 2;
     if (o.n < 1) return die("-n: at least 1"), 2;

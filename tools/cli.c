@@ -118,10 +118,29 @@ int want_value(int argc, char **argv, int *i) {
     return 0;
 }
 
-int parse_common(int argc, char **argv, opts *o) {
+/* flag a is one of the space-separated words of list */
+static int flag_in(const char *list, const char *a) {
+    const size_t n = strlen(a);
+    for (const char *p = list; (p = strstr(p, a)); p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || !p[n])) return 1;
+    return 0;
+}
+
+/* every flag parse_common knows */
+static const char all_flags[] =
+    "-m -p --prompt -n --n-predict -t --threads --kernels --backend --mmap --tokens -o --out --ctx -c --ctx-size --chunks "
+    "--decode --prompts -f --file --prompt-cache --system --host --port --cache-mb --parallel -np --think --no-think "
+    "--verbose --temp --temperature --top-k --top-p --min-p --repeat-penalty --presence-penalty --frequency-penalty "
+    "--repeat-last-n --draft --draft-max --seed -s --stop --ignore-eos --json --greedy --ids --stepwise --second-half --special";
+
+int parse_common(int argc, char **argv, opts *o, const char *allowed) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (a[0] == '-' && a[1] && strcmp(a, "-h") && strcmp(a, "--help") && flag_in(all_flags, a) && !flag_in(allowed, a))
+            return die("%s does not apply to %s (see %s --help)", a, cmd_name, cmd_name), -1;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) o->help = 1;
+        else if (!strcmp(a, "-m")) { if (want_value(argc, argv, &i)) return -1; o->model = argv[i]; }
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { if (want_value(argc, argv, &i)) return -1; o->prompt = argv[i]; }
         else if (!strcmp(a, "--tokens")) { if (want_value(argc, argv, &i)) return -1; o->tokens = argv[i]; }
         else if (!strcmp(a, "--out") || !strcmp(a, "-o")) { if (want_value(argc, argv, &i)) return -1; o->out = argv[i]; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
@@ -132,8 +151,8 @@ int parse_common(int argc, char **argv, opts *o) {
         }
         else if (!strcmp(a, "--kernels") || !strcmp(a, "--backend")) { if (want_value(argc, argv, &i)) return -1; o->kernels = argv[i]; }
         else if (!strcmp(a, "--mmap")) o->mmap = 1;
-        else if (!strcmp(a, "--ctx")) {
-            if (want_value(argc, argv, &i) || parse_long("--ctx", argv[i], 2, 1 << 20, &o->ctx)) return -1;
+        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 2, 1 << 20, &o->ctx)) return -1;
         }
         else if (!strcmp(a, "--chunks")) {
             if (want_value(argc, argv, &i) || parse_long("--chunks", argv[i], 1, 1 << 30, &o->chunks)) return -1;
@@ -152,7 +171,7 @@ int parse_common(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--cache-mb")) {
             if (want_value(argc, argv, &i) || parse_long("--cache-mb", argv[i], 0, 1 << 24, &o->cache_mb)) return -1;
         }
-        else if (!strcmp(a, "--parallel")) {
+        else if (!strcmp(a, "--parallel") || !strcmp(a, "-np")) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 64, &o->parallel)) return -1;
         }
         else if (!strcmp(a, "--think")) o->think = 1;
@@ -194,7 +213,7 @@ int parse_common(int argc, char **argv, opts *o) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, QHX_MAX_DRAFT, &v)) return -1;
             o->gen.draft_max = (int)v;
         }
-        else if (!strcmp(a, "--seed")) {
+        else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
             long long v;
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 0, LLONG_MAX, &v)) return -1;
             o->gen.seed = (uint64_t)v;

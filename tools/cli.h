@@ -28,8 +28,14 @@ typedef struct {
     const char *stop[QHX_MAX_STOP];
 } opts;
 
-/* Parses every flag the subcommands know into o; non-flags fill model, then prompt. */
-int parse_common(int argc, char **argv, opts *o);
+/* Parses the flags into o; non-flags (or -m, -p) fill model, then prompt. `allowed`: the
+ * space-separated flags this command uses (every spelling; -h/--help always): any other known
+ * flag is refused by name rather than accepted and ignored. */
+int parse_common(int argc, char **argv, opts *o, const char *allowed);
+#define RUNTIME_FLAGS " -t --threads --kernels --backend --mmap "
+#define SAMPLING_FLAGS                                                                                             \
+    " --temp --temperature --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty"           \
+    " --frequency-penalty --seed -s --stop --ignore-eos --draft --draft-max "
 /* The library's progress reports as one line on stderr, rewritten in place (for a terminal). */
 void cli_progress(const char *what, uint64_t done, uint64_t total, void *user);
 /* A seed from the clock unless --seed gave one. */

@@ -98,7 +98,7 @@ static int cmp_double(const void *a, const void *b) { return (*(const double *)a
 
 int cmd_bench(int argc, char **argv) {
     opts o = {.decode = 128, .prompts = "128,512,1024"};
-    if (parse_common(argc, argv, &o)) return 2;
+    if (parse_common(argc, argv, &o, "-m --prompts --decode --json --draft --draft-max" RUNTIME_FLAGS)) return 2;
     if (o.help) return fputs(bench_help, stdout), 0;
     const int json = o.json;
     const long long n_decode = o.decode;

@@ -113,7 +113,7 @@ static int prompt_cache(qhx_session *s, qhx_model *m, const char *path, const in
 
 int cmd_generate(int argc, char **argv) {
     opts o = {.n = 64};
-    if (parse_common(argc, argv, &o)) return 2;
+    if (parse_common(argc, argv, &o, "-m -p --prompt -n --n-predict --tokens -f --file --prompt-cache --special --json --greedy --ids" SAMPLING_FLAGS RUNTIME_FLAGS)) return 2;
     if (o.help) return fputs(generate_help, stdout), 0;
     if (!o.model || (!!o.tokens + !!o.prompt + !!o.file) != 1)
         return die("needs MODEL and one of PROMPT, --file or --tokens (see qhx generate --help)"), 2;

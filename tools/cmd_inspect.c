@@ -32,7 +32,7 @@ static double jnum(json_t *o, const char *path) {
 
 int cmd_inspect(int argc, char **argv) {
     opts o = {0};
-    if (parse_common(argc, argv, &o)) return 2;
+    if (parse_common(argc, argv, &o, "-m" RUNTIME_FLAGS)) return 2;
     if (o.help) return fputs(inspect_help, stdout), 0;
     if (!o.model || o.prompt) return die("needs one MODEL (see qhx inspect --help)"), 2;
     qhx_runtime *rt = NULL;

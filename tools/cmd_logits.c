@@ -24,7 +24,7 @@ static const char logits_help[] =
 
 int cmd_logits(int argc, char **argv) {
     opts o = {0};
-    if (parse_common(argc, argv, &o)) return 2;
+    if (parse_common(argc, argv, &o, "-m --tokens -o --out --stepwise" RUNTIME_FLAGS)) return 2;
     if (o.help) return fputs(logits_help, stdout), 0;
     if (!o.model || !o.tokens || !o.out || o.prompt) return die("needs MODEL, --tokens and --out (see qhx logits --help)"), 2;
     int32_t *ids;

@@ -33,7 +33,7 @@ static void show_progress(size_t done, size_t total, void *user) {
 
 int cmd_perplexity(int argc, char **argv) {
     opts o = {.ctx = 512};
-    if (parse_common(argc, argv, &o)) return 2;
+    if (parse_common(argc, argv, &o, "-m --ctx -c --ctx-size --chunks --json --second-half" RUNTIME_FLAGS)) return 2;
     if (o.help) return fputs(perplexity_help, stdout), 0;
     const int json = o.json;
     const long long ctx = o.ctx;

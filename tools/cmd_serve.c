@@ -14,13 +14,15 @@
 #include <unistd.h>
 
 static const char serve_help[] =
-    "usage: qhx serve MODEL [--host 127.0.0.1] [--port 8080] [--parallel 4] [-n 4096] [--cache-mb 2048]\n"
+    "usage: qhx serve MODEL [--host 127.0.0.1] [--port 8080] [--parallel 4] [--ctx N] [-n 4096] [--cache-mb 2048]\n"
     "An OpenAI-compatible HTTP server: GET /health, GET /v1/models, POST /v1/completions and\n"
     "POST /v1/chat/completions (stream, max_tokens, temperature, top_p, top_k, min_p, seed, stop,\n"
     "presence/frequency/repetition penalties; chat_template_kwargs.enable_thinking). Listens on\n"
     "loopback unless --host says otherwise; --port 0 picks a free port. The address it listens on is\n"
     "printed on stderr. Stops on SIGINT or SIGTERM.\n"
-    "  --parallel N   sessions generating at once, taking turns token by token (default 4)\n"
+    "  --parallel N   sessions generating at once, taking turns token by token (default 4; -np)\n"
+    "  --ctx N        positions a slot may use, prompt and reply (default: the model's context;\n"
+    "                 -c, --ctx-size); the memory a slot can reach is printed at start\n"
     "  -n, --n-predict N  the most tokens a reply may have (default 4096): a request without\n"
     "                 max_tokens runs to an end of turn, the context's end or this; a larger\n"
     "                 max_tokens is clamped (finish_reason \"length\")\n"
@@ -33,7 +35,7 @@ static const char serve_help[] =
 
 int cmd_serve(int argc, char **argv) {
     opts o = {.n = 4096, .port = 8080, .parallel = 4, .host = "127.0.0.1", .cache_mb = 2048};
-    if (parse_common(argc, argv, &o)) return 2;
+    if (parse_common(argc, argv, &o, "-m -n --n-predict --host --port --parallel -np --cache-mb --ctx -c --ctx-size --draft --draft-max" RUNTIME_FLAGS)) return 2;
     if (o.help) return fputs(serve_help, stdout), 0;
     if (!o.model || o.prompt) return die("needs MODEL and nothing else (see qhx serve --help)"), 2;
     if (o.n < 1) return die("-n: at least 1"), 2;
@@ -64,6 +66,11 @@ int cmd_serve(int argc, char **argv) {
     pc_markers(&sv.cache, sv.tok);
     for (int i = 0; i < sv.n_slots; i++)
         if (qhx_session_new(sv.m, &sv.slot[i])) { api_error(); goto done; }
+    if (o.ctx > sv.mi.max_context) {
+        die("--ctx %lld: %s holds at most %d positions", o.ctx, o.model, sv.mi.max_context);
+        goto done;
+    }
+    if (o.ctx) sv.mi.max_context = (int)o.ctx; /* every request's prompt and reply fit it: KV grows no further */
     if (sv.max_tokens > sv.mi.max_context) sv.max_tokens = sv.mi.max_context;
     const char *base = strrchr(o.model, '/');
     while (base && !base[1] && base > o.model) { /* "dir/" */
@@ -84,9 +91,10 @@ int cmd_serve(int argc, char **argv) {
     unsigned port;
     d = serve_listen(&sv, (struct sockaddr *)&addr, v6, (unsigned)o.port, &port);
     if (!d) { die("cannot listen on %s port %lld: %s", o.host, o.port, strerror(errno)); goto done; }
-    fprintf(stderr, "qhx serve: %s (%s, %d slots, context %d, prefix cache %lld MB) listening on http://%s%s%s:%u\n",
-            sv.model_id, qhx_runtime_kernels(rt), sv.n_slots, sv.mi.max_context, o.cache_mb, v6 ? "[" : "", o.host, v6 ? "]" : "",
-            port);
+    const double slot_mb = (sv.mi.state_bytes + (double)sv.mi.kv_bytes_per_token * sv.mi.max_context) / 1048576.0;
+    fprintf(stderr, "qhx serve: %s (%s, %d slots, context %d, at most %.1f MB a slot, prefix cache %lld MB) listening on http://%s%s%s:%u\n",
+            sv.model_id, qhx_runtime_kernels(rt), sv.n_slots, sv.mi.max_context, slot_mb, o.cache_mb, v6 ? "[" : "", o.host,
+            v6 ? "]" : "", port);
     int sig = 0;
     sigwait(&stop_signals, &sig);
     fprintf(stderr, "qhx serve: stopping (signal %d)\n", sig);

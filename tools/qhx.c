@@ -29,7 +29,7 @@ static const struct {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "qhx %s — Qwen3.5 runtime\nusage: qhx COMMAND [ARGS]   (qhx COMMAND --help for details)\ncommands:\n", QHX_VERSION);
+    fprintf(f, "qhx %s — Qwen3.5 runtime\nusage: qhx COMMAND [ARGS]   (qhx help COMMAND, or qhx COMMAND --help, for details)\ncommands:\n", QHX_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].about);
     fprintf(f, "MODEL: a Hugging Face checkpoint directory, a bundle (its directory or manifest.json), or a GGUF\n"
                "file of llama.cpp's qwen35 architecture (any of F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,\n"
@@ -44,6 +44,12 @@ int qhx_main(int argc, char **argv) {
         return qhx_generate_positional(argc, argv);
     }
     if (argc < 2) return usage(stderr), 2;
+    if (!strcmp(argv[1], "help") && argc == 3) { /* qhx help CMD: that command's --help */
+        static char *help_argv[3] = {NULL, NULL, "--help"};
+        help_argv[0] = argv[0], help_argv[1] = argv[2];
+        return qhx_main(3, help_argv);
+    }
+    if (!strcmp(argv[1], "help") && argc > 3) return die("help: one command at a time (qhx help COMMAND)"), 2;
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) return usage(stdout), 0;
     if (!strcmp(argv[1], "--version")) return printf("qhx %s\n", QHX_VERSION), 0;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -1,4 +1,5 @@
-/* qwen3_5_generate, the host-op of the seed's runtime, over any shard plan. */
+/* qwen3_5_generate, the host-op of the seed's runtime, over any shard plan: one state for the
+ * session, each shard's layers run over it in order. */
 #include "model/model.h"
 #include "model/snapshot.h"
 #include "util/buf.h"
@@ -9,18 +10,12 @@
 
 qhx_status qhx_hostop_init(qhx_hostop_state *hs, const qhx_model *m) {
     memset(hs, 0, sizeof *hs);
-    hs->shards = calloc((size_t)m->n_shards, sizeof *hs->shards);
-    if (!hs->shards) return qhx_fail(QHX_ERR_NOMEM, "session state: out of memory");
-    for (int i = 0; i < m->n_shards; i++) {
-        qhx_status rc = qhx_state_init(&hs->shards[i], &m->cfg, m->shards[i].l0, m->shards[i].l1);
-        if (rc) { qhx_hostop_free(hs, m); return rc; }
-    }
-    return QHX_OK;
+    return qhx_state_init(&hs->st, &m->cfg);
 }
 
 void qhx_hostop_free(qhx_hostop_state *hs, const qhx_model *m) {
-    for (int i = 0; i < m->n_shards && hs->shards; i++) qhx_state_free(&hs->shards[i]);
-    free(hs->shards);
+    (void)m;
+    qhx_state_free(&hs->st);
     free(hs->x);
     free(hs->tokens);
     qhx_kv_segment_unref(hs->kv_tip);
@@ -28,8 +23,8 @@ void qhx_hostop_free(qhx_hostop_state *hs, const qhx_model *m) {
 }
 
 void qhx_hostop_reset(qhx_hostop_state *hs, const qhx_model *m) {
-    for (int i = 0; i < m->n_shards; i++) qhx_state_reset(&hs->shards[i]);
-    hs->pos = 0;
+    (void)m;
+    qhx_state_reset(&hs->st);
     qhx_kv_segment_unref(hs->kv_tip);
     hs->kv_tip = NULL;
 }
@@ -42,8 +37,8 @@ qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32
         if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
             return qhx_fail(QHX_ERR_RANGE, "token id %d at position %d is outside the vocabulary [0, %d)", tokens[t], t,
                             c->vocab_size);
-    if (n > m->context - hs->pos)
-        return qhx_fail(QHX_ERR_RANGE, "%d tokens after %d exceed the context of %d", n, hs->pos, m->context);
+    if (n > m->context - hs->st.pos)
+        return qhx_fail(QHX_ERR_RANGE, "%d tokens after %d exceed the context of %d", n, hs->st.pos, m->context);
     const size_t need = (size_t)n * c->hidden;
     if (need > hs->x_floats) {
         float *x = realloc(hs->x, need * sizeof(float));
@@ -51,52 +46,43 @@ qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32
         hs->x = x;
         hs->x_floats = need;
     }
-    if (qhx_reserve(&hs->tokens, &hs->tokens_cap, (size_t)(hs->pos + n), sizeof *hs->tokens))
+    if (qhx_reserve(&hs->tokens, &hs->tokens_cap, (size_t)(hs->st.pos + n), sizeof *hs->tokens))
         return qhx_fail(QHX_ERR_NOMEM, "out of memory for %d tokens", n);
     qhx_exec step = m->rt->ex;
     step.per_token = stepwise;
     const qhx_exec *ex = &step;
     qhx_qwen35_embed(c, m->w, tokens, n, hs->x);
-    qhx_status rc = QHX_OK;
-    for (int i = 0; i < m->n_shards && !rc; i++) rc = qhx_qwen35_layers(ex, c, m->w, &hs->shards[i], hs->x, n, stepwise);
+    qhx_status rc = qhx_state_begin(ex, &hs->st, n, stepwise);
+    for (int i = 0; i < m->n_shards && !rc; i++)
+        rc = qhx_qwen35_layers(ex, c, m->w, &hs->st, m->shards[i].l0, m->shards[i].l1, hs->x, n, stepwise);
     if (!rc) {
-        memcpy(hs->tokens + hs->pos, tokens, sizeof(int32_t) * n);
-        hs->pos += n;
+        memcpy(hs->tokens + hs->st.pos, tokens, sizeof(int32_t) * n);
+        qhx_state_end(&hs->st, n);
         if (logits_all) rc = qhx_qwen35_head(ex, c, m->w, hs->x, n, logits_all);
         if (logits_last && !rc) {
             if (logits_all) memcpy(logits_last, logits_all + (size_t)(n - 1) * c->vocab_size, sizeof(float) * c->vocab_size);
             else rc = qhx_qwen35_head(ex, c, m->w, hs->x + (size_t)(n - 1) * c->hidden, 1, logits_last);
         }
     }
-    /* out of memory part-way: some shards moved on, others not; an empty session is the one
+    /* out of memory part-way: some layers moved on, others not; an empty session is the one
      * state that is still true */
     if (rc) qhx_hostop_reset(hs, m);
     return rc;
 }
 
 qhx_status qhx_hostop_mark(const qhx_model *m, qhx_hostop_state *hs) {
-    for (int i = 0; i < m->n_shards; i++) {
-        qhx_status rc = qhx_state_mark(&hs->shards[i]);
-        if (rc) {
-            while (i--) hs->shards[i].mark = -1;
-            return rc;
-        }
-    }
-    return QHX_OK;
+    (void)m;
+    return qhx_state_mark(&hs->st);
 }
 
 qhx_status qhx_hostop_rewind(const qhx_model *m, qhx_hostop_state *hs, int pos) {
-    for (int i = 0; i < m->n_shards; i++) /* every shard can go there, or none moves */
-        if (hs->shards[i].mark < 0 || pos < hs->shards[i].mark || pos > hs->pos)
-            return qhx_fail(QHX_ERR_ARG, "rewind to %d: not between the session's mark and its position %d", pos, hs->pos);
-    for (int i = 0; i < m->n_shards; i++) {
-        qhx_status rc = qhx_state_rewind(&m->rt->ex, &hs->shards[i], pos);
-        if (rc) {
-            qhx_hostop_reset(hs, m);
-            return rc;
-        }
+    if (hs->st.mark < 0 || pos < hs->st.mark || pos > hs->st.pos)
+        return qhx_fail(QHX_ERR_ARG, "rewind to %d: not between the session's mark and its position %d", pos, hs->st.pos);
+    qhx_status rc = qhx_state_rewind(&m->rt->ex, &hs->st, pos);
+    if (rc) {
+        qhx_hostop_reset(hs, m);
+        return rc;
     }
-    hs->pos = pos;
     /* rows past pos will be written over: they are no longer a copy of the snapshot chain */
     if (hs->kv_tip && hs->kv_tip->row1 > pos) {
         qhx_kv_segment_unref(hs->kv_tip);

@@ -85,15 +85,15 @@ qhx_status qhx_gguf_read_tokenizer(const struct qhx_gguf *g, qhx_tokenizer **out
 qhx_dtype qhx_bundle_dtype(const qhx_tensor_spec *s, qhx_dtype matrices);
 
 /* The host-op qwen3_5_generate: host embedding lookup, then each decode shard over the residual
- * stream in order (each with its own state; the last applies the final norm), then the lm-head.
+ * stream in order (each updating its own layers of the one state; the last applies the final
+ * norm), then the lm-head.
  * logits_all [n][vocab] and/or logits_last [vocab] when not NULL. */
 typedef struct qhx_kv_segment qhx_kv_segment; /* model/snapshot.h */
 
 typedef struct {
-    qhx_state *shards;        /* one per decode shard of the model's plan */
+    qhx_state st;             /* every layer's recurrent state and KV; st.pos: tokens consumed */
     float *x;
     size_t x_floats;
-    int pos;
     int32_t *tokens;          /* the ids of positions [0, pos) */
     size_t tokens_cap;
     qhx_kv_segment *kv_tip;   /* the snapshot segment chain rows [0, kv_tip->row1) are a copy of, or NULL */
@@ -105,7 +105,7 @@ void qhx_hostop_reset(qhx_hostop_state *hs, const qhx_model *m);
 qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32_t *tokens, int n, int stepwise,
                            float *logits_all, float *logits_last);
 
-/* qhx_session_mark / qhx_session_rewind over every shard's state. */
+/* qhx_session_mark / qhx_session_rewind. */
 qhx_status qhx_hostop_mark(const qhx_model *m, qhx_hostop_state *hs);
 qhx_status qhx_hostop_rewind(const qhx_model *m, qhx_hostop_state *hs, int pos);
 

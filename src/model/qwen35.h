@@ -68,7 +68,7 @@ static inline void qhx_spec_dims(const qhx_tensor_spec *s, int *rows, int *cols)
     *cols = s->ndim == 1 ? (int)s->shape[0] : (int)s->shape[s->ndim - 1];
 }
 
-/* ---- per-sequence state of a range of layers ----------------------------------------------- */
+/* ---- per-sequence state of every layer ------------------------------------------------------ */
 
 typedef struct {
     float *conv;       /* [conv_kernel-1][conv_dim]: the last inputs of the causal conv, oldest first */
@@ -79,11 +79,11 @@ typedef struct {
                           stepwise token's recurrence inputs (model/rewind.c) */
 } qhx_layer_state;
 
-/* The state of layers [l0, l1): a shard owns one, a whole model is the range [0, n_layers). */
+/* A sequence's state over all of a model's layers (the decode shards are files the host-op runs in
+ * order, each over its own layers of this one state). */
 typedef struct {
     const qhx_config *cfg;
-    int l0, l1;
-    qhx_layer_state *layers;  /* l1 - l0 of them: qhx_state_layer() indexes by the global number */
+    qhx_layer_state *layers;  /* cfg->n_layers of them */
     int pos;           /* tokens consumed */
     int mark;          /* the position qhx_state_rewind can go back to from, or -1 */
     int kv_capacity;   /* tokens the KV caches hold before they grow */
@@ -91,9 +91,9 @@ typedef struct {
     size_t scratch_floats;
 } qhx_state;
 
-static inline qhx_layer_state *qhx_state_layer(const qhx_state *s, int l) { return &s->layers[l - s->l0]; }
+static inline qhx_layer_state *qhx_state_layer(const qhx_state *s, int l) { return &s->layers[l]; }
 
-qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, int l0, int l1);
+qhx_status qhx_state_init(qhx_state *s, const qhx_config *c);
 void qhx_state_free(qhx_state *s);
 void qhx_state_reset(qhx_state *s);
 /* Bytes of recurrent state (conv FIFOs + delta-rule states) of layers [l0, l1), and of KV cache
@@ -121,13 +121,16 @@ qhx_status qhx_state_rewind(const qhx_exec *ex, qhx_state *s, int pos);
 /* x[n][hidden] = embedding rows of tokens (ids already validated). */
 void qhx_qwen35_embed(const qhx_config *c, const qhx_weights *w, const int32_t *tokens, int n, float *x);
 
-/* Runs decoder layers [s->l0, s->l1) over the residual stream x[n][hidden] in place, at the
- * state's position, and advances it by n. On failure (out of memory) the state is part-way
- * through the call: reset it. The range that ends at the last layer also applies the
- * final norm. `stepwise` selects the recurrent delta rule (one token at a time) instead of the
- * chunked one. */
-qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, qhx_state *s,
+/* One evaluation of n tokens: qhx_state_begin makes room (KV rows, scratch) and drops a mark the
+ * call cannot keep; qhx_qwen35_layers runs decoder layers [l0, l1) over the residual stream
+ * x[n][hidden] in place at the state's position (the range that ends at the last layer also
+ * applies the final norm), once per shard in order; qhx_state_end advances the position by n. On
+ * failure the state is part-way through the call: reset it. `stepwise` selects the recurrent
+ * delta rule (one token at a time) instead of the chunked one. */
+qhx_status qhx_state_begin(const qhx_exec *ex, qhx_state *s, int n, int stepwise);
+qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, qhx_state *s, int l0, int l1,
                              float *x, int n, int stepwise);
+static inline void qhx_state_end(qhx_state *s, int n) { s->pos += n; }
 
 /* Bytes of weights one token's forward reads: every layer, the final norm, one embedding row and
  * the lm-head. */

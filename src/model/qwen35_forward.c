@@ -448,25 +448,30 @@ void qhx_qwen35_embed(const qhx_config *c, const qhx_weights *w, const int32_t *
         for (int i = 0; i < D; i++) x[(size_t)t * D + i] = qhx_tensor_get(&w->embed, (size_t)tokens[t] * D + i);
 }
 
-qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, qhx_state *s, float *x,
-                             int n, int stepwise) {
+qhx_status qhx_state_begin(const qhx_exec *ex, qhx_state *s, int n, int stepwise) {
     qhx_status rc = qhx_state_reserve_kv(s, s->pos + n);
     if (rc) return rc;
-    const size_t need = scratch_need(c, n, s->pos, qhx_pool_size(ex->pool));
+    const size_t need = scratch_need(s->cfg, n, s->pos, qhx_pool_size(ex->pool));
     if (need > s->scratch_floats) {
         float *p = realloc(s->scratch, need * sizeof(float));
         if (!p) return qhx_fail(QHX_ERR_NOMEM, "forward: out of memory for %d tokens", n);
         s->scratch = p;
         s->scratch_floats = need;
     }
+    if (s->mark >= 0 && (!stepwise || s->pos + n - s->mark > QHX_MAX_REWIND)) s->mark = -1;
+    return QHX_OK;
+}
+
+qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, qhx_state *s, int l0, int l1,
+                             float *x, int n, int stepwise) {
     const int D = c->hidden;
     carver cv = {s->scratch};
     float *h = carve(&cv, (size_t)n * D), *delta = carve(&cv, (size_t)n * D);
-    if (s->mark >= 0 && (!stepwise || s->pos + n - s->mark > QHX_MAX_REWIND)) s->mark = -1;
     const int record = s->mark >= 0 ? s->pos - s->mark : -1;
     const unsigned fp = qhx_fp_enter(ex->ks);
+    qhx_status rc = QHX_OK;
 
-    for (int l = s->l0; l < s->l1; l++) {
+    for (int l = l0; l < l1; l++) {
         const qhx_layer_weights *lw = &w->layers[l];
         for (int t = 0; t < n; t++) qhx_rmsnorm1p(h + (size_t)t * D, x + (size_t)t * D, &lw->in_norm, D, c->eps);
         rc = c->full_attn[l] ? gated_attention(ex, c, lw, qhx_state_layer(s, l), s->pos, h, delta, n, cv)
@@ -478,12 +483,10 @@ qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_
         if ((rc = mlp(ex, c, lw, h, delta, n, cv))) break;
         for (size_t i = 0; i < (size_t)n * D; i++) x[i] += delta[i];
     }
-    if (!rc && s->l1 == c->n_layers)
+    if (!rc && l1 == c->n_layers)
         for (int t = 0; t < n; t++) qhx_rmsnorm1p(x + (size_t)t * D, x + (size_t)t * D, &w->final_norm, D, c->eps);
     qhx_fp_leave(fp);
-    if (rc) return rc; /* layers before l moved on: the caller resets the state */
-    s->pos += n;
-    return QHX_OK;
+    return rc; /* on failure, layers before l moved on: the caller resets the state */
 }
 
 /* The MTP head (vLLM qwen3_next_mtp.py): the next token's embedding and the trunk's hidden state,
@@ -509,7 +512,10 @@ qhx_status qhx_qwen35_mtp(const qhx_exec *ex, const qhx_weights *w, qhx_state *s
     }
     free(cat);
     free(e);
-    return rc ? rc : qhx_qwen35_layers(ex, c, &m->block, s, y, n, 0);
+    if (!rc) rc = qhx_state_begin(ex, s, n, 0);
+    if (!rc) rc = qhx_qwen35_layers(ex, c, &m->block, s, 0, c->n_layers, y, n, 0);
+    if (!rc) qhx_state_end(s, n);
+    return rc;
 }
 
 qhx_status qhx_qwen35_head(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const float *x, int n,

@@ -25,7 +25,7 @@ qhx_status qhx_state_mark(qhx_state *s) {
     const qhx_config *c = s->cfg;
     const size_t conv = qhx_state_conv_floats(c), ssm = qhx_state_ssm_floats(c);
     s->mark = -1;
-    for (int l = s->l0; l < s->l1; l++) {
+    for (int l = 0; l < c->n_layers; l++) {
         if (c->full_attn[l]) continue;
         qhx_layer_state *ls = qhx_state_layer(s, l);
         if (!ls->undo && !(ls->undo = malloc(sizeof(float) * undo_floats(c))))
@@ -85,13 +85,13 @@ qhx_status qhx_state_rewind(const qhx_exec *ex, qhx_state *s, int pos) {
         return qhx_fail(QHX_ERR_ARG, "rewind to %d: not between the mark (%d) and the position (%d)", pos, s->mark, s->pos);
     const int k = pos - s->mark, K = c->conv_kernel;
     const size_t C = qhx_config_conv_dim(c), conv = qhx_state_conv_floats(c), tf = token_floats(c);
-    int *linear = malloc(sizeof(int) * (size_t)(s->l1 - s->l0 + 1)), n_linear = 0;
+    int *linear = malloc(sizeof(int) * (size_t)(c->n_layers + 1)), n_linear = 0;
     float *scratch = malloc(sizeof(float) * 2 * (size_t)c->lin_v_dim * qhx_pool_size(ex->pool));
     if (!linear || !scratch) {
         free(linear), free(scratch);
         return qhx_fail(QHX_ERR_NOMEM, "rewind: out of memory");
     }
-    for (int l = s->l0; l < s->l1; l++) {
+    for (int l = 0; l < c->n_layers; l++) {
         if (c->full_attn[l]) continue;
         linear[n_linear++] = l;
         /* the FIFO after k more inputs: the last K-1 rows of (FIFO at the mark, then their rows) */

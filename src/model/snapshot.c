@@ -50,12 +50,6 @@ static qhx_kv_segment *segment_new(const qhx_config *c, qhx_kv_segment *parent, 
     return seg;
 }
 
-static qhx_state *shard_of(qhx_hostop_state *hs, const qhx_model *m, int l) {
-    for (int i = 0; i < m->n_shards; i++)
-        if (l >= m->shards[i].l0 && l < m->shards[i].l1) return &hs->shards[i];
-    return NULL;
-}
-
 /* Copies rows [seg->row0, seg->row1) between a segment and the session's caches: to the segment
  * when `save`, else back into the session. */
 static void segment_copy(const qhx_model *m, qhx_hostop_state *hs, qhx_kv_segment *seg, int save) {
@@ -64,7 +58,7 @@ static void segment_copy(const qhx_model *m, qhx_hostop_state *hs, qhx_kv_segmen
     float *at = seg->rows;
     for (int l = 0; l < c->n_layers; l++) {
         if (!c->full_attn[l]) continue;
-        qhx_layer_state *ls = qhx_state_layer(shard_of(hs, m, l), l);
+        qhx_layer_state *ls = qhx_state_layer(&hs->st, l);
         float *const cache[2] = {ls->k_cache + (size_t)seg->row0 * d, ls->v_cache + (size_t)seg->row0 * d};
         for (int kv = 0; kv < 2; kv++, at += block)
             save ? memcpy(at, cache[kv], sizeof(float) * block) : memcpy(cache[kv], at, sizeof(float) * block);
@@ -79,7 +73,7 @@ static void recurrent_copy(const qhx_model *m, qhx_hostop_state *hs, float *at, 
     const size_t conv = qhx_state_conv_floats(c), ssm = qhx_state_ssm_floats(c);
     for (int l = 0; l < c->n_layers; l++) {
         if (c->full_attn[l]) continue;
-        qhx_layer_state *ls = qhx_state_layer(shard_of(hs, m, l), l);
+        qhx_layer_state *ls = qhx_state_layer(&hs->st, l);
         if (save) memcpy(at, ls->conv, sizeof(float) * conv), memcpy(at + conv, ls->ssm, sizeof(float) * ssm);
         else memcpy(ls->conv, at, sizeof(float) * conv), memcpy(ls->ssm, at + conv, sizeof(float) * ssm);
         at += conv + ssm;
@@ -105,19 +99,19 @@ qhx_status qhx_snapshot_alloc(const qhx_model *m, int pos, qhx_snapshot **out) {
 static qhx_status snapshot_fill(const qhx_model *m, qhx_hostop_state *hs, qhx_snapshot *snap) {
     qhx_kv_segment *tip = hs->kv_tip;
     int own = 0;
-    if (hs->pos > 0 && (!tip || tip->row1 < hs->pos)) { /* the rows since the session's last snapshot */
-        qhx_kv_segment *seg = segment_new(&m->cfg, tip, tip ? tip->row1 : 0, hs->pos);
-        if (!seg) return qhx_fail(QHX_ERR_NOMEM, "snapshot: out of memory for %d KV rows", hs->pos);
+    if (hs->st.pos > 0 && (!tip || tip->row1 < hs->st.pos)) { /* the rows since the session's last snapshot */
+        qhx_kv_segment *seg = segment_new(&m->cfg, tip, tip ? tip->row1 : 0, hs->st.pos);
+        if (!seg) return qhx_fail(QHX_ERR_NOMEM, "snapshot: out of memory for %d KV rows", hs->st.pos);
         segment_copy(m, hs, seg, 1);
         qhx_kv_segment_unref(tip);
         hs->kv_tip = tip = seg;
         own = 1;
     }
     qhx_kv_segment_unref(snap->kv);
-    snap->kv = segment_ref(hs->pos > 0 ? tip : NULL);
+    snap->kv = segment_ref(hs->st.pos > 0 ? tip : NULL);
     snap->own_kv = own;
     snap->model = m;
-    snap->pos = hs->pos;
+    snap->pos = hs->st.pos;
     recurrent_copy(m, hs, snap->recurrent, 1);
     return QHX_OK;
 }
@@ -146,18 +140,16 @@ qhx_status qhx_hostop_restore(const qhx_model *m, qhx_hostop_state *hs, const qh
     if (snap->model != m) return qhx_fail(QHX_ERR_ARG, "snapshot: it was taken on another model");
     if (qhx_reserve(&hs->tokens, &hs->tokens_cap, (size_t)snap->pos, sizeof *hs->tokens))
         return qhx_fail(QHX_ERR_NOMEM, "snapshot: out of memory for %d tokens", snap->pos);
-    for (int i = 0; i < m->n_shards; i++) {
-        qhx_status rc = qhx_state_reserve_kv(&hs->shards[i], snap->pos);
-        if (rc) return rc;
-    }
+    qhx_status rc = qhx_state_reserve_kv(&hs->st, snap->pos);
+    if (rc) return rc;
     /* the rows the session holds as a copy of this chain stay; the rest come from the segments */
     for (qhx_kv_segment *seg = snap->kv; seg && !in_chain(hs->kv_tip, seg); seg = seg->parent) segment_copy(m, hs, seg, 0);
     qhx_kv_segment *old = hs->kv_tip;
     hs->kv_tip = segment_ref(snap->kv);
     qhx_kv_segment_unref(old);
     recurrent_copy(m, hs, snap->recurrent, 0);
-    hs->pos = snap->pos;
-    for (int i = 0; i < m->n_shards; i++) hs->shards[i].pos = snap->pos, hs->shards[i].mark = -1;
+    hs->st.pos = snap->pos;
+    hs->st.mark = -1;
     return QHX_OK;
 }
 

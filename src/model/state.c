@@ -1,4 +1,4 @@
-/* The per-sequence state of a range of layers: conv FIFOs and delta-rule states (fixed size) and
+/* The per-sequence state of every layer: conv FIFOs and delta-rule states (fixed size) and
  * KV caches (growing with the tokens). */
 #include "model/qwen35.h"
 #include "util/error.h"
@@ -27,19 +27,17 @@ size_t qhx_state_kv_bytes_per_token(const qhx_config *c, int l0, int l1) {
     return n;
 }
 
-qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, int l0, int l1) {
+qhx_status qhx_state_init(qhx_state *s, const qhx_config *c) {
     memset(s, 0, sizeof *s);
     s->cfg = c;
-    s->l0 = l0;
-    s->l1 = l1;
     s->mark = -1;
     const size_t conv = qhx_state_conv_floats(c), ssm = qhx_state_ssm_floats(c);
-    s->layers = calloc((size_t)(l1 - l0), sizeof *s->layers);
+    s->layers = calloc((size_t)c->n_layers, sizeof *s->layers);
     if (!s->layers) {
         memset(s, 0, sizeof *s);
         return qhx_fail(QHX_ERR_NOMEM, "session state: out of memory");
     }
-    for (int l = l0; l < l1; l++) {
+    for (int l = 0; l < c->n_layers; l++) {
         if (c->full_attn[l]) continue;
         qhx_layer_state *ls = qhx_state_layer(s, l);
         ls->conv = calloc(conv, sizeof(float));
@@ -55,7 +53,7 @@ qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, int l0, int l1) {
 void qhx_state_reset(qhx_state *s) {
     const qhx_config *c = s->cfg;
     const size_t conv = qhx_state_conv_floats(c), ssm = qhx_state_ssm_floats(c);
-    for (int l = s->l0; l < s->l1; l++) {
+    for (int l = 0; l < s->cfg->n_layers; l++) {
         if (c->full_attn[l]) continue;
         memset(qhx_state_layer(s, l)->conv, 0, conv * sizeof(float));
         memset(qhx_state_layer(s, l)->ssm, 0, ssm * sizeof(float));
@@ -66,7 +64,7 @@ void qhx_state_reset(qhx_state *s) {
 
 void qhx_state_free(qhx_state *s) {
     if (!s->cfg) return;
-    for (int l = s->l0; l < s->l1 && s->layers; l++) {
+    for (int l = 0; l < s->cfg->n_layers && s->layers; l++) {
         qhx_layer_state *ls = qhx_state_layer(s, l);
         free(ls->conv);
         free(ls->ssm);
@@ -84,7 +82,7 @@ qhx_status qhx_state_reserve_kv(qhx_state *s, int need) {
     int cap = s->kv_capacity ? s->kv_capacity : 256;
     while (cap < need) cap = cap > (1 << 29) ? need : cap * 2;
     const size_t kvdim = (size_t)s->cfg->n_kv_heads * s->cfg->head_dim;
-    for (int l = s->l0; l < s->l1; l++) {
+    for (int l = 0; l < s->cfg->n_layers; l++) {
         if (!s->cfg->full_attn[l]) continue;
         qhx_layer_state *ls = qhx_state_layer(s, l);
         const size_t had = sizeof(float) * kvdim * s->kv_capacity, bytes = sizeof(float) * kvdim * cap;
