@@ -64,6 +64,22 @@ curl_status 400 "'stop'" "$(post completions)" -d '{"prompt":"x","stop":["a","b"
 curl_status 400 "'stream'" "$(post completions)" -d '{"prompt":"x","stream":"yes"}'
 curl_status 400 "'n'" "$(post completions)" -d '{"prompt":"x","n":3}'
 curl_status 400 "token id" "$(post completions)" -d '{"prompt":[1,2,99999999]}'
+# what the server does not implement is refused by name, never answered as if it were done
+curl_status 400 "'frobnicate' is not a field" "$(post completions)" -d '{"prompt":"x","frobnicate":1}'
+curl_status 400 "'logprobs'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"logprobs":true}'
+curl_status 400 "'top_logprobs'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"top_logprobs":2}'
+curl_status 400 "'logit_bias'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"logit_bias":{"5":10}}'
+curl_status 400 "'logprobs'" "$(post completions)" -d '{"prompt":"x","logprobs":2}'
+curl_status 400 "'echo'" "$(post completions)" -d '{"prompt":"x","echo":true}'
+curl_status 400 "'suffix'" "$(post completions)" -d '{"prompt":"x","suffix":"end"}'
+curl_status 400 "'best_of'" "$(post completions)" -d '{"prompt":"x","best_of":3}'
+curl_status 400 "'response_format'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}}'
+curl_status 400 "'tool_choice'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"tool_choice":"required"}'
+curl_status 400 "'messages' is not a field" "$(post completions)" -d '{"prompt":"x","messages":[]}'
+curl_status 400 "messages[0].content[1]" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:,"}}]}]}'
+# ... and what cannot change a reply, or asks for the default, is accepted
+curl_status 200 "" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_tokens":2,"logprobs":false,"logit_bias":{},"user":"u","metadata":{},"store":false,"response_format":{"type":"text"},"tool_choice":"auto","parallel_tool_calls":true}'
+curl_status 200 "" "$(post completions)" -d '{"prompt":"x","max_tokens":2,"echo":false,"suffix":"","best_of":1,"logprobs":null}'
 curl_status 400 "messages[1]" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"},{"content":"x"}]}'
 curl_status 400 "content" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":5}]}'
 curl_status 400 "enable_thinking" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":"no"}}'
@@ -107,7 +123,7 @@ client_defaults 100 --n-predict 100
 # one slot: a client that hangs up mid-stream must free it for the next request
 start_server "$tmp/log1" --parallel 1 -n 200000 || { echo "server: $pass passed, $((fail + 1)) failed"; exit 1; }
 url="http://127.0.0.1:$port"
-curl -sN --max-time "$slow" "$(post completions)" -d '{"prompt":"And","max_tokens":200000,"stream":true,"temperature":1,"ignore":1}' >"$tmp/partial"
+curl -sN --max-time "$slow" "$(post completions)" -d '{"prompt":"And","max_tokens":200000,"stream":true,"temperature":1}' >"$tmp/partial"
 t0=$(date +%s)
 curl -s --max-time $((60 * slow)) "$(post completions)" -d '{"prompt":"And God said","max_tokens":24,"temperature":0}' >"$tmp/next"
 t1=$(date +%s)

@@ -147,7 +147,10 @@ int parse_common(int argc, char **argv, opts *o, const char *allowed) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 0, 1 << 30, &o->n)) return -1;
         }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 1024, &o->threads)) return -1;
+            if (cpus > 0 && o->threads > cpus) /* more threads than CPUs only take turns and wait on each other */
+                return die("%s %lld: this machine has %ld online CPUs", a, o->threads, cpus), -1;
         }
         else if (!strcmp(a, "--kernels") || !strcmp(a, "--backend")) { if (want_value(argc, argv, &i)) return -1; o->kernels = argv[i]; }
         else if (!strcmp(a, "--mmap")) o->mmap = 1;

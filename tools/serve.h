@@ -40,7 +40,8 @@ typedef struct {
 /* Why a request was refused, as OpenAI's error object says it. */
 typedef struct {
     unsigned status;
-    const char *param, *code;
+    const char *param, *code;   /* static strings, or param_name */
+    char param_name[128];       /* a field named by the request itself */
     char message[512];
 } refusal;
 

@@ -99,6 +99,68 @@ static const char *parse_sampling(server *sv, json_t *body, request *rq, char *e
 }
 
 
+/* The fields a request may carry: those the server implements and those that cannot change a reply
+ * (user, metadata, ...). Any other field, or a value asking for what the server does not do
+ * (logprobs, a logit_bias, echo, a suffix, a response_format or tool_choice it cannot enforce,
+ * image parts), is a 400 naming it: never a 200 that pretends. Returns the field, or NULL. */
+static const char *const any_fields[] = {"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+                                         "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                                         "repetition_penalty", "seed", "stop", "n", "user", "store", "metadata",
+                                         "service_tier", "logprobs", "logit_bias", NULL};
+static const char *const chat_fields[] = {"messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
+                                          "response_format", "top_logprobs", NULL};
+static const char *const completion_fields[] = {"prompt", "echo", "suffix", "best_of", NULL};
+
+static int listed(const char *const *list, const char *k) {
+    for (; *list; list++)
+        if (!strcmp(*list, k)) return 1;
+    return 0;
+}
+
+static const char *unsupported(json_t *body, int chat, refusal *why) {
+    char *err = why->message;
+    const size_t cap = sizeof why->message;
+    const char *k;
+    json_t *v;
+    json_object_foreach(body, k, v) {
+        if (!listed(any_fields, k) && !listed(chat ? chat_fields : completion_fields, k)) {
+            snprintf(why->param_name, sizeof why->param_name, "%s", k); /* k dies with the body */
+            return snprintf(err, cap, "'%.100s' is not a field this server implements", k), why->param_name;
+        }
+    }
+#define OFF(key, cond, what)                                                                                          \
+    do {                                                                                                              \
+        json_t *x = json_object_get(body, key);                                                                       \
+        if (x && !json_is_null(x) && !(cond)) return snprintf(err, cap, "'%s': %s", key, what), key;                 \
+    } while (0)
+    OFF("logprobs", json_is_false(x), "log probabilities are not implemented yet (leave it out or false)");
+    OFF("top_logprobs", 0, "log probabilities are not implemented yet");
+    OFF("logit_bias", json_is_object(x) && !json_object_size(x), "logit biases are not implemented yet");
+    OFF("echo", json_is_false(x), "echoing the prompt is not implemented");
+    OFF("suffix", json_is_string(x) && !json_string_length(x), "insertion (a suffix) is not implemented");
+    OFF("best_of", json_is_integer(x) && json_integer_value(x) == 1, "only best_of 1 is implemented");
+    OFF("response_format", json_is_object(x) && json_is_string(json_object_get(x, "type")) &&
+                               !strcmp(json_string_value(json_object_get(x, "type")), "text"),
+        "only {\"type\": \"text\"} is implemented yet: the server cannot yet guarantee JSON");
+    OFF("tool_choice", json_is_string(x) && !strcmp(json_string_value(x), "auto"),
+        "only \"auto\" is implemented yet: the server cannot yet force or forbid a call");
+    OFF("parallel_tool_calls", json_is_boolean(x), "must be a boolean");
+#undef OFF
+    json_t *msgs = json_object_get(body, "messages");
+    for (size_t i = 0; chat && i < json_array_size(msgs); i++) {
+        json_t *content = json_object_get(json_array_get(msgs, i), "content");
+        for (size_t j = 0; json_is_array(content) && j < json_array_size(content); j++) {
+            json_t *part = json_array_get(content, j);
+            const char *type = json_string_value(json_object_get(part, "type"));
+            if (!json_is_object(part) || !type || strcmp(type, "text") || !json_is_string(json_object_get(part, "text")))
+                return snprintf(err, cap, "messages[%zu].content[%zu]: only text parts are supported (this runs the text model)",
+                                i, j),
+                       "messages";
+        }
+    }
+    return NULL;
+}
+
 request *parse_request(server *sv, const char *body, size_t len, int chat, refusal *why) {
     json_error_t jerr;
     json_t *j = json_loadb(body, len, 0, &jerr);
@@ -119,6 +181,7 @@ request *parse_request(server *sv, const char *body, size_t len, int chat, refus
     if (!rq) { snprintf(err, cap, "out of memory"); status = 500; goto fail; }
     rq->chat = chat;
     rq->thinking = 1;
+    if ((param = unsupported(j, chat, why))) goto fail;
     json_t *model = json_object_get(j, "model");
     if (model && !json_is_string(model)) { param = "model"; snprintf(err, cap, "'model' must be a string"); goto fail; }
     if ((param = parse_sampling(sv, j, rq, err, cap))) goto fail;
@@ -219,7 +282,7 @@ fail:
     free(text);
     if (rq) request_free(rq);
     why->status = status;
-    why->param = param;
+    why->param = param; /* a static string, or why->param_name */
     why->code = code;
     return NULL;
 }

@@ -194,8 +194,9 @@ void qhx_fp_set(unsigned mode);
 qhx_pool *qhx_pool_new(int n_threads);
 void qhx_pool_free(qhx_pool *p);
 int qhx_pool_size(const qhx_pool *p);
-/* Runs fn(arg, i, n) for i in [0, n) with n = the pool size, the caller taking i = 0; returns
- * when all are done. */
+/* Runs fn(arg, i, n) for each part i in [0, n), n = the pool size, each part once, on whichever
+ * thread claims it first (the caller included: a part may index per-part scratch, never assume a
+ * thread); returns when all are done. */
 void qhx_pool_run(qhx_pool *p, void (*fn)(void *arg, int i, int n), void *arg);
 
 #endif
