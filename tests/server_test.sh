@@ -120,6 +120,34 @@ client_defaults() { # N_PREDICT [-n N]
 client_defaults 4096
 client_defaults 100 --n-predict 100
 
+# --api-key (every route but /health), --cors (preflight, the origin on answers), /metrics,
+# /tokenize and /detokenize against the CLI's tokenizer, a log line per request
+start_server "$tmp/logk" --parallel 1 --api-key sekret --cors https://app.example || bad "server with --api-key"
+url="http://127.0.0.1:$port"
+auth=(-H "Authorization: Bearer sekret")
+curl_status 200 "" "$url/health"
+curl_status 401 "no API key" "$url/v1/models"
+curl_status 401 "wrong API key" -H "Authorization: Bearer sekreT" "$url/v1/models"
+curl_status 401 "wrong API key" -H "Authorization: Bearer sekretX" "$(post completions)" -d '{"prompt":"x"}'
+curl_status 200 "" "${auth[@]}" "$url/v1/models"
+check "curl -s -i -X OPTIONS '$url/v1/chat/completions' | tr -d '\r' | grep -q '^Access-Control-Allow-Headers: Authorization, Content-Type'" "CORS preflight"
+check "curl -s -i ${auth[*]@Q} '$url/v1/models' | tr -d '\r' | grep -qx 'Access-Control-Allow-Origin: https://app.example'" "CORS origin header"
+ids=$(printf 'In the beginning God created' | "$qhx" tokenize models/q35-kjv | tr ' ' ,)
+curl -s "${auth[@]}" "$url/tokenize" -d '{"content":"In the beginning God created"}' >"$tmp/tok"
+check "[[ \"\$(node -e 'console.log(JSON.parse(require(\"fs\").readFileSync(process.argv[1])).tokens.join(\",\"))' $tmp/tok)\" == '$ids' ]]" "/tokenize: $(cat "$tmp/tok") vs $ids"
+curl -s "${auth[@]}" "$url/detokenize" -d "{\"tokens\":[$ids]}" >"$tmp/detok"
+check "grep -qF '\"content\":\"In the beginning God created\"' $tmp/detok" "/detokenize: $(cat "$tmp/detok")"
+curl_status 400 "'bogus' is not a field of /tokenize" "${auth[@]}" "$url/tokenize" -d '{"content":"x","bogus":1}'
+curl_status 400 "tokens[1]" "${auth[@]}" "$url/detokenize" -d '{"tokens":[1,-4]}'
+curl_status 405 "use GET /metrics" "${auth[@]}" -X POST "$url/metrics"
+curl -s "${auth[@]}" "$(post completions)" -d '{"prompt":"And God said","max_tokens":24,"temperature":0}' >"$tmp/k1"
+curl -s "${auth[@]}" "$url/metrics" >"$tmp/metrics"
+check "grep -qx 'qhx_requests_total{status=\"401\"} 3' $tmp/metrics && grep -qx 'qhx_generated_tokens_total 24' $tmp/metrics && grep -qx 'qhx_slots 1' $tmp/metrics" \
+    "/metrics: $(head -c 600 "$tmp/metrics")"
+check "grep -qE '^qhx serve: cmpl-[0-9a-f]+ 200 prompt [0-9]+ \(cached 0\) generated 24; ttft [0-9.]+ ms' $tmp/logk" "no request log line: $(tail -3 "$tmp/logk")"
+kill -INT "$server_pid"; wait "$server_pid"
+expect_err 2 "--api-key: empty" "$qhx" serve models/q35-kjv --api-key ""
+
 # one slot: a client that hangs up mid-stream must free it for the next request
 start_server "$tmp/log1" --parallel 1 -n 200000 || { echo "server: $pass passed, $((fail + 1)) failed"; exit 1; }
 url="http://127.0.0.1:$port"

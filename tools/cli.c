@@ -129,7 +129,7 @@ static int flag_in(const char *list, const char *a) {
 /* every flag parse_common knows */
 static const char all_flags[] =
     "-m -p --prompt -n --n-predict -t --threads --kernels --backend --mmap --tokens -o --out --ctx -c --ctx-size --chunks "
-    "--decode --prompts -f --file --prompt-cache --system --host --port --cache-mb --parallel -np --think --no-think "
+    "--decode --prompts -f --file --prompt-cache --system --host --api-key --cors --port --cache-mb --parallel -np --think --no-think "
     "--verbose --temp --temperature --top-k --top-p --min-p --repeat-penalty --presence-penalty --frequency-penalty "
     "--repeat-last-n --draft --draft-max --seed -s --stop --ignore-eos --json --greedy --ids --stepwise --second-half --special";
 
@@ -168,6 +168,8 @@ int parse_common(int argc, char **argv, opts *o, const char *allowed) {
         else if (!strcmp(a, "--prompt-cache")) { if (want_value(argc, argv, &i)) return -1; o->prompt_cache = argv[i]; }
         else if (!strcmp(a, "--system")) { if (want_value(argc, argv, &i)) return -1; o->system = argv[i]; }
         else if (!strcmp(a, "--host")) { if (want_value(argc, argv, &i)) return -1; o->host = argv[i]; }
+        else if (!strcmp(a, "--api-key")) { if (want_value(argc, argv, &i)) return -1; o->api_key = argv[i]; }
+        else if (!strcmp(a, "--cors")) { if (want_value(argc, argv, &i)) return -1; o->cors = argv[i]; }
         else if (!strcmp(a, "--port")) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 0, 65535, &o->port)) return -1;
         }

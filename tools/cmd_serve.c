@@ -17,9 +17,15 @@ static const char serve_help[] =
     "usage: qhx serve MODEL [--host 127.0.0.1] [--port 8080] [--parallel 4] [--ctx N] [-n 4096] [--cache-mb 2048]\n"
     "An OpenAI-compatible HTTP server: GET /health, GET /v1/models, POST /v1/completions and\n"
     "POST /v1/chat/completions (stream, max_tokens, temperature, top_p, top_k, min_p, seed, stop,\n"
-    "presence/frequency/repetition penalties; chat_template_kwargs.enable_thinking). Listens on\n"
-    "loopback unless --host says otherwise; --port 0 picks a free port. The address it listens on is\n"
-    "printed on stderr. Stops on SIGINT or SIGTERM.\n"
+    "presence/frequency/repetition penalties; chat_template_kwargs.enable_thinking); POST /tokenize\n"
+    "and /detokenize as llama-server has them; GET /metrics (Prometheus text). A request field it\n"
+    "does not implement is a 400 naming it. Listens on loopback unless --host says otherwise; --port 0\n"
+    "picks a free port. The address it listens on is printed on stderr, then a line per request\n"
+    "(id, status, prompt/cached/generated tokens, time to first token, tok/s). Stops on SIGINT or\n"
+    "SIGTERM.\n"
+    "  --api-key KEY  require \"Authorization: Bearer KEY\" on every route but /health (or set\n"
+    "                 QHX_API_KEY); without one, listening beyond loopback prints a warning\n"
+    "  --cors ORIGIN  let browser pages from ORIGIN (or *) call the server; preflights answered\n"
     "  --parallel N   sessions generating at once, taking turns token by token (default 4; -np)\n"
     "  --ctx N        positions a slot may use, prompt and reply (default: the model's context;\n"
     "                 -c, --ctx-size); the memory a slot can reach is printed at start\n"
@@ -35,7 +41,7 @@ static const char serve_help[] =
 
 int cmd_serve(int argc, char **argv) {
     opts o = {.n = 4096, .port = 8080, .parallel = 4, .host = "127.0.0.1", .cache_mb = 2048};
-    if (parse_common(argc, argv, &o, "-m -n --n-predict --host --port --parallel -np --cache-mb --ctx -c --ctx-size --draft --draft-max" RUNTIME_FLAGS)) return 2;
+    if (parse_common(argc, argv, &o, "-m -n --n-predict --host --port --api-key --cors --parallel -np --cache-mb --ctx -c --ctx-size --draft --draft-max" RUNTIME_FLAGS)) return 2;
     if (o.help) return fputs(serve_help, stdout), 0;
     if (!o.model || o.prompt) return die("needs MODEL and nothing else (see qhx serve --help)"), 2;
     if (o.n < 1) return die("-n: at least 1"), 2;
@@ -50,7 +56,12 @@ int cmd_serve(int argc, char **argv) {
     else { a4->sin_family = AF_INET; a4->sin_port = htons((uint16_t)o.port); alen = sizeof *a4; }
     (void)alen;
 
-    server sv = {.max_tokens = (int)o.n, .n_slots = (int)o.parallel, .draft = o.gen.draft, .draft_max = o.gen.draft_max};
+    if (o.api_key && !*o.api_key) return die("--api-key: empty"), 2;
+    if (!o.api_key) o.api_key = getenv("QHX_API_KEY"); /* kept out of the process list */
+    if (o.api_key && !*o.api_key) o.api_key = NULL;
+    if (o.cors && (!*o.cors || strpbrk(o.cors, "\r\n"))) return die("--cors: '%s' is not an origin", o.cors), 2;
+    server sv = {.max_tokens = (int)o.n, .n_slots = (int)o.parallel, .draft = o.gen.draft, .draft_max = o.gen.draft_max,
+                 .api_key = o.api_key, .cors = o.cors};
     qhx_runtime *rt = NULL;
     int rc = 1;
     struct MHD_Daemon *d = NULL;
@@ -95,6 +106,9 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "qhx serve: %s (%s, %d slots, context %d, at most %.1f MB a slot, prefix cache %lld MB) listening on http://%s%s%s:%u\n",
             sv.model_id, qhx_runtime_kernels(rt), sv.n_slots, sv.mi.max_context, slot_mb, o.cache_mb, v6 ? "[" : "", o.host,
             v6 ? "]" : "", port);
+    const int loopback = v6 ? !strcmp(o.host, "::1") : !strncmp(o.host, "127.", 4);
+    if (!loopback && !sv.api_key)
+        fprintf(stderr, "qhx serve: warning: listening on %s without --api-key: anyone who reaches this port can use it\n", o.host);
     int sig = 0;
     sigwait(&stop_signals, &sig);
     fprintf(stderr, "qhx serve: stopping (signal %d)\n", sig);

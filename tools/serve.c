@@ -83,29 +83,37 @@ static void turn_end(server *sv) {
 
 /* ---- responses ---- */
 
-static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j) {
-    char *s = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    if (!s) return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(r, "Content-Type", "application/json");
+/* Queues r with its status counted for /metrics and the CORS header when --cors is on. */
+enum MHD_Result serve_queue(server *sv, struct MHD_Connection *c, unsigned status, struct MHD_Response *r) {
+    if (sv->cors) MHD_add_response_header(r, "Access-Control-Allow-Origin", sv->cors);
+    pthread_mutex_lock(&sv->lock);
+    if (status < sizeof sv->stats.by_status / sizeof *sv->stats.by_status) sv->stats.by_status[status]++;
+    pthread_mutex_unlock(&sv->lock);
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ret;
 }
 
+enum MHD_Result send_json(server *sv, struct MHD_Connection *c, unsigned status, json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (status == MHD_HTTP_SERVICE_UNAVAILABLE) MHD_add_response_header(r, "Retry-After", "1");
+    return serve_queue(sv, c, status, r);
+}
+
 /* OpenAI's error shape. */
-static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *type, const char *param,
-                                  const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *type, const char *param,
-                                  const char *code, const char *fmt, ...) {
+enum MHD_Result send_error(server *sv, struct MHD_Connection *c, unsigned status, const char *type, const char *param,
+                           const char *code, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     json_t *e = json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", msg, "type", type, "param", param, "code", code);
-    return send_json(c, status, e);
+    return send_json(sv, c, status, e);
 }
 
 
@@ -118,6 +126,7 @@ typedef struct {
     int failed;                   /* the client is gone */
     think_split ts;
     int cached;                   /* prompt tokens resumed from the prefix cache */
+    double t_recv, t_start, t_first, t_end; /* request parsed, slot taken, first token, done */
     int reply_cacheable;          /* a finished chat reply: worth a snapshot after it */
     char *reasoning, *content;    /* everything so far (non-streaming) */
     size_t n_reasoning, n_content, cap_reasoning, cap_content;
@@ -161,6 +170,7 @@ static json_t *chunk(job *jb, json_t *choice) {
 static int serve_on_token(int32_t tok, const char *text, size_t len, void *user) {
     job *jb = user;
     server *sv = jb->sv;
+    if (!jb->t_first) jb->t_first = now_s();
     turn_end(sv); /* let the other slots have their token */
     if (sv->stopping) jb->failed = 1;
     if (!jb->failed && !jb->rq->stream) { /* a client that hung up will not read the answer */
@@ -197,6 +207,26 @@ static json_t *usage_json(const qhx_generate_result *res, int cached) {
                      "total_tokens", res->n_prompt + res->n_generated, "prompt_tokens_details", "cached_tokens", cached);
 }
 
+/* After a generation: the counters /metrics reports, and one line on stderr. */
+static void log_request(job *jb, unsigned status, const qhx_generate_result *res) {
+    server *sv = jb->sv;
+    const int fresh = res->n_prompt - jb->cached, gen = res->n_generated;
+    const double prefill = jb->t_first > jb->t_start ? jb->t_first - jb->t_start : 0;
+    const double decode = jb->t_first && jb->t_end > jb->t_first ? jb->t_end - jb->t_first : 0;
+    pthread_mutex_lock(&sv->lock);
+    sv->stats.prompt_tokens += (unsigned long long)res->n_prompt;
+    sv->stats.cached_tokens += (unsigned long long)jb->cached;
+    sv->stats.generated_tokens += (unsigned long long)gen;
+    sv->stats.decode_tokens += (unsigned long long)(gen > 1 ? gen - 1 : 0); /* the first came with the prefill */
+    sv->stats.prefill_s += prefill;
+    sv->stats.decode_s += decode;
+    pthread_mutex_unlock(&sv->lock);
+    fprintf(stderr, "qhx serve: %s %u%s prompt %d (cached %d) generated %d; ttft %.1f ms; prefill %.1f tok/s; decode %.1f tok/s\n",
+            jb->rq->id, status, jb->failed ? " (client gone)" : "", res->n_prompt, jb->cached, gen,
+            jb->t_first ? (jb->t_first - jb->t_recv) * 1e3 : 0.0, prefill > 0 ? fresh / prefill : 0.0,
+            decode > 0 && gen > 1 ? (gen - 1) / decode : 0.0);
+}
+
 /* Runs a queued request on a free slot; what qhx_generate returns. */
 static qhx_status run_job(job *jb, qhx_generate_result *res) {
     server *sv = jb->sv;
@@ -204,6 +234,7 @@ static qhx_status run_job(job *jb, qhx_generate_result *res) {
     if ((jb->slot = slot_take(sv)) < 0) return QHX_ERR_CANCELLED; /* stopping */
     if (jb->failed) { slot_give(sv, jb->slot); return QHX_ERR_CANCELLED; }
     turn_begin(sv);
+    jb->t_start = now_s();
     qhx_session *s = sv->slot[jb->slot];
     jb->ts.in_reasoning = jb->rq->chat && jb->rq->thinking;
     qhx_status st = pc_prefill(&sv->cache, s, jb->rq->ids, jb->rq->n_ids, &jb->cached);
@@ -211,6 +242,7 @@ static qhx_status run_job(job *jb, qhx_generate_result *res) {
     if (!st) st = qhx_generate(s, jb->rq->ids + at, jb->rq->n_ids - at, &jb->rq->gen, serve_on_token, jb, res);
     res->n_prompt = jb->rq->n_ids;
     jb->reply_cacheable = !st && jb->rq->history && !jb->failed && sv->cache.budget;
+    jb->t_end = now_s();
     turn_end(sv);
     slot_give(sv, jb->slot);
     return st;
@@ -286,7 +318,8 @@ static void *stream_worker(void *arg) {
             bad = send_event(jb, u);
         }
         if (!bad) write_all(jb->fd, "data: [DONE]\n\n", 14);
-        if (bad) jb->reply_cacheable = 0;
+        if (bad) jb->reply_cacheable = 0, jb->failed = 1;
+        log_request(jb, 200, &res);
     } else if (st != QHX_ERR_CANCELLED) {
         json_t *e = json_pack("{s:{s:s, s:s}}", "error", "message", qhx_last_error(), "type", "server_error");
         send_event(jb, e);
@@ -310,26 +343,27 @@ typedef struct {
 
 static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *up, int chat) {
     if (up->too_big)
-        return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", NULL, "request_too_large",
+        return send_error(sv, c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", NULL, "request_too_large",
                           "request body over %u bytes", MAX_BODY);
     refusal why;
     request *rq = parse_request(sv, up->body ? up->body : "", up->len, chat, &why);
     if (!rq)
-        return send_error(c, why.status, why.status == 400 ? "invalid_request_error" : "server_error", why.param, why.code,
+        return send_error(sv, c, why.status, why.status == 400 ? "invalid_request_error" : "server_error", why.param, why.code,
                           "%s", why.message);
     if (queue_enter(sv)) {
         request_free(rq);
-        return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, "server_busy",
+        return send_error(sv, c, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, "server_busy",
                           "%d requests are already waiting; try again later", MAX_QUEUE);
     }
     job *jb = calloc(1, sizeof *jb);
-    if (!jb) { request_free(rq); return send_error(c, 500, "server_error", NULL, NULL, "out of memory"); }
+    if (!jb) { request_free(rq); return send_error(sv, c, 500, "server_error", NULL, NULL, "out of memory"); }
     jb->sv = sv;
     jb->rq = rq;
+    jb->t_recv = now_s();
     if (rq->stream) {
         int fds[2];
         pthread_t th;
-        if (pipe2(fds, O_CLOEXEC)) { request_free(rq); free(jb); return send_error(c, 500, "server_error", NULL, NULL, "pipe: %s", strerror(errno)); }
+        if (pipe2(fds, O_CLOEXEC)) { request_free(rq); free(jb); return send_error(sv, c, 500, "server_error", NULL, NULL, "pipe: %s", strerror(errno)); }
         jb->fd = fds[1];
         struct MHD_Response *r = MHD_create_response_from_pipe(fds[0]);
         pthread_attr_t at;
@@ -341,14 +375,12 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
             close(fds[1]);
             request_free(rq);
             free(jb);
-            return send_error(c, 500, "server_error", NULL, NULL, "could not start the stream");
+            return send_error(sv, c, 500, "server_error", NULL, NULL, "could not start the stream");
         }
         pthread_attr_destroy(&at);
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-        MHD_destroy_response(r);
-        return ret;
+        return serve_queue(sv, c, MHD_HTTP_OK, r);
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     jb->fd = ci ? ci->connect_fd : -1;
@@ -356,7 +388,7 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
     qhx_status st = run_job(jb, &res);
     enum MHD_Result ret;
     if (st == QHX_ERR_CANCELLED) ret = MHD_NO; /* the client left, or the server is stopping */
-    else if (st) ret = send_error(c, 500, "server_error", NULL, NULL, "%s", qhx_last_error());
+    else if (st) ret = send_error(sv, c, 500, "server_error", NULL, NULL, "%s", qhx_last_error());
     else {
         while (jb->n_reasoning && jb->reasoning && jb->reasoning[jb->n_reasoning - 1] == '\n') jb->n_reasoning--;
         json_t *choice;
@@ -371,7 +403,8 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
         json_t *out = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", rq->id, "object",
                                 chat ? "chat.completion" : "text_completion", "created", (int)rq->created, "model",
                                 sv->model_id, "choices", choice, "usage", usage_json(&res, jb->cached));
-        ret = out ? send_json(c, MHD_HTTP_OK, out) : send_error(c, 500, "server_error", NULL, NULL, "the output is not valid UTF-8");
+        ret = out ? send_json(sv, c, MHD_HTTP_OK, out) : send_error(sv, c, 500, "server_error", NULL, NULL, "the output is not valid UTF-8");
+        log_request(jb, out ? 200 : 500, &res);
         if (out) schedule_reply(jb);
     }
     request_free(jb->rq);
@@ -401,22 +434,38 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return MHD_YES;
     }
     const int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    if (!strcmp(method, "OPTIONS") && sv->cors) { /* a browser's preflight */
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+        return serve_queue(sv, c, MHD_HTTP_NO_CONTENT, r);
+    }
+    if (sv->api_key && strcmp(url, "/health")) {
+        const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+        if (!serve_key_ok(sv->api_key, auth))
+            return send_error(sv, c, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", NULL, "invalid_api_key",
+                              "%s: this server wants \"Authorization: Bearer KEY\" with its --api-key",
+                              auth ? "wrong API key" : "no API key");
+    }
+    if (!strcmp(url, "/metrics") || !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize"))
+        return serve_side_route(sv, c, url, method, up->body ? up->body : "", up->len, up->too_big);
     if (!strcmp(url, "/health")) {
-        if (!get) return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, NULL, "use GET %s", url);
-        return send_json(c, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
+        if (!get) return send_error(sv, c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, NULL, "use GET %s", url);
+        return send_json(sv, c, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
     }
     if (!strcmp(url, "/v1/models")) {
-        if (!get) return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, NULL, "use GET %s", url);
-        return send_json(c, MHD_HTTP_OK,
+        if (!get) return send_error(sv, c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, NULL, "use GET %s", url);
+        return send_json(sv, c, MHD_HTTP_OK,
                          json_pack("{s:s, s:[{s:s, s:s, s:i, s:s, s:i}]}", "object", "list", "data", "id", sv->model_id,
                                    "object", "model", "created", 0, "owned_by", "qhexrt", "context_length", sv->mi.max_context));
     }
     const int chat = !strcmp(url, "/v1/chat/completions");
     if (chat || !strcmp(url, "/v1/completions")) {
-        if (!post) return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, NULL, "use POST %s", url);
+        if (!post) return send_error(sv, c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, NULL, "use POST %s", url);
         return completion(sv, c, up, chat);
     }
-    return send_error(c, MHD_HTTP_NOT_FOUND, "invalid_request_error", NULL, "not_found", "no route %s %s", method, url);
+    return send_error(sv, c, MHD_HTTP_NOT_FOUND, "invalid_request_error", NULL, "not_found", "no route %s %s", method, url);
 }
 
 static void request_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {

@@ -6,6 +6,7 @@
 #include "qhexrt.h"
 
 #include <jansson.h>
+#include <microhttpd.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -24,6 +25,13 @@ typedef struct {
     unsigned long n_requests;
     prefix_cache cache;         /* snapshots at the split points of earlier prompts and replies */
     int draft, draft_max;       /* speculative decoding for every request (--draft): the same answers */
+    const char *api_key;        /* --api-key: every route but /health wants "Authorization: Bearer KEY" */
+    const char *cors;           /* --cors: the origin browsers may call from (or "*") */
+    struct {                    /* GET /metrics, under lock */
+        unsigned long by_status[600];
+        unsigned long long prompt_tokens, cached_tokens, generated_tokens, decode_tokens;
+        double prefill_s, decode_s;
+    } stats;
 } server;
 
 typedef struct {
@@ -52,8 +60,18 @@ void request_free(request *rq);
 
 /* Starts libmicrohttpd's threads serving sv at addr (tools/serve.c); *bound: the port it got.
  * NULL when it cannot listen (errno says why). */
-struct MHD_Daemon;
 struct sockaddr;
+/* Responses (tools/serve.c): queued with the status counted for /metrics and the CORS header;
+ * JSON; OpenAI's error shape. */
+enum MHD_Result serve_queue(server *sv, struct MHD_Connection *c, unsigned status, struct MHD_Response *r);
+enum MHD_Result send_json(server *sv, struct MHD_Connection *c, unsigned status, json_t *j);
+enum MHD_Result send_error(server *sv, struct MHD_Connection *c, unsigned status, const char *type, const char *param,
+                           const char *code, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+/* GET /metrics, POST /tokenize, POST /detokenize (tools/serve_routes.c). */
+enum MHD_Result serve_side_route(server *sv, struct MHD_Connection *c, const char *url, const char *method, const char *body,
+                                 size_t len, int too_big);
+/* "Bearer KEY" with the server's key, compared in time independent of where they differ. */
+int serve_key_ok(const char *key, const char *authorization);
 struct MHD_Daemon *serve_listen(server *sv, const struct sockaddr *addr, int v6, unsigned port, unsigned *bound);
 
 #endif
