@@ -163,6 +163,14 @@ typedef enum {
 qhx_status qhx_session_eval(qhx_session *s, const int32_t *tokens, int n, qhx_eval_mode mode,
                             float *logits, float *last_logits);
 
+/* One decode step of n sessions at once, s[i] taking tokens[i]: the weights stream once for all of
+ * them (up to 16 a pass). Each session ends where qhx_session_eval(s[i], &tokens[i], 1,
+ * QHX_EVAL_STEPWISE, NULL, row) leaves it, bit for bit, whatever else the batch holds; logits
+ * (NULL: none) gets those rows, [n][vocab_size]. The sessions are distinct and on one model. A
+ * refused call (an id outside the vocabulary, a full context) leaves every session unchanged;
+ * running out of memory part-way leaves them empty. */
+qhx_status qhx_sessions_step(qhx_session *const *s, const int32_t *tokens, int n, float *logits);
+
 /* ---- taking tokens back --------------------------------------------------------------------- */
 
 /* Marks the session's position so that qhx_session_rewind can take back any of the next
@@ -261,6 +269,11 @@ typedef struct {
     int draft;                 /* speculative decoding: QHX_DRAFT_NONE (0), QHX_DRAFT_NGRAM or QHX_DRAFT_MTP */
     int draft_max;             /* tokens drafted per step at most (0: 8; at most QHX_MAX_DRAFT, and
                                   QHX_MAX_MTP_DRAFT for the MTP head) */
+    /* Each one-token decode step through step(s, token, logits, step_user) instead of
+     * qhx_session_eval(s, &token, 1, QHX_EVAL_STEPWISE, NULL, logits), which it must equal: a
+     * server steps its sessions together with qhx_sessions_step. NULL: qhx_session_eval. */
+    qhx_status (*step)(qhx_session *s, int32_t token, float *logits, void *step_user);
+    void *step_user;
 } qhx_generate_opts;
 
 /* Speculative decoding drafts a few tokens, evaluates them after the current one in one pass

@@ -294,6 +294,28 @@ qhx_status qhx_session_eval(qhx_session *s, const int32_t *tokens, int n, qhx_ev
     return QHX_OK;
 }
 
+qhx_status qhx_sessions_step(qhx_session *const *s, const int32_t *tokens, int n, float *logits) {
+    if (!s || !tokens || n <= 0) return qhx_fail(QHX_ERR_ARG, "sessions_step: need sessions and a token each");
+    qhx_hostop_state *hs[QHX_DECODE_MAX_T];
+    for (int i = 0; i < n; i++)
+        if (!s[i] || s[i]->model != s[0]->model) return qhx_fail(QHX_ERR_ARG, "sessions_step: session %d is not on the first's model", i);
+    for (int i = 0; i < n; i++) /* every session can take its token, or none moves */
+        for (int j = i + 1; j < n; j++)
+            if (s[i] == s[j]) return qhx_fail(QHX_ERR_ARG, "sessions_step: session %d is also session %d", j, i);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= s[0]->model->cfg.vocab_size || s[i]->hs.st.pos >= s[0]->model->context)
+            return qhx_fail(QHX_ERR_RANGE, "sessions_step: session %d cannot take token %d (vocabulary %d, position %d of %d)", i,
+                            tokens[i], s[0]->model->cfg.vocab_size, s[i]->hs.st.pos, s[0]->model->context);
+    const size_t V = (size_t)s[0]->model->cfg.vocab_size;
+    for (int i0 = 0; i0 < n; i0 += QHX_DECODE_MAX_T) {
+        const int k = n - i0 < QHX_DECODE_MAX_T ? n - i0 : QHX_DECODE_MAX_T;
+        for (int i = 0; i < k; i++) hs[i] = &s[i0 + i]->hs;
+        qhx_status rc = qhx_hostop_step(s[0]->model, hs, tokens + i0, k, logits ? logits + (size_t)i0 * V : NULL);
+        if (rc) return rc;
+    }
+    return QHX_OK;
+}
+
 qhx_model *qhx_session_model(const qhx_session *s) { return s->model; }
 
 qhx_status qhx_session_mark(qhx_session *s) { return qhx_hostop_mark(s->model, &s->hs); }

@@ -81,6 +81,7 @@ typedef struct {
     double t_window;           /* seconds the open window has cost so far */
     double spec_tpt, plain_tpt;/* seconds a token, a running average: in windows, in plain steps (0: none yet) */
     qhx_session *s;
+    const qhx_generate_opts *o;
     int at;                    /* the session's position before the open window */
     int32_t v[QHX_MAX_DRAFT + 1];
     int n_v, j;                /* tokens in the open window (0: none); v[0..j] are kept */
@@ -90,6 +91,11 @@ typedef struct {
     qhx_mtp *mtp;              /* the MTP drafter (QHX_DRAFT_MTP), fed every evaluation's hidden states */
     qhx_generate_result *res;
 } spec_state;
+
+/* One plain decode step, through the caller's step function when it has one. */
+static qhx_status decode_step(qhx_session *s, const qhx_generate_opts *o, int32_t tok, float *logits) {
+    return o->step ? o->step(s, tok, logits, o->step_user) : qhx_session_eval(s, &tok, 1, QHX_EVAL_STEPWISE, NULL, logits);
+}
 
 /* The tokens after the latest earlier occurrence of the context's last 4 or 3 tokens (2-token
  * matches are mostly chance on text that does not repeat, and a failed window costs a pass). The
@@ -170,7 +176,7 @@ static qhx_status spec_advance(spec_state *sp, int32_t tok, float *logits) {
     if (sp->cooldown > 0) sp->cooldown--;
     else if ((n = draft(sp, tok, sp->len < room ? sp->len : room)) < 0) return QHX_ERR_NOMEM;
     if (n <= 0) {
-        rc = qhx_session_eval(sp->s, &tok, 1, QHX_EVAL_STEPWISE, NULL, logits);
+        rc = decode_step(sp->s, sp->o, tok, logits);
         /* a long pause leaves the MTP head out (a position costs it a tenth of a step on small
          * models): it takes in the last 4 positions before drafting resumes, and its attention
          * restarts there (the trunk's hidden state it reads carries the whole context) */
@@ -255,7 +261,7 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
         free(ts.piece);
         return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     }
-    spec_state spec = {.on = o->draft != QHX_DRAFT_NONE, .max = o->draft_max ? o->draft_max : 8, .backoff = 1, .s = s,
+    spec_state spec = {.on = o->draft != QHX_DRAFT_NONE, .max = o->draft_max ? o->draft_max : 8, .backoff = 1, .s = s, .o = o,
                        .vocab = (size_t)mi.vocab_size, .context = mi.max_context, .res = &res};
     /* the head reads a verify pass's hidden states, which the session keeps for one decode piece */
     if (o->draft == QHX_DRAFT_MTP && spec.max > QHX_MAX_MTP_DRAFT) spec.max = QHX_MAX_MTP_DRAFT;
@@ -295,7 +301,7 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
         if (stopped) { res.finish = QHX_FINISH_STOP; goto done; }
         if (i + 1 == o->max_tokens) break;
         if ((rc = qhx_sampler_accept(&sp, tok)) ||
-            (rc = spec.on ? spec_advance(&spec, tok, logits) : qhx_session_eval(s, &tok, 1, QHX_EVAL_STEPWISE, NULL, logits)))
+            (rc = spec.on ? spec_advance(&spec, tok, logits) : decode_step(s, o, tok, logits)))
             goto done;
     }
     if (ts.tok) { /* the end: whatever was held back is text after all */

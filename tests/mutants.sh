@@ -32,5 +32,7 @@ mutant conv-fifo src/model/snapshot.c 'else memcpy(ls->conv, at, sizeof(float) *
 mutant stepwise src/model/hostop.c 'step.per_token = stepwise;' 'step.per_token = 0;'
 # GGUF's value heads left in the converter's tiled order
 mutant value-heads src/model/gguf_model.c 'const int reorder = c->lin_v_heads != c->lin_k_heads;' 'const int reorder = 0;'
+# a batched step's attention rows all at the first session's position
+mutant batch-positions src/model/qwen35_forward.c 'const int pos0 = runs[r].st->pos, t0' 'const int pos0 = runs[0].st->pos, t0'
 
 finish mutants

@@ -120,6 +120,23 @@ client_defaults() { # N_PREDICT [-n N]
 client_defaults 4096
 client_defaults 100 --n-predict 100
 
+# batched decode: 1, 2, 4 and 8 concurrent requests each equal to the same request alone, with the
+# prefix cache on and off, with --draft ngram, and with --draft mtp on the model with the head
+batch_clients() { # LABEL ARGS...
+    local label=$1; shift
+    start_server "$tmp/logb" --parallel 8 "$@" || { bad "server $label"; return; }
+    local out p f
+    out=$(node tests/oracle/batch_client.js "http://127.0.0.1:$port")
+    echo "$out" | grep -v '^ok ' | sed "s/^/  [$label] /"
+    p=$(sed -nE 's/^batch: ([0-9]+) passed, ([0-9]+) failed$/\1/p' <<<"$out"); f=$(sed -nE 's/^batch: ([0-9]+) passed, ([0-9]+) failed$/\2/p' <<<"$out")
+    pass=$((pass + ${p:-0})); fail=$((fail + ${f:-1}))
+    kill -INT "$server_pid"; wait "$server_pid"
+}
+batch_clients cache
+batch_clients no-cache --cache-mb 0
+batch_clients ngram --draft ngram
+model=models/q35-kjv-mtp batch_clients mtp --draft mtp
+
 # --api-key (every route but /health), --cors (preflight, the origin on answers), /metrics,
 # /tokenize and /detokenize against the CLI's tokenizer, a log line per request
 start_server "$tmp/logk" --parallel 1 --api-key sekret --cors https://app.example || bad "server with --api-key"

@@ -77,6 +77,9 @@ int cmd_serve(int argc, char **argv) {
     pc_markers(&sv.cache, sv.tok);
     for (int i = 0; i < sv.n_slots; i++)
         if (qhx_session_new(sv.m, &sv.slot[i])) { api_error(); goto done; }
+    sv.posted = calloc((size_t)sv.n_slots, sizeof *sv.posted);
+    sv.batch_logits = malloc(sizeof(float) * (size_t)sv.n_slots * (size_t)sv.mi.vocab_size);
+    if (!sv.posted || !sv.batch_logits) { die("out of memory"); goto done; }
     if (o.ctx > sv.mi.max_context) {
         die("--ctx %lld: %s holds at most %d positions", o.ctx, o.model, sv.mi.max_context);
         goto done;
@@ -132,6 +135,8 @@ done:
     for (int i = 0; sv.slot && i < sv.n_slots; i++) qhx_session_free(sv.slot[i]);
     free(sv.slot);
     free(sv.slot_busy);
+    free(sv.posted);
+    free(sv.batch_logits);
     close_model(rt, sv.m, NULL);
     return rc;
 }

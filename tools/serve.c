@@ -4,9 +4,12 @@
  * One thread per connection parses and validates a request completely (JSON, types, chat
  * rendering, tokens, context) before anything is generated, so every client error is a 4xx in
  * OpenAI's error shape. Generation runs on one of --parallel sessions ("slots"); requests beyond
- * that wait in a bounded queue. Slots take turns on the model one token at a time, in arrival
- * order, so concurrent streams interleave; each has its own session and sampler, which is why a
- * stream's tokens do not depend on what runs beside it. A streaming response is a pipe that a
+ * that wait in a bounded queue. Slots take turns on the model (prompts, speculative verify
+ * passes) in arrival order, and their decode steps run together: each slot in its decode loop
+ * posts its next token, and once every such slot has, one of them steps them all with
+ * qhx_sessions_step, one pass over the weights for every stream. Each has its own session and
+ * sampler and a batched row is what a lone step gives bit for bit, which is why a stream's
+ * tokens do not depend on what runs beside it. A streaming response is a pipe that a
  * worker thread writes server-sent events into: when the client goes away, libmicrohttpd closes
  * the pipe, the next write fails, and the worker cancels and frees its slot.
  */
@@ -81,6 +84,38 @@ static void turn_end(server *sv) {
     pthread_mutex_unlock(&sv->lock);
 }
 
+/* ---- batched decode ---- */
+
+typedef struct step_req {
+    qhx_session *s;
+    int32_t tok;
+    float *logits;
+    qhx_status rc;
+    int taken, done;
+} step_req;
+
+/* Runs every posted step as one qhx_sessions_step (called with sv->lock held; returns with it). */
+static void lead(server *sv) {
+    step_req *batch[64];
+    qhx_session *ss[64];
+    int32_t toks[64];
+    const int n = sv->n_posted;
+    for (int i = 0; i < n; i++) batch[i] = sv->posted[i], batch[i]->taken = 1, ss[i] = batch[i]->s, toks[i] = batch[i]->tok;
+    sv->n_posted = 0;
+    sv->leading = 1;
+    pthread_mutex_unlock(&sv->lock);
+    turn_begin(sv);
+    const qhx_status rc = qhx_sessions_step(ss, toks, n, sv->batch_logits);
+    if (rc) fprintf(stderr, "qhx serve: a batched decode step failed: %s\n", qhx_last_error());
+    turn_end(sv);
+    const size_t V = (size_t)sv->mi.vocab_size;
+    for (int i = 0; i < n && !rc; i++) memcpy(batch[i]->logits, sv->batch_logits + i * V, sizeof(float) * V);
+    pthread_mutex_lock(&sv->lock);
+    for (int i = 0; i < n; i++) batch[i]->rc = rc, batch[i]->done = 1;
+    sv->leading = 0;
+    pthread_cond_broadcast(&sv->cv);
+}
+
 /* ---- responses ---- */
 
 /* Queues r with its status counted for /metrics and the CORS header when --cors is on. */
@@ -126,6 +161,7 @@ typedef struct {
     int failed;                   /* the client is gone */
     think_split ts;
     int cached;                   /* prompt tokens resumed from the prefix cache */
+    int decoding;                 /* counted in sv->n_decoding: its steps go into the batched passes */
     double t_recv, t_start, t_first, t_end; /* request parsed, slot taken, first token, done */
     int reply_cacheable;          /* a finished chat reply: worth a snapshot after it */
     char *reasoning, *content;    /* everything so far (non-streaming) */
@@ -227,6 +263,25 @@ static void log_request(job *jb, unsigned status, const qhx_generate_result *res
             decode > 0 && gen > 1 ? (gen - 1) / decode : 0.0);
 }
 
+/* qhx_generate_opts.step for every request: called holding the turn, it posts the step, leads the
+ * pass when it is the last of the decoding slots to post, and returns holding the turn again. */
+static qhx_status serve_step(qhx_session *s, int32_t tok, float *logits, void *user) {
+    job *jb = user;
+    server *sv = jb->sv;
+    step_req me = {s, tok, logits, QHX_OK, 0, 0};
+    turn_end(sv);
+    pthread_mutex_lock(&sv->lock);
+    if (!jb->decoding) jb->decoding = 1, sv->n_decoding++;
+    sv->posted[sv->n_posted++] = &me;
+    while (!me.done) {
+        if (!me.taken && !sv->leading && sv->n_posted == sv->n_decoding) lead(sv);
+        else pthread_cond_wait(&sv->cv, &sv->lock);
+    }
+    pthread_mutex_unlock(&sv->lock);
+    turn_begin(sv);
+    return me.rc;
+}
+
 /* Runs a queued request on a free slot; what qhx_generate returns. */
 static qhx_status run_job(job *jb, qhx_generate_result *res) {
     server *sv = jb->sv;
@@ -239,7 +294,15 @@ static qhx_status run_job(job *jb, qhx_generate_result *res) {
     jb->ts.in_reasoning = jb->rq->chat && jb->rq->thinking;
     qhx_status st = pc_prefill(&sv->cache, s, jb->rq->ids, jb->rq->n_ids, &jb->cached);
     const int at = qhx_session_pos(s);
+    jb->rq->gen.step = serve_step, jb->rq->gen.step_user = jb;
     if (!st) st = qhx_generate(s, jb->rq->ids + at, jb->rq->n_ids - at, &jb->rq->gen, serve_on_token, jb, res);
+    pthread_mutex_lock(&sv->lock);
+    if (jb->decoding) { /* the others' passes no longer wait for this slot */
+        jb->decoding = 0;
+        sv->n_decoding--;
+        pthread_cond_broadcast(&sv->cv);
+    }
+    pthread_mutex_unlock(&sv->lock);
     res->n_prompt = jb->rq->n_ids;
     jb->reply_cacheable = !st && jb->rq->history && !jb->failed && sv->cache.budget;
     jb->t_end = now_s();

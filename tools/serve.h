@@ -25,6 +25,9 @@ typedef struct {
     unsigned long n_requests;
     prefix_cache cache;         /* snapshots at the split points of earlier prompts and replies */
     int draft, draft_max;       /* speculative decoding for every request (--draft): the same answers */
+    struct step_req **posted;   /* batched decode (tools/serve.c): the steps waiting for the next pass */
+    int n_posted, n_decoding, leading;
+    float *batch_logits;        /* [n_slots][vocab] */
     const char *api_key;        /* --api-key: every route but /health wants "Authorization: Bearer KEY" */
     const char *cors;           /* --cors: the origin browsers may call from (or "*") */
     struct {                    /* GET /metrics, under lock */

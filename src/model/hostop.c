@@ -52,12 +52,13 @@ qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32
     step.per_token = stepwise;
     const qhx_exec *ex = &step;
     qhx_qwen35_embed(c, m->w, tokens, n, hs->x);
-    qhx_status rc = qhx_state_begin(ex, &hs->st, n, stepwise);
+    const qhx_run run = {&hs->st, 0, n};
+    qhx_status rc = qhx_state_begin(ex, &run, 1, stepwise);
     for (int i = 0; i < m->n_shards && !rc; i++)
-        rc = qhx_qwen35_layers(ex, c, m->w, &hs->st, m->shards[i].l0, m->shards[i].l1, hs->x, n, stepwise);
+        rc = qhx_qwen35_layers(ex, c, m->w, &run, 1, m->shards[i].l0, m->shards[i].l1, hs->x, n, stepwise);
     if (!rc) {
         memcpy(hs->tokens + hs->st.pos, tokens, sizeof(int32_t) * n);
-        qhx_state_end(&hs->st, n);
+        qhx_state_end(&run, 1);
         if (logits_all) rc = qhx_qwen35_head(ex, c, m->w, hs->x, n, logits_all);
         if (logits_last && !rc) {
             if (logits_all) memcpy(logits_last, logits_all + (size_t)(n - 1) * c->vocab_size, sizeof(float) * c->vocab_size);
@@ -67,6 +68,35 @@ qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32
     /* out of memory part-way: some layers moved on, others not; an empty session is the one
      * state that is still true */
     if (rc) qhx_hostop_reset(hs, m);
+    return rc;
+}
+
+qhx_status qhx_hostop_step(const qhx_model *m, qhx_hostop_state *const *hs, const int32_t *tokens, int n, float *logits) {
+    const qhx_config *c = &m->cfg;
+    const size_t D = (size_t)c->hidden;
+    qhx_run runs[QHX_DECODE_MAX_T];
+    if (n <= 0 || n > QHX_DECODE_MAX_T) return qhx_fail(QHX_ERR_ARG, "step: %d sessions (1 to %d a pass)", n, QHX_DECODE_MAX_T);
+    for (int i = 0; i < n; i++) { /* ids, positions and distinctness: checked by qhx_sessions_step */
+        if (qhx_reserve(&hs[i]->tokens, &hs[i]->tokens_cap, (size_t)hs[i]->st.pos + 1, sizeof *hs[i]->tokens) ||
+            qhx_reserve((char **)&hs[i]->x, &hs[i]->x_floats, (i ? 1 : (size_t)n) * D, sizeof(float)))
+            return qhx_fail(QHX_ERR_NOMEM, "step: out of memory");
+        runs[i] = (qhx_run){&hs[i]->st, i, 1};
+    }
+    qhx_exec step = m->rt->ex;
+    step.per_token = 1;
+    const qhx_exec *ex = &step;
+    float *x = hs[0]->x; /* the batch's residual stream: row i is session i's */
+    qhx_qwen35_embed(c, m->w, tokens, n, x);
+    qhx_status rc = qhx_state_begin(ex, runs, n, 1);
+    for (int i = 0; i < m->n_shards && !rc; i++) rc = qhx_qwen35_layers(ex, c, m->w, runs, n, m->shards[i].l0, m->shards[i].l1, x, n, 1);
+    if (!rc) {
+        for (int i = 0; i < n; i++) hs[i]->tokens[hs[i]->st.pos] = tokens[i];
+        qhx_state_end(runs, n);
+        if (logits) rc = qhx_qwen35_head(ex, c, m->w, x, n, logits);
+        for (int i = 1; i < n; i++) memcpy(hs[i]->x, x + i * D, sizeof(float) * D); /* qhx_session_hidden: its last row */
+    }
+    if (rc)
+        for (int i = 0; i < n; i++) qhx_hostop_reset(hs[i], m);
     return rc;
 }
 

@@ -105,6 +105,10 @@ void qhx_hostop_reset(qhx_hostop_state *hs, const qhx_model *m);
 qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32_t *tokens, int n, int stepwise,
                            float *logits_all, float *logits_last);
 
+/* One stepwise token for each of n distinct states at once (qhx_sessions_step, which checks the
+ * ids and positions), at most QHX_DECODE_MAX_T. */
+qhx_status qhx_hostop_step(const qhx_model *m, qhx_hostop_state *const *hs, const int32_t *tokens, int n, float *logits);
+
 /* qhx_session_mark / qhx_session_rewind. */
 qhx_status qhx_hostop_mark(const qhx_model *m, qhx_hostop_state *hs);
 qhx_status qhx_hostop_rewind(const qhx_model *m, qhx_hostop_state *hs, int pos);

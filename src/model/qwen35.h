@@ -121,16 +121,26 @@ qhx_status qhx_state_rewind(const qhx_exec *ex, qhx_state *s, int pos);
 /* x[n][hidden] = embedding rows of tokens (ids already validated). */
 void qhx_qwen35_embed(const qhx_config *c, const qhx_weights *w, const int32_t *tokens, int n, float *x);
 
-/* One evaluation of n tokens: qhx_state_begin makes room (KV rows, scratch) and drops a mark the
- * call cannot keep; qhx_qwen35_layers runs decoder layers [l0, l1) over the residual stream
- * x[n][hidden] in place at the state's position (the range that ends at the last layer also
- * applies the final norm), once per shard in order; qhx_state_end advances the position by n. On
- * failure the state is part-way through the call: reset it. `stepwise` selects the recurrent
- * delta rule (one token at a time) instead of the chunked one. */
-qhx_status qhx_state_begin(const qhx_exec *ex, qhx_state *s, int n, int stepwise);
-qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, qhx_state *s, int l0, int l1,
-                             float *x, int n, int stepwise);
-static inline void qhx_state_end(qhx_state *s, int n) { s->pos += n; }
+/* A call's rows, a run of them a sequence: rows [row0, row0 + n) of the residual stream are the
+ * next n tokens of st, from its position on. One sequence's evaluation is one run of every row;
+ * a batched decode step (qhx_sessions_step) one run of one row per session. */
+typedef struct {
+    qhx_state *st;
+    int row0, n;
+} qhx_run;
+
+/* One evaluation of T rows: qhx_state_begin makes room (each run's KV rows; the call's scratch,
+ * in runs[0].st) and drops marks the call cannot keep; qhx_qwen35_layers runs decoder layers
+ * [l0, l1) over the residual stream x[T][hidden] in place, each run at its state's position (the
+ * range that ends at the last layer also applies the final norm), once per shard in order; the
+ * projections read each weight once for all rows. qhx_state_end advances every run's state. On
+ * failure the states are part-way through the call: reset them. `stepwise` selects the recurrent
+ * delta rule (one token at a time) instead of the chunked one, and with ex->per_token decode's
+ * numerics for every row: a row is then what a lone step of its sequence gives, bit for bit. */
+qhx_status qhx_state_begin(const qhx_exec *ex, const qhx_run *runs, int n_runs, int stepwise);
+qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const qhx_run *runs, int n_runs,
+                             int l0, int l1, float *x, int T, int stepwise);
+void qhx_state_end(const qhx_run *runs, int n_runs);
 
 /* Bytes of weights one token's forward reads: every layer, the final norm, one embedding row and
  * the lm-head. */

@@ -53,7 +53,7 @@ static size_t scratch_need(const qhx_config *c, int n, int pos, int threads) {
     size_t hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, attn = (size_t)c->n_heads * c->head_dim;
     size_t work = chunk_work_floats((int)dk, (int)dv);
     size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + work * threads;
-    size_t att = T * attn * 3 + attention_block_floats(c->head_dim, c->n_heads / c->n_kv_heads, (int)(pos + T)) * threads;
+    size_t att = T * attn * 3 + T * (size_t)c->n_kv_heads * c->head_dim * 2 + attention_block_floats(c->head_dim, c->n_heads / c->n_kv_heads, (int)(pos + T)) * threads;
     size_t mlp = T * (size_t)c->ffn * 2;
     size_t blk = gdn > att ? gdn : att;
     if (mlp > blk) blk = mlp;
@@ -248,10 +248,10 @@ static void deltanet_heads(void *arg, int th, int nth) {
     }
 }
 
-/* record >= 0: the call's tokens are rewindable, their recurrence inputs go to the undo record
- * from that token on (model/rewind.c) */
-static qhx_status gated_deltanet(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls,
-                           const float *h, float *out, int T, int stepwise, int record, carver cv) {
+/* The projections over all T rows; the rest a run (a sequence) at a time, on its own state. A run
+ * whose state is marked records its recurrence inputs for a rewind (model/rewind.c). */
+static qhx_status gated_deltanet(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, int l,
+                                 const qhx_run *runs, int n_runs, const float *h, float *out, int T, int stepwise, carver cv) {
     const int C = qhx_config_conv_dim(c), hv = c->lin_v_heads, dv = c->lin_v_dim;
     float *mixed = carve(&cv, (size_t)T * C), *xc = carve(&cv, (size_t)T * C);
     float *z = carve(&cv, (size_t)T * hv * dv), *o = carve(&cv, (size_t)T * hv * dv);
@@ -264,9 +264,15 @@ static qhx_status gated_deltanet(const qhx_exec *ex, const qhx_config *c, const 
     float *const Y[] = {mixed, z, b, a};
     qhx_status rc = qhx_matmul_many(ex, h, T, 4, W, Y);
     if (rc) return rc;
-    heads_job job = {ex->ks, c, lw, ls->conv, mixed, ls->ssm, xc, z, b, a, beta, g, o, work, work_floats, T, stepwise};
-    qhx_pool_run(ex->pool, deltanet_heads, &job);
-    if (record >= 0) qhx_state_record(c, ls, record, mixed, xc, beta, g, T);
+    for (int r = 0; r < n_runs; r++) {
+        qhx_layer_state *ls = qhx_state_layer(runs[r].st, l);
+        const size_t t0 = (size_t)runs[r].row0;
+        heads_job job = {ex->ks, c, lw, ls->conv, mixed + t0 * C, ls->ssm, xc + t0 * C, z + t0 * hv * dv, b + t0 * hv,
+                         a + t0 * hv, beta + t0 * hv, g + t0 * hv, o + t0 * hv * dv, work, work_floats, runs[r].n, stepwise};
+        qhx_pool_run(ex->pool, deltanet_heads, &job);
+        const qhx_state *s = runs[r].st;
+        if (s->mark >= 0) qhx_state_record(c, ls, s->pos - s->mark, job.mixed, job.xc, job.beta, job.g, runs[r].n);
+    }
     return qhx_matmul(ex, &lw->out, o, T, out);
 }
 
@@ -380,35 +386,51 @@ static void attention_blocks(void *arg, int th, int nth) {
     }
 }
 
-static qhx_status gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, qhx_layer_state *ls,
-                            int pos0, const float *h, float *out, int T, carver cv) {
+/* The projections over all T rows (one sequence's K and V straight into its cache); then a run at
+ * a time over its own cache, at its own positions. */
+static qhx_status gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, int l,
+                                  const qhx_run *runs, int n_runs, const float *h, float *out, int T, carver cv) {
     const int hq = c->n_heads, hkv = c->n_kv_heads, hd = c->head_dim;
     const int group = hq / hkv, kvdim = hkv * hd;
     const int blocked = T >= ATTN_BLOCKED_FROM && !ex->per_token;
-    const size_t scores_floats = attention_block_floats(hd, group, pos0 + T); /* room for either way */
+    int end = 0;
+    for (int r = 0; r < n_runs; r++)
+        if (runs[r].st->pos + runs[r].n > end) end = runs[r].st->pos + runs[r].n;
+    const size_t scores_floats = attention_block_floats(hd, group, end); /* room for either way */
     float *qg = carve(&cv, (size_t)T * hq * hd * 2), *att = carve(&cv, (size_t)T * hq * hd);
     float *scores = carve(&cv, scores_floats * (size_t)qhx_pool_size(ex->pool));
+    qhx_layer_state *ls0 = qhx_state_layer(runs[0].st, l);
+    const int pos00 = runs[0].st->pos;
+    float *kv = n_runs > 1 ? carve(&cv, (size_t)T * kvdim * 2) : NULL; /* rows of several caches: copied in after */
 
     const qhx_tensor *const W[] = {&lw->q, &lw->k, &lw->v}; /* q per head: [query hd | gate hd] */
-    float *const Y[] = {qg, ls->k_cache + (size_t)pos0 * kvdim, ls->v_cache + (size_t)pos0 * kvdim};
+    float *const Y[] = {qg, kv ? kv : ls0->k_cache + (size_t)pos00 * kvdim, kv ? kv + (size_t)T * kvdim : ls0->v_cache + (size_t)pos00 * kvdim};
     const qhx_status rc = qhx_matmul_many(ex, h, T, 3, W, Y);
     if (rc) return rc;
-    for (int t = 0; t < T; t++) {
-        float *k = ls->k_cache + (size_t)(pos0 + t) * kvdim;
-        float *qgt = qg + (size_t)t * hq * hd * 2;
-        for (int j = 0; j < hq; j++) {
-            float *qj = qgt + (size_t)j * hd * 2;
-            qhx_rmsnorm1p(qj, qj, &lw->q_norm, hd, c->eps);
-            rope(qj, c->rot_dim, pos0 + t, c->rope_theta);
+    for (int r = 0; r < n_runs; r++) {
+        qhx_layer_state *ls = qhx_state_layer(runs[r].st, l);
+        const int pos0 = runs[r].st->pos, t0 = runs[r].row0, nt = runs[r].n;
+        if (kv) {
+            memcpy(ls->k_cache + (size_t)pos0 * kvdim, kv + (size_t)t0 * kvdim, sizeof(float) * nt * kvdim);
+            memcpy(ls->v_cache + (size_t)pos0 * kvdim, kv + ((size_t)T + t0) * kvdim, sizeof(float) * nt * kvdim);
         }
-        for (int j = 0; j < hkv; j++) {
-            qhx_rmsnorm1p(k + (size_t)j * hd, k + (size_t)j * hd, &lw->k_norm, hd, c->eps);
-            rope(k + (size_t)j * hd, c->rot_dim, pos0 + t, c->rope_theta);
+        for (int t = 0; t < nt; t++) {
+            float *k = ls->k_cache + (size_t)(pos0 + t) * kvdim;
+            float *qgt = qg + (size_t)(t0 + t) * hq * hd * 2;
+            for (int j = 0; j < hq; j++) {
+                float *qj = qgt + (size_t)j * hd * 2;
+                qhx_rmsnorm1p(qj, qj, &lw->q_norm, hd, c->eps);
+                rope(qj, c->rot_dim, pos0 + t, c->rope_theta);
+            }
+            for (int j = 0; j < hkv; j++) {
+                qhx_rmsnorm1p(k + (size_t)j * hd, k + (size_t)j * hd, &lw->k_norm, hd, c->eps);
+                rope(k + (size_t)j * hd, c->rot_dim, pos0 + t, c->rope_theta);
+            }
         }
+        attn_job job = {ex->ks, qg + (size_t)t0 * hq * hd * 2, ls->k_cache, ls->v_cache, att + (size_t)t0 * hq * hd, scores,
+                        scores_floats, nt, pos0, hq, hd, kvdim, group, 1.0f / sqrtf((float)hd)};
+        qhx_pool_run(ex->pool, blocked ? attention_blocks : attention_pairs, &job);
     }
-    attn_job job = {ex->ks, qg, ls->k_cache, ls->v_cache, att, scores, scores_floats, T, pos0, hq, hd, kvdim, group,
-                    1.0f / sqrtf((float)hd)};
-    qhx_pool_run(ex->pool, blocked ? attention_blocks : attention_pairs, &job);
     return qhx_matmul(ex, &lw->o, att, T, out);
 }
 
@@ -448,34 +470,44 @@ void qhx_qwen35_embed(const qhx_config *c, const qhx_weights *w, const int32_t *
         for (int i = 0; i < D; i++) x[(size_t)t * D + i] = qhx_tensor_get(&w->embed, (size_t)tokens[t] * D + i);
 }
 
-qhx_status qhx_state_begin(const qhx_exec *ex, qhx_state *s, int n, int stepwise) {
-    qhx_status rc = qhx_state_reserve_kv(s, s->pos + n);
-    if (rc) return rc;
-    const size_t need = scratch_need(s->cfg, n, s->pos, qhx_pool_size(ex->pool));
+qhx_status qhx_state_begin(const qhx_exec *ex, const qhx_run *runs, int n_runs, int stepwise) {
+    int T = 0, end = 0;
+    for (int r = 0; r < n_runs; r++) {
+        qhx_state *s = runs[r].st;
+        qhx_status rc = qhx_state_reserve_kv(s, s->pos + runs[r].n);
+        if (rc) return rc;
+        if (s->mark >= 0 && (!stepwise || s->pos + runs[r].n - s->mark > QHX_MAX_REWIND)) s->mark = -1;
+        T += runs[r].n;
+        if (s->pos + runs[r].n > end) end = s->pos + runs[r].n;
+    }
+    qhx_state *s = runs[0].st;
+    const size_t need = scratch_need(s->cfg, T, end - 1, qhx_pool_size(ex->pool));
     if (need > s->scratch_floats) {
         float *p = realloc(s->scratch, need * sizeof(float));
-        if (!p) return qhx_fail(QHX_ERR_NOMEM, "forward: out of memory for %d tokens", n);
+        if (!p) return qhx_fail(QHX_ERR_NOMEM, "forward: out of memory for %d tokens", T);
         s->scratch = p;
         s->scratch_floats = need;
     }
-    if (s->mark >= 0 && (!stepwise || s->pos + n - s->mark > QHX_MAX_REWIND)) s->mark = -1;
     return QHX_OK;
 }
 
-qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, qhx_state *s, int l0, int l1,
-                             float *x, int n, int stepwise) {
+void qhx_state_end(const qhx_run *runs, int n_runs) {
+    for (int r = 0; r < n_runs; r++) runs[r].st->pos += runs[r].n;
+}
+
+qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const qhx_run *runs, int n_runs,
+                             int l0, int l1, float *x, int n, int stepwise) {
     const int D = c->hidden;
-    carver cv = {s->scratch};
+    carver cv = {runs[0].st->scratch};
     float *h = carve(&cv, (size_t)n * D), *delta = carve(&cv, (size_t)n * D);
-    const int record = s->mark >= 0 ? s->pos - s->mark : -1;
     const unsigned fp = qhx_fp_enter(ex->ks);
     qhx_status rc = QHX_OK;
 
     for (int l = l0; l < l1; l++) {
         const qhx_layer_weights *lw = &w->layers[l];
         for (int t = 0; t < n; t++) qhx_rmsnorm1p(h + (size_t)t * D, x + (size_t)t * D, &lw->in_norm, D, c->eps);
-        rc = c->full_attn[l] ? gated_attention(ex, c, lw, qhx_state_layer(s, l), s->pos, h, delta, n, cv)
-                             : gated_deltanet(ex, c, lw, qhx_state_layer(s, l), h, delta, n, stepwise, record, cv);
+        rc = c->full_attn[l] ? gated_attention(ex, c, lw, l, runs, n_runs, h, delta, n, cv)
+                             : gated_deltanet(ex, c, lw, l, runs, n_runs, h, delta, n, stepwise, cv);
         if (rc) break;
         for (size_t i = 0; i < (size_t)n * D; i++) x[i] += delta[i];
 
@@ -512,9 +544,10 @@ qhx_status qhx_qwen35_mtp(const qhx_exec *ex, const qhx_weights *w, qhx_state *s
     }
     free(cat);
     free(e);
-    if (!rc) rc = qhx_state_begin(ex, s, n, 0);
-    if (!rc) rc = qhx_qwen35_layers(ex, c, &m->block, s, 0, c->n_layers, y, n, 0);
-    if (!rc) qhx_state_end(s, n);
+    const qhx_run run = {s, 0, n};
+    if (!rc) rc = qhx_state_begin(ex, &run, 1, 0);
+    if (!rc) rc = qhx_qwen35_layers(ex, c, &m->block, &run, 1, 0, c->n_layers, y, n, 0);
+    if (!rc) qhx_state_end(&run, 1);
     return rc;
 }
 
