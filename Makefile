@@ -98,8 +98,9 @@ $(BUILD)/qhx_generate: $(BUILD)/qhx
 $(BUILD)/fuzz/fuzz_%: $(BUILD)/fuzz/fuzz_%.o $(BUILD)/fuzz/driver.o $(BUILD)/libqhxcli.a $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# libFuzzer: `make fuzz` runs each harness for FUZZ_TIME seconds (clang needed; scripts/deps.sh
-# installs it with QHX_TEST_DEPS=1). New inputs go to build-fuzz/corpus; crashes to build-fuzz/.
+# libFuzzer: `make fuzz` runs each harness for FUZZ_TIME seconds, a core each at a time (clang
+# needed; scripts/deps.sh installs it with QHX_TEST_DEPS=1). New inputs go to build-fuzz/corpus;
+# crashes to build-fuzz/ (xargs stops at the first failing harness: exit 255).
 FUZZ_TIME ?= 60
 FUZZ_SAN = -fsanitize=address,undefined
 fuzz: $(BUILD)/qhx
@@ -108,14 +109,12 @@ fuzz: $(BUILD)/qhx
 	    clang -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc $(filter -DQHX_%,$(CFLAGS)) $(FUZZ_SAN) -fsanitize=fuzzer \
 	        fuzz/$$f.c build-fuzz/obj/libqhxcli.a build-fuzz/obj/libqhexrt.a -o build-fuzz/$$f $(LDLIBS); \
 	done
-	@set -e; for f in $(FUZZERS); do \
-	    n=$${f#fuzz_}; mkdir -p build-fuzz/corpus/$$n; \
+	@printf '%s\n' $(FUZZERS) | xargs -P $$(nproc) -I{} sh -c 'f={}; n=$${f#fuzz_}; mkdir -p build-fuzz/corpus/$$n; \
 	    QHX_FUZZ_TOKENIZER=$(BUILD)/data/tokenizers/qwen3/tokenizer.json \
 	    build-fuzz/$$f build-fuzz/corpus/$$n fuzz/corpus/$$n -max_total_time=$(FUZZ_TIME) -timeout=20 \
 	        -rss_limit_mb=2048 -close_fd_mask=3 -artifact_prefix=build-fuzz/$$n- 2>build-fuzz/$$n.log \
-	        || { echo "fuzz_$$n: FAILED, see build-fuzz/$$n.log and build-fuzz/$$n-*"; exit 1; }; \
-	    echo "fuzz_$$n: $$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' build-fuzz/$$n.log)"; \
-	done
+	        || { echo "fuzz_$$n: FAILED, see build-fuzz/$$n.log and build-fuzz/$$n-*"; exit 255; }; \
+	    echo "fuzz_$$n: $$(grep -o "Done [0-9]* runs in [0-9]* second(s)" build-fuzz/$$n.log)"' 
 
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testlib.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
             qhx_generate_opts go = {.max_tokens = 1, .ignore_eos = 1};
             int got = 0;
             const double t0 = now();
-            qhx_status st = pc_prefill(&pc, s, conv, prompt, &got);
+            qhx_status st = pc_prefill(&pc, s, conv, prompt, &got, NULL, NULL);
             const int p = qhx_session_pos(s);
             if (!st) st = qhx_generate(s, conv + p, prompt - p, &go, NULL, NULL, NULL);
             ttft[cached][t] = now() - t0;

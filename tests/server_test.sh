@@ -137,6 +137,31 @@ batch_clients no-cache --cache-mb 0
 batch_clients ngram --draft ngram
 model=models/q35-kjv-mtp batch_clients mtp --draft mtp
 
+# fair, cancellable prefill: a long prompt goes in pieces between the other streams' steps, so a
+# short stream sent after it finishes first, both answers equal their solo ones; a client that
+# hangs up mid-prefill frees the slot within a piece
+head -c 15000 tests/data/corpora/kjv-dev.txt | node -e 'let t="";process.stdin.on("data",d=>t+=d).on("end",()=>process.stdout.write(JSON.stringify({prompt:t,max_tokens:8,temperature:0})))' >"$tmp/long.json"
+short='{"prompt":"And God said","max_tokens":64,"temperature":0,"stream":true}'
+start_server "$tmp/logf" --parallel 2 --cache-mb 0 || bad "server for prefill"
+url="http://127.0.0.1:$port"
+curl -s "$(post completions)" -d @"$tmp/long.json" | grep -o '"text":"[^"]*"' >"$tmp/long.solo"
+curl -sN "$(post completions)" -d "$short" | grep -o '"text":"[^"]*"' >"$tmp/short.solo"
+(curl -s "$(post completions)" -d @"$tmp/long.json" | grep -o '"text":"[^"]*"' >"$tmp/long.conc"; date +%s.%N >"$tmp/long.t") &
+sleep $((slow > 1 ? 2 : 0)).1
+curl -sN "$(post completions)" -d "$short" | grep -o '"text":"[^"]*"' >"$tmp/short.conc"; date +%s.%N >"$tmp/short.t"
+wait $!
+check "[[ -s $tmp/long.solo ]] && cmp -s $tmp/long.solo $tmp/long.conc && cmp -s $tmp/short.solo $tmp/short.conc" "a prompt in pieces beside a stream: answers differ from solo"
+check "awk 'BEGIN{exit !($(cat "$tmp/short.t") < $(cat "$tmp/long.t"))}'" "the short stream did not finish before the long prompt's answer"
+grep -o 'prompt [0-9]* (cached 0) generated 8; ttft [0-9.]* ms' "$tmp/logf" | head -1 | sed 's/^/  long prompt: /'
+kill -INT "$server_pid"; wait "$server_pid"
+start_server "$tmp/logc" --parallel 1 --cache-mb 0 || bad "server for cancel"
+url="http://127.0.0.1:$port"
+sed 's/"max_tokens":8,/"max_tokens":8,"stream":true,/' "$tmp/long.json" >"$tmp/longs.json"
+curl -sN --max-time 0.$((slow > 1 ? 9 : 2)) "$(post completions)" -d @"$tmp/longs.json" >/dev/null
+curl -sN "$(post completions)" -d "$short" | grep -o '"text":"[^"]*"' >"$tmp/short.after"
+check "cmp -s $tmp/short.solo $tmp/short.after && grep -q ' 499 (client gone) prompt' $tmp/logc" "cancel mid-prefill: $(tail -3 "$tmp/logc")"
+kill -INT "$server_pid"; wait "$server_pid"
+
 # --api-key (every route but /health), --cors (preflight, the origin on answers), /metrics,
 # /tokenize and /detokenize against the CLI's tokenizer, a log line per request
 start_server "$tmp/logk" --parallel 1 --api-key sekret --cors https://app.example || bad "server with --api-key"

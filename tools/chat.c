@@ -198,7 +198,7 @@ int cmd_chat(int argc, char **argv) {
         o.gen.max_tokens = (int)o.n;
         int resumed = 0;
         const double t0 = now_s();
-        qhx_status st = pc_prefill(&cache, s, ids, (int)n_ids, &resumed);
+        qhx_status st = pc_prefill(&cache, s, ids, (int)n_ids, &resumed, NULL, NULL);
         const int at = qhx_session_pos(s);
         if (!st) st = qhx_generate(s, ids + at, (int)n_ids - at, &o.gen, chat_on_token, &r, &res);
         if (st == QHX_ERR_CANCELLED) fputs(" [stopped]", stdout);

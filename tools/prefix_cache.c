@@ -121,16 +121,25 @@ out:
     pthread_mutex_unlock(&pc->lock);
 }
 
-qhx_status pc_prefill(prefix_cache *pc, qhx_session *s, const int32_t *ids, int n, int *cached) {
+qhx_status pc_prefill(prefix_cache *pc, qhx_session *s, const int32_t *ids, int n, int *cached, int (*yield)(void *),
+                      void *user) {
     int *splits;
     const int k = pc_split_points(pc, ids, n, &splits);
     if (!splits) return QHX_ERR_NOMEM;
     int at = *cached = pc_resume(pc, s, ids, splits, k);
     qhx_status rc = QHX_OK;
-    for (int i = 0; i < k && !rc; i++) {
-        if (splits[i] <= at) continue;
-        rc = qhx_session_eval(s, ids + at, splits[i] - at, QHX_EVAL_SEQUENCE, NULL, NULL);
-        at = splits[i];
+    for (int i = 0; i <= k && !rc; i++) { /* the segments between split points, then the tail */
+        const int from = i ? splits[i - 1] : 0, to = i < k ? splits[i] : n;
+        if (to <= at) continue;
+        for (int p = from + PC_PIECE; !rc && p < to; p += PC_PIECE) /* whole pieces, counted from the segment's start */
+            if (p > at) {
+                rc = qhx_session_eval(s, ids + at, p - at, QHX_EVAL_SEQUENCE, NULL, NULL);
+                at = p;
+                if (!rc && yield && yield(user)) rc = QHX_ERR_CANCELLED;
+            }
+        if (rc || i == k) break;
+        rc = qhx_session_eval(s, ids + at, to - at, QHX_EVAL_SEQUENCE, NULL, NULL);
+        at = to;
         if (!rc) pc_insert(pc, s);
     }
     free(splits);

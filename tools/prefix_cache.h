@@ -55,10 +55,15 @@ int pc_resume(prefix_cache *pc, qhx_session *s, const int32_t *ids, const int *s
  * evicts until the budget holds. Out of memory only costs a future hit. */
 void pc_insert(prefix_cache *pc, qhx_session *s);
 
-/* Evaluates ids up to the prompt's last split point, from the deepest cached one on, piece by
- * piece, caching the state at each split point reached; qhx_generate takes the rest from
- * qhx_session_pos(s). *cached: the tokens that came from the cache. */
-qhx_status pc_prefill(prefix_cache *pc, qhx_session *s, const int32_t *ids, int n, int *cached);
+/* Evaluates ids from the deepest cached split point on, caching the state at each split point
+ * reached, in pieces of at most PC_PIECE tokens counted from each split point (so where a piece
+ * ends depends on the prompt alone, never on what was cached or what else runs), up to the last
+ * piece end before the prompt's last token; qhx_generate takes the rest from qhx_session_pos(s).
+ * After each piece, yield(user) (when not NULL) may let others use the model; nonzero cancels
+ * (QHX_ERR_CANCELLED). *cached: the tokens that came from the cache. */
+#define PC_PIECE 256
+qhx_status pc_prefill(prefix_cache *pc, qhx_session *s, const int32_t *ids, int n, int *cached, int (*yield)(void *),
+                      void *user);
 
 /* Caches the state after a chat reply as the next turn's prompt will hold it. conversation: the
  * render request ({"messages": [...], "tools"?, "enable_thinking"?}) whose last message is the

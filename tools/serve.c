@@ -105,14 +105,17 @@ static void lead(server *sv) {
     sv->leading = 1;
     pthread_mutex_unlock(&sv->lock);
     turn_begin(sv);
+    const double t0 = now_s();
     const qhx_status rc = qhx_sessions_step(ss, toks, n, sv->batch_logits);
     if (rc) fprintf(stderr, "qhx serve: a batched decode step failed: %s\n", qhx_last_error());
+    const double took = now_s() - t0;
     turn_end(sv);
     const size_t V = (size_t)sv->mi.vocab_size;
     for (int i = 0; i < n && !rc; i++) memcpy(batch[i]->logits, sv->batch_logits + i * V, sizeof(float) * V);
     pthread_mutex_lock(&sv->lock);
     for (int i = 0; i < n; i++) batch[i]->rc = rc, batch[i]->done = 1;
     sv->leading = 0;
+    sv->decode_s += took;
     pthread_cond_broadcast(&sv->cv);
 }
 
@@ -163,6 +166,7 @@ typedef struct {
     int cached;                   /* prompt tokens resumed from the prefix cache */
     int decoding;                 /* counted in sv->n_decoding: its steps go into the batched passes */
     double t_recv, t_start, t_first, t_end; /* request parsed, slot taken, first token, done */
+    double t_piece;               /* when the current prefill piece began */
     int reply_cacheable;          /* a finished chat reply: worth a snapshot after it */
     char *reasoning, *content;    /* everything so far (non-streaming) */
     size_t n_reasoning, n_content, cap_reasoning, cap_content;
@@ -282,6 +286,36 @@ static qhx_status serve_step(qhx_session *s, int32_t tok, float *logits, void *u
     return me.rc;
 }
 
+/* pc_prefill's yield between the pieces of a long prompt: the streams decoding meanwhile get as
+ * much time on the model as the piece took (or the piece's time passes), new requests get their
+ * turn, and a client gone (a stream's keep-alive comment fails to write) or a server stopping
+ * cancels the prefill there. */
+static int serve_yield(void *user) {
+    job *jb = user;
+    server *sv = jb->sv;
+    const double piece = now_s() - jb->t_piece;
+    turn_end(sv);
+    if (jb->rq->stream) { if (write_all(jb->fd, ": prefill\n\n", 12)) jb->failed = 1; }
+    else {
+        struct pollfd p = {jb->fd, POLLIN | POLLRDHUP, 0};
+        if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) jb->failed = 1;
+    }
+    pthread_mutex_lock(&sv->lock);
+    const double target = sv->decode_s + piece, until = now_s() + piece;
+    while (!jb->failed && !sv->stopping && sv->n_decoding > 0 && sv->decode_s < target && now_s() < until) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 2000000; /* re-check every 2 ms: the condition variable is the slots' */
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&sv->cv, &sv->lock, &ts);
+    }
+    const int stop = jb->failed || sv->stopping;
+    pthread_mutex_unlock(&sv->lock);
+    turn_begin(sv);
+    jb->t_piece = now_s();
+    return stop;
+}
+
 /* Runs a queued request on a free slot; what qhx_generate returns. */
 static qhx_status run_job(job *jb, qhx_generate_result *res) {
     server *sv = jb->sv;
@@ -292,7 +326,8 @@ static qhx_status run_job(job *jb, qhx_generate_result *res) {
     jb->t_start = now_s();
     qhx_session *s = sv->slot[jb->slot];
     jb->ts.in_reasoning = jb->rq->chat && jb->rq->thinking;
-    qhx_status st = pc_prefill(&sv->cache, s, jb->rq->ids, jb->rq->n_ids, &jb->cached);
+    jb->t_piece = jb->t_start;
+    qhx_status st = pc_prefill(&sv->cache, s, jb->rq->ids, jb->rq->n_ids, &jb->cached, serve_yield, jb);
     const int at = qhx_session_pos(s);
     jb->rq->gen.step = serve_step, jb->rq->gen.step_user = jb;
     if (!st) st = qhx_generate(s, jb->rq->ids + at, jb->rq->n_ids - at, &jb->rq->gen, serve_on_token, jb, res);
@@ -383,7 +418,9 @@ static void *stream_worker(void *arg) {
         if (!bad) write_all(jb->fd, "data: [DONE]\n\n", 14);
         if (bad) jb->reply_cacheable = 0, jb->failed = 1;
         log_request(jb, 200, &res);
-    } else if (st != QHX_ERR_CANCELLED) {
+    } else if (st == QHX_ERR_CANCELLED) {
+        log_request(jb, 499, &res); /* nginx's "client closed request" */
+    } else {
         json_t *e = json_pack("{s:{s:s, s:s}}", "error", "message", qhx_last_error(), "type", "server_error");
         send_event(jb, e);
     }
@@ -450,7 +487,7 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
     qhx_generate_result res;
     qhx_status st = run_job(jb, &res);
     enum MHD_Result ret;
-    if (st == QHX_ERR_CANCELLED) ret = MHD_NO; /* the client left, or the server is stopping */
+    if (st == QHX_ERR_CANCELLED) ret = MHD_NO, log_request(jb, 499, &res); /* the client left, or the server is stopping */
     else if (st) ret = send_error(sv, c, 500, "server_error", NULL, NULL, "%s", qhx_last_error());
     else {
         while (jb->n_reasoning && jb->reasoning && jb->reasoning[jb->n_reasoning - 1] == '\n') jb->n_reasoning--;

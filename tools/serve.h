@@ -27,6 +27,7 @@ typedef struct {
     int draft, draft_max;       /* speculative decoding for every request (--draft): the same answers */
     struct step_req **posted;   /* batched decode (tools/serve.c): the steps waiting for the next pass */
     int n_posted, n_decoding, leading;
+    double decode_s;            /* seconds of batched decode passes so far: what a long prefill yields to */
     float *batch_logits;        /* [n_slots][vocab] */
     const char *api_key;        /* --api-key: every route but /health wants "Authorization: Bearer KEY" */
     const char *cors;           /* --cors: the origin browsers may call from (or "*") */
