@@ -174,7 +174,7 @@ demo: deps
 	$(BUILD)/qhx generate models/q35-kjv "In the beginning" -n 64
 
 # the fuzzers get a short budget here; `make fuzz FUZZ_TIME=3600` for real runs
-CHECK_FUZZ_TIME ?= 10
+CHECK_FUZZ_TIME ?= 5
 check:
 	QHX_TEST_DEPS=1 scripts/deps.sh
 	$(MAKE) test

@@ -193,7 +193,11 @@ expect_err 2 "--api-key: empty" "$qhx" serve models/q35-kjv --api-key ""
 # one slot: a client that hangs up mid-stream must free it for the next request
 start_server "$tmp/log1" --parallel 1 -n 200000 || { echo "server: $pass passed, $((fail + 1)) failed"; exit 1; }
 url="http://127.0.0.1:$port"
-curl -sN --max-time "$slow" "$(post completions)" -d '{"prompt":"And","max_tokens":200000,"stream":true,"temperature":1}' >"$tmp/partial"
+# ... and one that hangs up while queued behind it gives its place up (logged 499, no tokens)
+curl -sN --max-time "$slow" "$(post completions)" -d '{"prompt":"And","max_tokens":200000,"stream":true,"temperature":1}' >"$tmp/partial" &
+sleep 0.2
+curl -s --max-time 0.3 "$(post completions)" -d '{"prompt":"Queued","max_tokens":5}' >/dev/null
+wait $!
 t0=$(date +%s)
 curl -s --max-time $((60 * slow)) "$(post completions)" -d '{"prompt":"And God said","max_tokens":24,"temperature":0}' >"$tmp/next"
 t1=$(date +%s)
@@ -202,6 +206,7 @@ node -e 'const a=JSON.parse(require("fs").readFileSync(process.argv[1])), b=JSON
          process.exit(a.choices[0].text===b.text?0:1)' "$tmp/next" "$tmp/greedy.json" && ok \
     || bad "after a hang-up the next request got '$(head -c 200 "$tmp/next")' after $((t1 - t0)) s"
 echo "  slot freed: the next request finished $((t1 - t0)) s after the hang-up"
+check "grep -q ' 499 (client gone) prompt [0-9]* (cached 0) generated 0;' $tmp/log1" "a request that left the queue: $(tail -4 "$tmp/log1")"
 kill -INT "$server_pid"; wait "$server_pid"
 
 # a padded vocabulary: the 64 tokens include ids the tokenizer has no text for; they are counted in

@@ -46,15 +46,27 @@ static int queue_enter(server *sv) {
     return ok ? 0 : -1;
 }
 
-/* Waits (in the queue) for a free slot; -1 if the server is stopping. */
-static int slot_take(server *sv) {
+/* Whether the client behind fd (its socket, or a stream's pipe, whose reader libmicrohttpd
+ * closes when the client goes) has gone. */
+static int client_gone(int fd) {
+    struct pollfd p = {fd, POLLRDHUP, 0};
+    return fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Waits (in the queue) for a free slot; -1 if the server is stopping or the client behind fd
+ * (-1: none) leaves meanwhile, so a request nobody waits for gives its place up. */
+static int slot_take(server *sv, int fd) {
     pthread_mutex_lock(&sv->lock);
     int k = -1;
     for (;;) {
         for (int i = 0; i < sv->n_slots && k < 0; i++)
             if (!sv->slot_busy[i]) k = i;
-        if (k >= 0 || sv->stopping) break;
-        pthread_cond_wait(&sv->cv, &sv->lock);
+        if (k >= 0 || sv->stopping || client_gone(fd)) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100000000; /* a look at the client every 100 ms */
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&sv->cv, &sv->lock, &ts);
     }
     sv->n_waiting--;
     if (k >= 0) { sv->slot_busy[k] = 1; sv->n_running++; }
@@ -214,8 +226,7 @@ static int serve_on_token(int32_t tok, const char *text, size_t len, void *user)
     turn_end(sv); /* let the other slots have their token */
     if (sv->stopping) jb->failed = 1;
     if (!jb->failed && !jb->rq->stream) { /* a client that hung up will not read the answer */
-        struct pollfd p = {jb->fd, POLLIN | POLLRDHUP, 0};
-        if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) jb->failed = 1;
+        if (client_gone(jb->fd)) jb->failed = 1;
     }
     if (!jb->failed && len) {
         size_t r0 = jb->n_reasoning, c0 = jb->n_content;
@@ -297,8 +308,7 @@ static int serve_yield(void *user) {
     turn_end(sv);
     if (jb->rq->stream) { if (write_all(jb->fd, ": prefill\n\n", 12)) jb->failed = 1; }
     else {
-        struct pollfd p = {jb->fd, POLLIN | POLLRDHUP, 0};
-        if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) jb->failed = 1;
+        if (client_gone(jb->fd)) jb->failed = 1;
     }
     pthread_mutex_lock(&sv->lock);
     const double target = sv->decode_s + piece, until = now_s() + piece;
@@ -320,7 +330,7 @@ static int serve_yield(void *user) {
 static qhx_status run_job(job *jb, qhx_generate_result *res) {
     server *sv = jb->sv;
     memset(res, 0, sizeof *res);
-    if ((jb->slot = slot_take(sv)) < 0) return QHX_ERR_CANCELLED; /* stopping */
+    if ((jb->slot = slot_take(sv, jb->fd)) < 0) return jb->failed = 1, QHX_ERR_CANCELLED; /* stopping, or the client left */
     if (jb->failed) { slot_give(sv, jb->slot); return QHX_ERR_CANCELLED; }
     turn_begin(sv);
     jb->t_start = now_s();
@@ -356,7 +366,7 @@ typedef struct {
 static void *reply_worker(void *arg) {
     reply_job *r = arg;
     server *sv = r->sv;
-    const int k = slot_take(sv);
+    const int k = slot_take(sv, -1);
     if (k >= 0) {
         turn_begin(sv);
         json_t *h = json_deep_copy(r->rq->history);
