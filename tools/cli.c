@@ -129,7 +129,7 @@ static int flag_in(const char *list, const char *a) {
 /* every flag parse_common knows */
 static const char all_flags[] =
     "-m -p --prompt -n --n-predict -t --threads --kernels --backend --mmap --tokens -o --out --ctx -c --ctx-size --chunks "
-    "--decode --prompts -f --file --prompt-cache --system --host --api-key --cors --port --cache-mb --parallel -np --think --no-think "
+    "--decode --prompts --depth -f --file --prompt-cache --system --host --api-key --cors --port --cache-mb --parallel -np --think --no-think "
     "--verbose --temp --temperature --top-k --top-p --min-p --repeat-penalty --presence-penalty --frequency-penalty "
     "--repeat-last-n --draft --draft-max --seed -s --stop --ignore-eos --json --greedy --ids --stepwise --second-half --special";
 
@@ -164,6 +164,7 @@ int parse_common(int argc, char **argv, opts *o, const char *allowed) {
             if (want_value(argc, argv, &i) || parse_long("--decode", argv[i], 1, 1 << 20, &o->decode)) return -1;
         }
         else if (!strcmp(a, "--prompts")) { if (want_value(argc, argv, &i)) return -1; o->prompts = argv[i]; }
+        else if (!strcmp(a, "--depth")) { if (want_value(argc, argv, &i)) return -1; o->depths = argv[i]; }
         else if (!strcmp(a, "--file") || !strcmp(a, "-f")) { if (want_value(argc, argv, &i)) return -1; o->file = argv[i]; }
         else if (!strcmp(a, "--prompt-cache")) { if (want_value(argc, argv, &i)) return -1; o->prompt_cache = argv[i]; }
         else if (!strcmp(a, "--system")) { if (want_value(argc, argv, &i)) return -1; o->system = argv[i]; }

@@ -21,7 +21,7 @@ int want_value(int argc, char **argv, int *i);
 int write_atomic(const char *path, const void *data, size_t len);
 
 typedef struct {
-    const char *model, *tokens, *out, *prompt, *kernels, *prompts, *file, *system, *host, *prompt_cache, *api_key, *cors;
+    const char *model, *tokens, *out, *prompt, *kernels, *prompts, *file, *system, *host, *prompt_cache, *api_key, *cors, *depths;
     long long n, threads, ctx, chunks, decode, port, parallel, cache_mb;
     int greedy, ids, stepwise, special, json, help, think, seed_set, mmap, verbose, second_half;
     qhx_generate_opts gen;                /* sampling flags */

@@ -18,11 +18,13 @@
 /* ---- qhx bench ------------------------------------------------------------------------------- */
 
 static const char bench_help[] =
-    "usage: qhx bench MODEL [--json] [--prompts 128,512,1024] [--decode N] [-t N] [--kernels K]\n"
+    "usage: qhx bench MODEL [--json] [--prompts 128,512,1024] [--decode N] [--depth N,...] [-t N] [--kernels K]\n"
     "Prefill of each prompt size from a fresh session, then N decode steps (default 128) after a\n"
     "128-token prompt, on seeded random token ids. Reports tok/s, the weight bytes decode reads per\n"
     "second against this machine's read bandwidth measured in the same run, time to first token\n"
     "(the 512-token prompt, or the largest below it) and peak RSS.\n"
+    "  --depth N[,N...]  also, after N tokens of context each: prefill of 512 more tokens and\n"
+    "                 --decode steps (at most 64) at that depth\n"
     "  --draft ngram|mtp  also time speculative decoding's verify pass: 1 + N tokens in one stepwise\n"
     "                 call against N + 1 one-token calls from the same state, N = 1 .. --draft-max\n"
     "                 (default 8), the mark before each pass and the rewind after a rejection; mtp:\n"
@@ -94,19 +96,65 @@ fail:
     return rc;
 }
 
+/* Prefill of 512 tokens and decode after `depth` tokens of context (evaluated untimed, in pieces of
+ * 512 as a server would), from one snapshot: what long contexts cost. */
+static int bench_depths(qhx_model *m, qhx_session *s, const int32_t *depths, int n, int n_decode, json_t *report) {
+    qhx_model_info in;
+    qhx_model_get_info(m, &in);
+    json_t *list = json_array();
+    float *last = malloc(sizeof(float) * (size_t)in.vocab_size);
+    int32_t piece[512];
+    uint64_t seed = 7;
+    int rc = 1;
+    if (!last || !list) goto done;
+    if (report) json_object_set(report, "depths", list);
+    for (int i = 0; i < n; i++) {
+        qhx_snapshot *snap = NULL;
+        qhx_session_reset(s);
+        for (int at = 0; at < depths[i]; at += 512) {
+            const int k = depths[i] - at < 512 ? depths[i] - at : 512;
+            for (int j = 0; j < k; j++) seed = seed * 6364136223846793005ull + 1442695040888963407ull, piece[j] = (int32_t)((seed >> 33) % (uint64_t)in.vocab_size);
+            if (qhx_session_eval(s, piece, k, QHX_EVAL_SEQUENCE, NULL, NULL)) { api_error(); goto done; }
+        }
+        if (qhx_session_snapshot(s, &snap)) { api_error(); goto done; }
+        for (int j = 0; j < 512; j++) seed = seed * 6364136223846793005ull + 1442695040888963407ull, piece[j] = (int32_t)((seed >> 33) % (uint64_t)in.vocab_size);
+        double t0 = now_s();
+        qhx_status st = qhx_session_eval(s, piece, 512, QHX_EVAL_SEQUENCE, NULL, NULL);
+        const double pre = 512 / (now_s() - t0);
+        if (!st) st = qhx_session_restore(s, snap);
+        int32_t tok = piece[0];
+        t0 = now_s();
+        for (int j = 0; j < n_decode && !st; j++) {
+            st = qhx_session_eval(s, &tok, 1, QHX_EVAL_STEPWISE, NULL, last);
+            tok = qhx_argmax(last, in.vocab_size);
+        }
+        const double dec = n_decode / (now_s() - t0);
+        qhx_snapshot_free(snap);
+        if (st) { api_error(); goto done; }
+        if (report) json_array_append_new(list, json_pack("{s:i, s:o, s:o}", "depth", depths[i], "prefill_512_tok_s", num(pre, 2), "decode_tok_s", num(dec, 2)));
+        else fprintf(stderr, "  at depth %6d: prefill of 512 tokens %8.1f tok/s, decode %.2f tok/s\n", depths[i], pre, dec);
+    }
+    rc = 0;
+done:
+    json_decref(list);
+    free(last);
+    return rc;
+}
+
 static int cmp_double(const void *a, const void *b) { return (*(const double *)a > *(const double *)b) - (*(const double *)a < *(const double *)b); }
 
 int cmd_bench(int argc, char **argv) {
     opts o = {.decode = 128, .prompts = "128,512,1024"};
-    if (parse_common(argc, argv, &o, "-m --prompts --decode --json --draft --draft-max" RUNTIME_FLAGS)) return 2;
+    if (parse_common(argc, argv, &o, "-m --prompts --decode --depth --json --draft --draft-max" RUNTIME_FLAGS)) return 2;
     if (o.help) return fputs(bench_help, stdout), 0;
     const int json = o.json;
     const long long n_decode = o.decode;
     const char *sizes_arg = o.prompts;
     if (!o.model || o.prompt) return die("needs one MODEL (see qhx bench --help)"), 2;
-    int32_t *sizes;
-    int n_sizes;
+    int32_t *sizes, *depths = NULL;
+    int n_sizes, n_depths = 0;
     if (parse_ids("--prompts", sizes_arg, &sizes, &n_sizes)) return 2;
+    if (o.depths && parse_ids("--depth", o.depths, &depths, &n_depths)) return free(sizes), 2;
     qhx_runtime *rt = NULL;
     qhx_model *m = NULL;
     qhx_session *s = NULL;
@@ -122,6 +170,11 @@ int cmd_bench(int argc, char **argv) {
         longest = sizes[i] > longest ? sizes[i] : longest;
     }
     if (128 + n_decode > in.max_context) { die("--decode %lld: 128 + N exceeds the context of %d", n_decode, in.max_context); goto done; }
+    for (int i = 0; i < n_depths; i++)
+        if ((long long)depths[i] + 512 > in.max_context) {
+            die("--depth %d: 512 more tokens exceed the context of %d (forge with --context-len)", depths[i], in.max_context);
+            goto done;
+        }
     ids = malloc(sizeof(int32_t) * (size_t)longest);
     float *last = malloc(sizeof(float) * (size_t)in.vocab_size);
     if (!ids || !last) { free(last); die("out of memory"); goto done; }
@@ -206,12 +259,14 @@ int cmd_bench(int argc, char **argv) {
                 ttft * 1e3, rss_mb, in.weight_bytes / 1e6);
     }
     free(pre);
+    if (n_depths && bench_depths(m, s, depths, n_depths, n_decode < 64 ? (int)n_decode : 64, report)) goto done;
     if (o.gen.draft && bench_verify(m, s, ids, o.gen.draft_max ? o.gen.draft_max : 8, o.gen.draft == QHX_DRAFT_MTP, report)) goto done;
     if (report && (json_dumpf(report, stdout, JSON_REAL_PRECISION(15)) || putchar('\n') == EOF)) { die("stdout: write error"); goto done; }
     rc = 0;
 done:
     json_decref(report);
     free(sizes);
+    free(depths);
     free(ids);
     close_model(rt, m, s);
     return rc;
