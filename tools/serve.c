@@ -32,104 +32,7 @@
 #include <unistd.h>
 
 #define MAX_BODY (1u << 20)   /* request bodies over 1 MiB get 413 */
-#define MAX_QUEUE 64          /* requests waiting for a slot beyond this get 503 */
 
-
-/* ---- slots and turns ---- */
-
-/* A place in the queue for a slot, or -1 when the queue is full (503). */
-static int queue_enter(server *sv) {
-    pthread_mutex_lock(&sv->lock);
-    int ok = sv->n_waiting < MAX_QUEUE && !sv->stopping;
-    if (ok) sv->n_waiting++;
-    pthread_mutex_unlock(&sv->lock);
-    return ok ? 0 : -1;
-}
-
-/* Whether the client behind fd (its socket, or a stream's pipe, whose reader libmicrohttpd
- * closes when the client goes) has gone. */
-static int client_gone(int fd) {
-    struct pollfd p = {fd, POLLRDHUP, 0};
-    return fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
-}
-
-/* Waits (in the queue) for a free slot; -1 if the server is stopping or the client behind fd
- * (-1: none) leaves meanwhile, so a request nobody waits for gives its place up. */
-static int slot_take(server *sv, int fd) {
-    pthread_mutex_lock(&sv->lock);
-    int k = -1;
-    for (;;) {
-        for (int i = 0; i < sv->n_slots && k < 0; i++)
-            if (!sv->slot_busy[i]) k = i;
-        if (k >= 0 || sv->stopping || client_gone(fd)) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100000000; /* a look at the client every 100 ms */
-        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-        pthread_cond_timedwait(&sv->cv, &sv->lock, &ts);
-    }
-    sv->n_waiting--;
-    if (k >= 0) { sv->slot_busy[k] = 1; sv->n_running++; }
-    pthread_mutex_unlock(&sv->lock);
-    return k;
-}
-
-static void slot_give(server *sv, int k) {
-    pthread_mutex_lock(&sv->lock);
-    sv->slot_busy[k] = 0;
-    sv->n_running--;
-    pthread_cond_broadcast(&sv->cv);
-    pthread_mutex_unlock(&sv->lock);
-}
-
-static void turn_begin(server *sv) {
-    pthread_mutex_lock(&sv->lock);
-    unsigned long me = sv->turn_next++;
-    while (sv->turn_now != me) pthread_cond_wait(&sv->cv, &sv->lock);
-    pthread_mutex_unlock(&sv->lock);
-}
-
-static void turn_end(server *sv) {
-    pthread_mutex_lock(&sv->lock);
-    sv->turn_now++;
-    pthread_cond_broadcast(&sv->cv);
-    pthread_mutex_unlock(&sv->lock);
-}
-
-/* ---- batched decode ---- */
-
-typedef struct step_req {
-    qhx_session *s;
-    int32_t tok;
-    float *logits;
-    qhx_status rc;
-    int taken, done;
-} step_req;
-
-/* Runs every posted step as one qhx_sessions_step (called with sv->lock held; returns with it). */
-static void lead(server *sv) {
-    step_req *batch[64];
-    qhx_session *ss[64];
-    int32_t toks[64];
-    const int n = sv->n_posted;
-    for (int i = 0; i < n; i++) batch[i] = sv->posted[i], batch[i]->taken = 1, ss[i] = batch[i]->s, toks[i] = batch[i]->tok;
-    sv->n_posted = 0;
-    sv->leading = 1;
-    pthread_mutex_unlock(&sv->lock);
-    turn_begin(sv);
-    const double t0 = now_s();
-    const qhx_status rc = qhx_sessions_step(ss, toks, n, sv->batch_logits);
-    if (rc) fprintf(stderr, "qhx serve: a batched decode step failed: %s\n", qhx_last_error());
-    const double took = now_s() - t0;
-    turn_end(sv);
-    const size_t V = (size_t)sv->mi.vocab_size;
-    for (int i = 0; i < n && !rc; i++) memcpy(batch[i]->logits, sv->batch_logits + i * V, sizeof(float) * V);
-    pthread_mutex_lock(&sv->lock);
-    for (int i = 0; i < n; i++) batch[i]->rc = rc, batch[i]->done = 1;
-    sv->leading = 0;
-    sv->decode_s += took;
-    pthread_cond_broadcast(&sv->cv);
-}
 
 /* ---- responses ---- */
 
@@ -278,23 +181,10 @@ static void log_request(job *jb, unsigned status, const qhx_generate_result *res
             decode > 0 && gen > 1 ? (gen - 1) / decode : 0.0);
 }
 
-/* qhx_generate_opts.step for every request: called holding the turn, it posts the step, leads the
- * pass when it is the last of the decoding slots to post, and returns holding the turn again. */
+/* qhx_generate_opts.step for every request: into the next batched pass (tools/serve_sched.c). */
 static qhx_status serve_step(qhx_session *s, int32_t tok, float *logits, void *user) {
     job *jb = user;
-    server *sv = jb->sv;
-    step_req me = {s, tok, logits, QHX_OK, 0, 0};
-    turn_end(sv);
-    pthread_mutex_lock(&sv->lock);
-    if (!jb->decoding) jb->decoding = 1, sv->n_decoding++;
-    sv->posted[sv->n_posted++] = &me;
-    while (!me.done) {
-        if (!me.taken && !sv->leading && sv->n_posted == sv->n_decoding) lead(sv);
-        else pthread_cond_wait(&sv->cv, &sv->lock);
-    }
-    pthread_mutex_unlock(&sv->lock);
-    turn_begin(sv);
-    return me.rc;
+    return sched_step(jb->sv, s, tok, logits, &jb->decoding);
 }
 
 /* pc_prefill's yield between the pieces of a long prompt: the streams decoding meanwhile get as
@@ -306,21 +196,8 @@ static int serve_yield(void *user) {
     server *sv = jb->sv;
     const double piece = now_s() - jb->t_piece;
     turn_end(sv);
-    if (jb->rq->stream) { if (write_all(jb->fd, ": prefill\n\n", 12)) jb->failed = 1; }
-    else {
-        if (client_gone(jb->fd)) jb->failed = 1;
-    }
-    pthread_mutex_lock(&sv->lock);
-    const double target = sv->decode_s + piece, until = now_s() + piece;
-    while (!jb->failed && !sv->stopping && sv->n_decoding > 0 && sv->decode_s < target && now_s() < until) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 2000000; /* re-check every 2 ms: the condition variable is the slots' */
-        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-        pthread_cond_timedwait(&sv->cv, &sv->lock, &ts);
-    }
-    const int stop = jb->failed || sv->stopping;
-    pthread_mutex_unlock(&sv->lock);
+    if (jb->rq->stream ? write_all(jb->fd, ": prefill\n\n", 12) != 0 : client_gone(jb->fd)) jb->failed = 1;
+    const int stop = jb->failed || sched_yield_time(sv, piece);
     turn_begin(sv);
     jb->t_piece = now_s();
     return stop;
@@ -341,13 +218,7 @@ static qhx_status run_job(job *jb, qhx_generate_result *res) {
     const int at = qhx_session_pos(s);
     jb->rq->gen.step = serve_step, jb->rq->gen.step_user = jb;
     if (!st) st = qhx_generate(s, jb->rq->ids + at, jb->rq->n_ids - at, &jb->rq->gen, serve_on_token, jb, res);
-    pthread_mutex_lock(&sv->lock);
-    if (jb->decoding) { /* the others' passes no longer wait for this slot */
-        jb->decoding = 0;
-        sv->n_decoding--;
-        pthread_cond_broadcast(&sv->cv);
-    }
-    pthread_mutex_unlock(&sv->lock);
+    sched_step_done(sv, &jb->decoding); /* the others' passes no longer wait for this slot */
     res->n_prompt = jb->rq->n_ids;
     jb->reply_cacheable = !st && jb->rq->history && !jb->failed && sv->cache.budget;
     jb->t_end = now_s();

@@ -1,5 +1,6 @@
 /* qhx serve's server state, its request parser (tools/serve_request.c, which fuzz/fuzz_request.c
- * links as the server runs it) and the server itself (tools/serve.c). */
+ * links as the server runs it), its scheduling (tools/serve_sched.c), its side routes
+ * (tools/serve_routes.c) and the server itself (tools/serve.c). */
 #ifndef QHX_SERVE_H
 #define QHX_SERVE_H
 #include "prefix_cache.h"
@@ -61,6 +62,25 @@ typedef struct {
  * and tokenized, the context checked): NULL, and why in *why, when it is refused. */
 request *parse_request(server *sv, const char *body, size_t len, int chat, refusal *why);
 void request_free(request *rq);
+
+/* Scheduling (tools/serve_sched.c). queue_enter: a place in the queue (-1: full, 503); slot_take:
+ * waits there for a free slot (-1: stopping, or the client behind fd, -1 for none, has gone);
+ * turn_begin/turn_end: the model, one evaluation at a time in arrival order. sched_step: a
+ * slot's decode step (called holding the turn; returns holding it) posted to the next batched
+ * pass, which the last decoding slot to post runs for all (*registered: this slot is counted
+ * among them; sched_step_done takes it out). sched_yield_time: waits, not holding the turn,
+ * while the decoding slots get `piece` seconds of passes (or that much time passes); nonzero
+ * when the server is stopping. */
+int queue_enter(server *sv);
+int client_gone(int fd);
+int slot_take(server *sv, int fd);
+void slot_give(server *sv, int k);
+void turn_begin(server *sv);
+void turn_end(server *sv);
+qhx_status sched_step(server *sv, qhx_session *s, int32_t tok, float *logits, int *registered);
+void sched_step_done(server *sv, int *registered);
+int sched_yield_time(server *sv, double piece);
+#define MAX_QUEUE 64 /* requests waiting for a slot beyond this get 503 */
 
 /* Starts libmicrohttpd's threads serving sv at addr (tools/serve.c); *bound: the port it got.
  * NULL when it cannot listen (errno says why). */
