@@ -226,8 +226,8 @@ void qhx_model_get_info(const qhx_model *m, qhx_model_info *info) {
     info->n_shards = m->n_shards;
     info->weight_bytes = m->weight_bytes;
     info->decode_bytes_per_token = qhx_weights_bytes_per_token(c, m->w);
-    info->state_bytes = qhx_state_fixed_bytes(c, 0, c->n_layers);
-    info->kv_bytes_per_token = qhx_state_kv_bytes_per_token(c, 0, c->n_layers);
+    info->state_bytes = qhx_state_fixed_bytes(c);
+    info->kv_bytes_per_token = qhx_state_kv_bytes_per_token(c);
     info->mtp_layers = m->w->mtp ? 1 : 0;
 }
 

@@ -126,7 +126,7 @@ static int flag_in(const char *list, const char *a) {
     return 0;
 }
 
-/* every flag parse_common knows */
+/* every flag parse_common knows: only the wording of a refusal depends on it */
 static const char all_flags[] =
     "-m -p --prompt -n --n-predict -t --threads --kernels --backend --mmap --tokens -o --out --ctx -c --ctx-size --chunks "
     "--decode --prompts --depth -f --file --prompt-cache --system --host --api-key --cors --port --cache-mb --parallel -np --think --no-think "
@@ -136,8 +136,9 @@ static const char all_flags[] =
 int parse_common(int argc, char **argv, opts *o, const char *allowed) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (a[0] == '-' && a[1] && strcmp(a, "-h") && strcmp(a, "--help") && flag_in(all_flags, a) && !flag_in(allowed, a))
-            return die("%s does not apply to %s (see %s --help)", a, cmd_name, cmd_name), -1;
+        if (a[0] == '-' && a[1] && strcmp(a, "-h") && strcmp(a, "--help") && !flag_in(allowed, a))
+            return (flag_in(all_flags, a) ? die("%s does not apply to %s (see %s --help)", a, cmd_name, cmd_name)
+                                          : die("unknown option '%s' (see %s --help)", a, cmd_name)), -1;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) o->help = 1;
         else if (!strcmp(a, "-m")) { if (want_value(argc, argv, &i)) return -1; o->model = argv[i]; }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { if (want_value(argc, argv, &i)) return -1; o->prompt = argv[i]; }

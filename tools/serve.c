@@ -128,9 +128,7 @@ static int serve_on_token(int32_t tok, const char *text, size_t len, void *user)
     if (!jb->t_first) jb->t_first = now_s();
     turn_end(sv); /* let the other slots have their token */
     if (sv->stopping) jb->failed = 1;
-    if (!jb->failed && !jb->rq->stream) { /* a client that hung up will not read the answer */
-        if (client_gone(jb->fd)) jb->failed = 1;
-    }
+    if (!jb->failed && !jb->rq->stream && client_gone(jb->fd)) jb->failed = 1; /* it will not read the answer */
     if (!jb->failed && len) {
         size_t r0 = jb->n_reasoning, c0 = jb->n_content;
         if (grow(jb, len)) jb->failed = 1;

@@ -29,6 +29,14 @@ void qhx_hostop_reset(qhx_hostop_state *hs, const qhx_model *m) {
     hs->kv_tip = NULL;
 }
 
+/* The layers over runs of x's T rows, shard by shard, and the states advanced. */
+static qhx_status forward(const qhx_model *m, const qhx_exec *ex, const qhx_run *runs, int n_runs, float *x, int T, int stepwise) {
+    qhx_status rc = qhx_state_begin(ex, runs, n_runs, stepwise);
+    for (int i = 0; i < m->n_shards && !rc; i++)
+        rc = qhx_qwen35_layers(ex, &m->cfg, m->w, runs, n_runs, m->shards[i].l0, m->shards[i].l1, x, T, stepwise);
+    return rc;
+}
+
 qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32_t *tokens, int n, int stepwise,
                            float *logits_all, float *logits_last) {
     const qhx_config *c = &m->cfg;
@@ -39,23 +47,15 @@ qhx_status qhx_hostop_eval(const qhx_model *m, qhx_hostop_state *hs, const int32
                             c->vocab_size);
     if (n > m->context - hs->st.pos)
         return qhx_fail(QHX_ERR_RANGE, "%d tokens after %d exceed the context of %d", n, hs->st.pos, m->context);
-    const size_t need = (size_t)n * c->hidden;
-    if (need > hs->x_floats) {
-        float *x = realloc(hs->x, need * sizeof(float));
-        if (!x) return qhx_fail(QHX_ERR_NOMEM, "out of memory for %d tokens", n);
-        hs->x = x;
-        hs->x_floats = need;
-    }
-    if (qhx_reserve(&hs->tokens, &hs->tokens_cap, (size_t)(hs->st.pos + n), sizeof *hs->tokens))
+    if (qhx_reserve(&hs->x, &hs->x_floats, (size_t)n * c->hidden, sizeof(float)) ||
+        qhx_reserve(&hs->tokens, &hs->tokens_cap, (size_t)(hs->st.pos + n), sizeof *hs->tokens))
         return qhx_fail(QHX_ERR_NOMEM, "out of memory for %d tokens", n);
     qhx_exec step = m->rt->ex;
     step.per_token = stepwise;
     const qhx_exec *ex = &step;
     qhx_qwen35_embed(c, m->w, tokens, n, hs->x);
     const qhx_run run = {&hs->st, 0, n};
-    qhx_status rc = qhx_state_begin(ex, &run, 1, stepwise);
-    for (int i = 0; i < m->n_shards && !rc; i++)
-        rc = qhx_qwen35_layers(ex, c, m->w, &run, 1, m->shards[i].l0, m->shards[i].l1, hs->x, n, stepwise);
+    qhx_status rc = forward(m, ex, &run, 1, hs->x, n, stepwise);
     if (!rc) {
         memcpy(hs->tokens + hs->st.pos, tokens, sizeof(int32_t) * n);
         qhx_state_end(&run, 1);
@@ -78,7 +78,7 @@ qhx_status qhx_hostop_step(const qhx_model *m, qhx_hostop_state *const *hs, cons
     if (n <= 0 || n > QHX_DECODE_MAX_T) return qhx_fail(QHX_ERR_ARG, "step: %d sessions (1 to %d a pass)", n, QHX_DECODE_MAX_T);
     for (int i = 0; i < n; i++) { /* ids, positions and distinctness: checked by qhx_sessions_step */
         if (qhx_reserve(&hs[i]->tokens, &hs[i]->tokens_cap, (size_t)hs[i]->st.pos + 1, sizeof *hs[i]->tokens) ||
-            qhx_reserve((char **)&hs[i]->x, &hs[i]->x_floats, (i ? 1 : (size_t)n) * D, sizeof(float)))
+            qhx_reserve(&hs[i]->x, &hs[i]->x_floats, (i ? 1 : (size_t)n) * D, sizeof(float)))
             return qhx_fail(QHX_ERR_NOMEM, "step: out of memory");
         runs[i] = (qhx_run){&hs[i]->st, i, 1};
     }
@@ -87,8 +87,7 @@ qhx_status qhx_hostop_step(const qhx_model *m, qhx_hostop_state *const *hs, cons
     const qhx_exec *ex = &step;
     float *x = hs[0]->x; /* the batch's residual stream: row i is session i's */
     qhx_qwen35_embed(c, m->w, tokens, n, x);
-    qhx_status rc = qhx_state_begin(ex, runs, n, 1);
-    for (int i = 0; i < m->n_shards && !rc; i++) rc = qhx_qwen35_layers(ex, c, m->w, runs, n, m->shards[i].l0, m->shards[i].l1, x, n, 1);
+    qhx_status rc = forward(m, ex, runs, n, x, n, 1);
     if (!rc) {
         for (int i = 0; i < n; i++) hs[i]->tokens[hs[i]->st.pos] = tokens[i];
         qhx_state_end(runs, n);

@@ -96,10 +96,10 @@ static inline qhx_layer_state *qhx_state_layer(const qhx_state *s, int l) { retu
 qhx_status qhx_state_init(qhx_state *s, const qhx_config *c);
 void qhx_state_free(qhx_state *s);
 void qhx_state_reset(qhx_state *s);
-/* Bytes of recurrent state (conv FIFOs + delta-rule states) of layers [l0, l1), and of KV cache
- * per token. */
-size_t qhx_state_fixed_bytes(const qhx_config *c, int l0, int l1);
-size_t qhx_state_kv_bytes_per_token(const qhx_config *c, int l0, int l1);
+/* Bytes of a sequence's recurrent state (conv FIFOs + delta-rule states), and of its KV cache per
+ * token. */
+size_t qhx_state_fixed_bytes(const qhx_config *c);
+size_t qhx_state_kv_bytes_per_token(const qhx_config *c);
 /* floats of one linear layer's conv FIFO and of its delta-rule state */
 size_t qhx_state_conv_floats(const qhx_config *c);
 size_t qhx_state_ssm_floats(const qhx_config *c);

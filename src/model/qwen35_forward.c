@@ -47,13 +47,14 @@ static size_t attention_block_floats(int hd, int group, int n) {
     return ((blocks > pairs ? blocks : pairs) + 15) & ~(size_t)15;
 }
 
-/* floats of scratch one call over n tokens at position pos needs, with `threads` work areas */
-static size_t scratch_need(const qhx_config *c, int n, int pos, int threads) {
+/* floats of scratch one call over n tokens needs, with `threads` work areas, when the furthest
+ * position a run of it reaches is end */
+static size_t scratch_need(const qhx_config *c, int n, int end, int threads) {
     size_t T = (size_t)n, D = c->hidden, conv = qhx_config_conv_dim(c);
     size_t hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, attn = (size_t)c->n_heads * c->head_dim;
     size_t work = chunk_work_floats((int)dk, (int)dv);
     size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + work * threads;
-    size_t att = T * attn * 3 + T * (size_t)c->n_kv_heads * c->head_dim * 2 + attention_block_floats(c->head_dim, c->n_heads / c->n_kv_heads, (int)(pos + T)) * threads;
+    size_t att = T * attn * 3 + T * (size_t)c->n_kv_heads * c->head_dim * 2 + attention_block_floats(c->head_dim, c->n_heads / c->n_kv_heads, end) * threads;
     size_t mlp = T * (size_t)c->ffn * 2;
     size_t blk = gdn > att ? gdn : att;
     if (mlp > blk) blk = mlp;
@@ -481,7 +482,7 @@ qhx_status qhx_state_begin(const qhx_exec *ex, const qhx_run *runs, int n_runs, 
         if (s->pos + runs[r].n > end) end = s->pos + runs[r].n;
     }
     qhx_state *s = runs[0].st;
-    const size_t need = scratch_need(s->cfg, T, end - 1, qhx_pool_size(ex->pool));
+    const size_t need = scratch_need(s->cfg, T, end, qhx_pool_size(ex->pool));
     if (need > s->scratch_floats) {
         float *p = realloc(s->scratch, need * sizeof(float));
         if (!p) return qhx_fail(QHX_ERR_NOMEM, "forward: out of memory for %d tokens", T);

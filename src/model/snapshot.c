@@ -9,11 +9,11 @@
 static size_t kv_dim(const qhx_config *c) { return (size_t)c->n_kv_heads * c->head_dim; }
 
 size_t qhx_snapshot_recurrent_floats(const qhx_config *c) {
-    return qhx_state_fixed_bytes(c, 0, c->n_layers) / sizeof(float);
+    return qhx_state_fixed_bytes(c) / sizeof(float);
 }
 
 size_t qhx_snapshot_row_floats(const qhx_config *c) {
-    return qhx_state_kv_bytes_per_token(c, 0, c->n_layers) / sizeof(float);
+    return qhx_state_kv_bytes_per_token(c) / sizeof(float);
 }
 
 void qhx_kv_segment_unref(qhx_kv_segment *seg) {

@@ -13,16 +13,16 @@ size_t qhx_state_conv_floats(const qhx_config *c) {
 }
 size_t qhx_state_ssm_floats(const qhx_config *c) { return (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim; }
 
-size_t qhx_state_fixed_bytes(const qhx_config *c, int l0, int l1) {
+size_t qhx_state_fixed_bytes(const qhx_config *c) {
     size_t n = 0;
-    for (int l = l0; l < l1; l++)
+    for (int l = 0; l < c->n_layers; l++)
         if (!c->full_attn[l]) n += (qhx_state_conv_floats(c) + qhx_state_ssm_floats(c)) * sizeof(float);
     return n;
 }
 
-size_t qhx_state_kv_bytes_per_token(const qhx_config *c, int l0, int l1) {
+size_t qhx_state_kv_bytes_per_token(const qhx_config *c) {
     size_t n = 0;
-    for (int l = l0; l < l1; l++)
+    for (int l = 0; l < c->n_layers; l++)
         if (c->full_attn[l]) n += 2 * sizeof(float) * (size_t)c->n_kv_heads * c->head_dim;
     return n;
 }
