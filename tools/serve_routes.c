@@ -12,9 +12,9 @@ int serve_key_ok(const char *key, const char *authorization) {
     static const char bearer[] = "Bearer ";
     if (!authorization || strncmp(authorization, bearer, sizeof bearer - 1)) return 0;
     const char *got = authorization + sizeof bearer - 1;
-    const size_t n = strlen(key);
-    unsigned diff = strlen(got) != n;
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(got[i] ? got[i] : 0xff) ;
+    const size_t n = strlen(key), m = strlen(got);
+    unsigned diff = m != n;
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < m ? got[i] : 0);
     return diff == 0;
 }
 
