@@ -122,12 +122,11 @@ static void check_model(const char *dir, const char *kernels) {
  * suite runs each NEON set that keeps fp32 parity this way) */
 int main(int argc, char **argv) {
     const char *set = argc > 1 ? argv[1] : NULL;
-    if (!set && !tl_quick()) { /* the reference (double accumulation) and the fast path this CPU picks, same tolerance */
-        check_model("models/q35-kjv", "ref");
-        check_model("models/q35-rand-tiny", "ref");
+    static const char *const models[] = {"models/q35-kjv", "models/q35-rand-tiny", "models/q35-moe-kjv", "models/q35-moe-tiny"};
+    for (int i = 0; i < 4; i++) {
+        if (!set && !tl_quick()) check_model(models[i], "ref"); /* the reference (double accumulation), same tolerance */
+        check_model(models[i], set ? set : "auto");
     }
-    check_model("models/q35-kjv", set ? set : "auto");
-    check_model("models/q35-rand-tiny", set ? set : "auto");
     printf("  worst deviation %.2e of logit std (tolerance %.0e)\n", worst_seen, TOL);
     return tl_finish("parity");
 }

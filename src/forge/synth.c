@@ -89,7 +89,7 @@ static float sample(const qhx_tensor_spec *s, uint64_t *rng) {
     float u1 = uniform01(rng), u2 = uniform01(rng);
     float n = sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
     switch (s->init) {
-    case QHX_INIT_MATRIX: return n / sqrtf((float)s->shape[s->ndim - 1]);
+    case QHX_INIT_MATRIX: case QHX_INIT_ROUTER: return n / sqrtf((float)s->shape[s->ndim - 1]);
     case QHX_INIT_EMBED: return 0.35f * n;
     case QHX_INIT_NORM: return 0.3f * n;
     case QHX_INIT_GNORM: return 1.0f + 0.3f * n;

@@ -56,12 +56,30 @@ static void read_eos(qhx_config *c, const json_t *v) {
     }
 }
 
-static qhx_status parse_text(qhx_config *c, const ctx *x) {
+/* The sparse MoE block (Qwen3.5-MoE, as Qwen3-Next): every layer's, top-k weights renormalised. */
+static qhx_status parse_moe(qhx_config *c, const ctx *x) {
+    qhx_status rc;
+    if ((rc = get_int(x, "num_experts", 1, 1 << 16, &c->n_experts, 1, 0)) ||
+        (rc = get_int(x, "num_experts_per_tok", 1, c->n_experts < QHX_MAX_TOP_K ? c->n_experts : QHX_MAX_TOP_K, &c->top_k, 1, 0)) ||
+        (rc = get_int(x, "moe_intermediate_size", 1, MAX_DIM, &c->moe_ffn, 1, 0)) ||
+        (rc = get_int(x, "shared_expert_intermediate_size", 1, MAX_DIM, &c->ffn, 1, 0)))
+        return rc;
+    const json_t *norm = field(x, "norm_topk_prob"), *only = field(x, "mlp_only_layers"), *step = field(x, "decoder_sparse_step");
+    if (norm && !json_is_true(norm))
+        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: norm_topk_prob must be true (Qwen3.5-MoE renormalises the top-k weights)", x->path);
+    if (only && !(json_is_array(only) && json_array_size(only) == 0))
+        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: mlp_only_layers must be empty (every layer's MLP is a MoE block)", x->path);
+    if (step && !(json_is_number(step) && json_number_value(step) == 1))
+        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: decoder_sparse_step must be 1", x->path);
+    return QHX_OK;
+}
+
+static qhx_status parse_text(qhx_config *c, const ctx *x, int moe) {
     qhx_status rc;
     if ((rc = get_int(x, "vocab_size", 1, 1 << 24, &c->vocab_size, 1, 0)) ||
         (rc = get_int(x, "hidden_size", 1, MAX_DIM, &c->hidden, 1, 0)) ||
         (rc = get_int(x, "num_hidden_layers", 1, QHX_MAX_LAYERS, &c->n_layers, 1, 0)) ||
-        (rc = get_int(x, "intermediate_size", 1, MAX_DIM, &c->ffn, 1, 0)) ||
+        (rc = moe ? parse_moe(c, x) : get_int(x, "intermediate_size", 1, MAX_DIM, &c->ffn, 1, 0)) ||
         (rc = get_int(x, "num_attention_heads", 1, 4096, &c->n_heads, 1, 0)) ||
         (rc = get_int(x, "num_key_value_heads", 1, 4096, &c->n_kv_heads, 1, 0)) ||
         (rc = get_int(x, "head_dim", 2, 4096, &c->head_dim, 1, 0)) ||
@@ -157,24 +175,26 @@ qhx_status qhx_config_parse(qhx_config *c, const char *path, const char *json, s
     qhx_status rc;
     if (!type) {
         rc = qhx_fail(QHX_ERR_FORMAT, "%s: missing field 'model_type'", path);
-    } else if (!strcmp(type, "qwen3_5")) {
+    } else if (!strcmp(type, "qwen3_5") || !strcmp(type, "qwen3_5_moe")) {
+        const int moe = !strcmp(type, "qwen3_5_moe");
+        const char *want = moe ? "qwen3_5_moe_text" : "qwen3_5_text";
         const json_t *tc = json_object_get(root, "text_config");
         if (!json_is_object(tc)) {
-            rc = qhx_fail(QHX_ERR_FORMAT, "%s: model_type qwen3_5 needs a 'text_config' object", path);
+            rc = qhx_fail(QHX_ERR_FORMAT, "%s: model_type %s needs a 'text_config' object", path, type);
         } else {
             const json_t *tmt = json_object_get(tc, "model_type");
-            if (tmt && !(json_is_string(tmt) && !strcmp(json_string_value(tmt), "qwen3_5_text")))
-                rc = qhx_fail(QHX_ERR_UNSUPPORTED, "%s: text_config.model_type '%s' is not supported (expected qwen3_5_text)",
-                              path, json_is_string(tmt) ? json_string_value(tmt) : "?");
+            if (tmt && !(json_is_string(tmt) && !strcmp(json_string_value(tmt), want)))
+                rc = qhx_fail(QHX_ERR_UNSUPPORTED, "%s: text_config.model_type '%s' is not supported (expected %s)",
+                              path, json_is_string(tmt) ? json_string_value(tmt) : "?", want);
             else {
                 x.tc = tc;
-                rc = parse_text(c, &x);
+                rc = parse_text(c, &x, moe);
             }
         }
-    } else if (!strcmp(type, "qwen3_5_text")) {
-        rc = parse_text(c, &x);
+    } else if (!strcmp(type, "qwen3_5_text") || !strcmp(type, "qwen3_5_moe_text")) {
+        rc = parse_text(c, &x, !strcmp(type, "qwen3_5_moe_text"));
     } else {
-        rc = qhx_fail(QHX_ERR_UNSUPPORTED, "%s: model_type '%.64s' is not supported (expected qwen3_5 or qwen3_5_text)",
+        rc = qhx_fail(QHX_ERR_UNSUPPORTED, "%s: model_type '%.64s' is not supported (expected qwen3_5, qwen3_5_moe or their _text forms)",
                       path, type);
     }
     json_decref(root);
@@ -227,6 +247,14 @@ char *qhx_config_to_json(const qhx_config *c) {
                           "tie_word_embeddings", c->tie_embeddings, "eos_token_id", eos);
     /* only where there is a head, so the text (and hash) of models without one stays as it was */
     if (o && c->mtp_layers) json_object_set_new(o, "mtp_num_hidden_layers", json_integer(c->mtp_layers));
+    if (o && c->n_experts) {
+        json_object_set_new(o, "model_type", json_string("qwen3_5_moe_text"));
+        json_object_del(o, "intermediate_size");
+        json_object_set_new(o, "num_experts", json_integer(c->n_experts));
+        json_object_set_new(o, "num_experts_per_tok", json_integer(c->top_k));
+        json_object_set_new(o, "moe_intermediate_size", json_integer(c->moe_ffn));
+        json_object_set_new(o, "shared_expert_intermediate_size", json_integer(c->ffn));
+    }
     char *s = o ? qhx_json_canonical(o) : NULL;
     json_decref(o);
     return s;

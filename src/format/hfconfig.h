@@ -1,5 +1,6 @@
 /* The Qwen3.5 text-decoder hyper-parameters, read from a Hugging Face config.json in either the
- * multimodal form (top level model_type "qwen3_5" with a "text_config") or the flat text-only form. */
+ * multimodal form (top level model_type "qwen3_5" or "qwen3_5_moe" with a "text_config") or the
+ * flat text-only form ("qwen3_5_text", "qwen3_5_moe_text"). */
 #ifndef QHX_HFCONFIG_H
 #define QHX_HFCONFIG_H
 #include <stdint.h>
@@ -7,9 +8,13 @@
 
 /* A plausibility bound on num_hidden_layers (tables are sized from the config, not by this). */
 #define QHX_MAX_LAYERS 65536
+#define QHX_MAX_TOP_K 64      /* experts a token (Qwen3.5-MoE: 8 or 10) */
 
 typedef struct {
-    int vocab_size, hidden, n_layers, ffn;
+    int vocab_size, hidden, n_layers;
+    int ffn;          /* the SwiGLU MLP's width; in a mixture-of-experts model the shared expert's */
+    int n_experts, top_k, moe_ffn;  /* > 0: every layer's MLP is a sparse MoE block of n_experts
+                                       routed experts of width moe_ffn (top_k a token) + the shared one */
     int n_heads, n_kv_heads, head_dim, rot_dim;  /* gated softmax attention */
     float rope_theta;
     int lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim, conv_kernel;  /* Gated DeltaNet */

@@ -18,6 +18,7 @@ typedef struct {
     const char *dir;
     qhx_safetensors *files;
     int n_files;
+    int n_experts;
 } qhx_checkpoint;
 
 static int file_exists(const char *p) {
@@ -82,8 +83,38 @@ static const char *file_of(const qhx_checkpoint *ck, const qhx_st_tensor *t) {
     return "?";
 }
 
+/* A routed expert's matrix from the fused form of the released checkpoints: expert e's gate_proj
+ * and up_proj are rows [0, I) and [I, 2I) of gate_up_proj[e] ([E][2I][hidden]), its down_proj is
+ * down_proj[e] ([E][hidden][I]); no .weight suffix. Binds s->dst as that slice, or returns 0 when
+ * s is no expert matrix or the checkpoint has no fused tensor for it. */
+static int bind_fused(qhx_checkpoint *ck, const qhx_tensor_spec *s, qhx_status *rc) {
+    const char *at = strstr(s->name, "mlp.experts.");
+    char which[16], fused[192];
+    int e, used = 0;
+    if (!at || sscanf(at, "mlp.experts.%d.%15[a-z]_proj.weight%n", &e, which, &used) != 2 || at[used]) return 0;
+    const int gate = !strcmp(which, "gate"), up = !strcmp(which, "up");
+    snprintf(fused, sizeof fused, "%.*smlp.experts.%s", (int)(at - s->name), s->name, gate || up ? "gate_up_proj" : "down_proj");
+    const qhx_st_tensor *t = find(ck, fused);
+    if (!t) return 0;
+    const int64_t rows = s->shape[0], cols = s->shape[1], want1 = gate || up ? 2 * rows : rows;
+    if (t->dtype == QHX_DT_OTHER || t->ndim != 3 || t->shape[0] != ck->n_experts || t->shape[1] != want1 || t->shape[2] != cols) {
+        *rc = qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' must be [%d, %lld, %lld] of BF16, F16 or F32", file_of(ck, t), fused,
+                       ck->n_experts, (long long)want1, (long long)cols);
+        return 1;
+    }
+    const size_t first = ((size_t)e * want1 + (up ? rows : 0)) * cols;
+    s->dst->dtype = t->dtype;
+    s->dst->rows = (int)rows;
+    s->dst->cols = (int)cols;
+    s->dst->data = (const char *)t->data + first * qhx_dtype_size(t->dtype);
+    *rc = QHX_OK;
+    return 1;
+}
+
 static qhx_status bind(qhx_checkpoint *ck, const qhx_tensor_spec *s) {
     const qhx_st_tensor *t = find(ck, s->name);
+    qhx_status rc;
+    if (!t && bind_fused(ck, s, &rc)) return rc;
     if (!t) return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' is missing from the checkpoint", ck->dir, s->name);
     if (t->dtype == QHX_DT_OTHER)
         return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' has dtype %s (need BF16, F16 or F32)", file_of(ck, t), s->name, t->dtype_name);
@@ -150,6 +181,7 @@ qhx_status qhx_checkpoint_model_open(qhx_model *m, const char *dir) {
     if (m->cfg.mtp_layers && !find(ck, "mtp.fc.weight")) m->cfg.mtp_layers = 0;
     if (!m->cfg.tie_embeddings && !find(ck, "lm_head.weight"))
         return qhx_fail(QHX_ERR_FORMAT, "%s: tie_word_embeddings is false but lm_head.weight is missing", dir);
+    ck->n_experts = m->cfg.n_experts;
     m->w = qhx_weights_new(&m->cfg);
     int n = qhx_qwen35_specs(&m->cfg, prefix, m->w, NULL);
     qhx_tensor_spec *specs = calloc((size_t)n, sizeof *specs);

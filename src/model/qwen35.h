@@ -8,7 +8,11 @@
 
 typedef struct {
     qhx_tensor in_norm, post_norm;                 /* zero-centred RMSNorm weights (scale 1 + w) */
-    qhx_tensor gate, up, down;                     /* SwiGLU MLP */
+    qhx_tensor gate, up, down;                     /* SwiGLU MLP; in a MoE layer the shared expert */
+    /* sparse MoE MLP (cfg n_experts > 0): the router [E][hidden], the shared expert's gate
+     * [1][hidden], and each routed expert's gate, up and down at experts[3 e + 0, 1, 2] */
+    qhx_tensor router, shared_gate;
+    qhx_tensor *experts;
     /* Gated DeltaNet (linear attention) layers */
     qhx_tensor qkv, z, b, a, conv, dt_bias, a_log, gnorm, out;
     /* gated softmax attention layers */
@@ -21,6 +25,7 @@ typedef struct {
     qhx_tensor embed, lm_head, final_norm;
     qhx_layer_weights *layers;  /* n_layers of them */
     qhx_mtp_weights *mtp;       /* the multi-token-prediction head, or NULL */
+    qhx_tensor *expert_table;   /* what layers[].experts point into, or NULL (dense) */
 } qhx_weights;
 
 /* The MTP head (Hugging Face mtp.*; vLLM qwen3_next_mtp.py): y = fc([norm_embed(embed(next)) |
@@ -44,8 +49,10 @@ qhx_weights *qhx_weights_new(const qhx_config *c);
 void qhx_weights_free(qhx_weights *w);
 
 /* How a synthetic checkpoint initialises a tensor (see forge/synth.c). */
+/* QHX_INIT_ROUTER: a matrix that chooses (the MoE router, the shared expert's gate), initialised
+ * as one but kept fp32 in bundles, since a rounded router changes which experts run. */
 typedef enum { QHX_INIT_MATRIX, QHX_INIT_EMBED, QHX_INIT_NORM, QHX_INIT_GNORM, QHX_INIT_CONV,
-               QHX_INIT_ALOG, QHX_INIT_DTBIAS } qhx_init_kind;
+               QHX_INIT_ALOG, QHX_INIT_DTBIAS, QHX_INIT_ROUTER } qhx_init_kind;
 
 typedef struct {
     char name[160];
@@ -58,7 +65,8 @@ typedef struct {
 } qhx_tensor_spec;
 
 /* Every tensor the text decoder needs, with its name (after `prefix`, e.g. "model.language_model."),
- * exact shape and dtype. Returns the count; fills out[] when it is not NULL (size it with a first
+ * exact shape and dtype; routed experts one by one (mlp.experts.E.gate_proj.weight ...), which a
+ * checkpoint that fuses them (mlp.experts.gate_up_proj) binds as slices. Returns the count; fills out[] when it is not NULL (size it with a first
  * call). The one list the loader checks against and the synthesizer writes. */
 int qhx_qwen35_specs(const qhx_config *c, const char *prefix, qhx_weights *w, qhx_tensor_spec *out);
 
@@ -142,8 +150,8 @@ qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_
                              int l0, int l1, float *x, int T, int stepwise);
 void qhx_state_end(const qhx_run *runs, int n_runs);
 
-/* Bytes of weights one token's forward reads: every layer, the final norm, one embedding row and
- * the lm-head. */
+/* Bytes of weights one token's forward reads: every layer (of a MoE layer, top_k experts of the
+ * average size), the final norm, one embedding row and the lm-head. */
 uint64_t qhx_weights_bytes_per_token(const qhx_config *c, const qhx_weights *w);
 
 /* The MTP head over n positions at its state's position: hidden[n][hidden] the trunk's final-normed

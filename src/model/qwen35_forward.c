@@ -56,6 +56,10 @@ static size_t scratch_need(const qhx_config *c, int n, int end, int threads) {
     size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + work * threads;
     size_t att = T * attn * 3 + T * (size_t)c->n_kv_heads * c->head_dim * 2 + attention_block_floats(c->head_dim, c->n_heads / c->n_kv_heads, end) * threads;
     size_t mlp = T * (size_t)c->ffn * 2;
+    if (c->n_experts) { /* moe()'s arrays (ints in float-sized slots), then the shared expert's mlp() */
+        const size_t E = c->n_experts, slots = T * c->top_k;
+        mlp += T * E + T + slots * 3 + E + slots * (2 * D + 2 * (size_t)c->moe_ffn) + T * D + 16 * 12;
+    }
     size_t blk = gdn > att ? gdn : att;
     if (mlp > blk) blk = mlp;
     return T * D * 3 + blk + 16 * 64;
@@ -463,6 +467,84 @@ static qhx_status mlp(const qhx_exec *ex, const qhx_config *c, const qhx_layer_w
     return qhx_matmul(ex, &lw->down, gt, T, out);
 }
 
+/* ---- sparse mixture of experts (Qwen3.5-MoE; HF Qwen3_5MoeSparseMoeBlock) -------------------- */
+
+/* Each token's top_k experts by router logit (ties: the lower index), their softmax weights
+ * renormalised over the k, which is e^(l - max) over its sum across the k: the full softmax's
+ * denominator cancels. sel[] comes out in ascending expert order, the order HF adds them in. */
+static void route(const float *logits, int E, int K, int *sel, float *wt) {
+    int chosen[QHX_MAX_TOP_K];
+    float mx = -INFINITY;
+    for (int e = 0; e < E; e++) mx = logits[e] > mx ? logits[e] : mx;
+    int n = 0;
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int j = 0; j < n && !taken; j++) taken = chosen[j] == e;
+            if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
+        }
+        chosen[n++] = best;
+    }
+    for (int i = 1; i < K; i++) /* insertion sort: ascending expert ids */
+        for (int j = i; j > 0 && chosen[j - 1] > chosen[j]; j--) { const int t = chosen[j]; chosen[j] = chosen[j - 1], chosen[j - 1] = t; }
+    float sum = 0.0f;
+    for (int k = 0; k < K; k++) sum += wt[k] = expf(logits[chosen[k]] - mx);
+    for (int k = 0; k < K; k++) sel[k] = chosen[k], wt[k] /= sum;
+}
+
+/* The router picks top_k experts a token; the tokens are grouped by expert so each routed
+ * expert's weights are read once a call for every token sent to it, and an expert no token chose
+ * is not read at all. Each token's output then sums its experts' rows, weighted, in expert order,
+ * and adds the shared expert's, scaled by sigmoid(shared_gate . x). A token's result depends only
+ * on its own row: per_token calls give what a lone step gives. */
+static qhx_status moe(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, const float *h, float *out, int T,
+                      carver cv) {
+    const int E = c->n_experts, K = c->top_k, D = c->hidden, I = c->moe_ffn, S = T * K;
+    float *logits = carve(&cv, (size_t)T * E), *sg = carve(&cv, (size_t)T), *wt = carve(&cv, (size_t)S);
+    int *sel = (int *)carve(&cv, (size_t)S), *row = (int *)carve(&cv, (size_t)S), *who = (int *)carve(&cv, (size_t)S);
+    int *first = (int *)carve(&cv, (size_t)E + 1);
+    float *xe = carve(&cv, (size_t)S * D), *ye = carve(&cv, (size_t)S * D);
+    float *ge = carve(&cv, (size_t)S * I), *ue = carve(&cv, (size_t)S * I), *shared = carve(&cv, (size_t)T * D);
+    const qhx_tensor *const R[] = {&lw->router, &lw->shared_gate};
+    float *const RY[] = {logits, sg};
+    qhx_status rc = qhx_matmul_many(ex, h, T, 2, R, RY);
+    if (rc) return rc;
+    for (int t = 0; t < T; t++) route(logits + (size_t)t * E, E, K, sel + (size_t)t * K, wt + (size_t)t * K);
+
+    /* slot i = t K + k: token t's k-th expert; row[i]: where its input and output sit in xe / ye,
+     * grouped by expert, tokens in order within a group */
+    memset(first, 0, sizeof(int) * (size_t)(E + 1));
+    for (int i = 0; i < S; i++) first[sel[i] + 1]++;
+    for (int e = 0; e < E; e++) first[e + 1] += first[e];
+    for (int i = 0; i < S; i++) row[i] = first[sel[i]]++;  /* first[e] ends at group e's end, */
+    for (int e = E; e > 0; e--) first[e] = first[e - 1];    /* which is group e + 1's start */
+    first[0] = 0;
+    for (int i = 0; i < S; i++) who[row[i]] = i / K;
+    for (int r = 0; r < S; r++) memcpy(xe + (size_t)r * D, h + (size_t)who[r] * D, sizeof(float) * D);
+    for (int e = 0; e < E && !rc; e++) {
+        const int r0 = first[e], n = first[e + 1] - first[e];
+        if (!n) continue;
+        const qhx_tensor *const W[] = {&lw->experts[3 * e], &lw->experts[3 * e + 1]};
+        float *const Y[] = {ge + (size_t)r0 * I, ue + (size_t)r0 * I};
+        if ((rc = qhx_matmul_many(ex, xe + (size_t)r0 * D, n, 2, W, Y))) break;
+        ex->ks->silu(Y[0], Y[1], (size_t)n * I);
+        rc = qhx_matmul(ex, &lw->experts[3 * e + 2], Y[0], n, ye + (size_t)r0 * D);
+    }
+    if (rc || (rc = mlp(ex, c, lw, h, shared, T, cv))) return rc;
+    for (int t = 0; t < T; t++) {
+        float *o = out + (size_t)t * D;
+        const float gate = qhx_sigmoid(sg[t]);
+        memset(o, 0, sizeof(float) * D);
+        for (int k = 0; k < K; k++) {
+            const float *y = ye + (size_t)row[t * K + k] * D, w = wt[t * K + k];
+            for (int d = 0; d < D; d++) o[d] += y[d] * w;
+        }
+        for (int d = 0; d < D; d++) o[d] += gate * shared[(size_t)t * D + d];
+    }
+    return QHX_OK;
+}
+
 /* ---- the model ------------------------------------------------------------------------------ */
 
 void qhx_qwen35_embed(const qhx_config *c, const qhx_weights *w, const int32_t *tokens, int n, float *x) {
@@ -513,7 +595,7 @@ qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_
         for (size_t i = 0; i < (size_t)n * D; i++) x[i] += delta[i];
 
         for (int t = 0; t < n; t++) qhx_rmsnorm1p(h + (size_t)t * D, x + (size_t)t * D, &lw->post_norm, D, c->eps);
-        if ((rc = mlp(ex, c, lw, h, delta, n, cv))) break;
+        if ((rc = c->n_experts ? moe(ex, c, lw, h, delta, n, cv) : mlp(ex, c, lw, h, delta, n, cv))) break;
         for (size_t i = 0; i < (size_t)n * D; i++) x[i] += delta[i];
     }
     if (!rc && l1 == c->n_layers)

@@ -38,6 +38,11 @@ qhx_weights *qhx_weights_new(const qhx_config *c) {
     qhx_weights *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
+    /* every layer's routed experts in one table, the MTP head's layer's last */
+    const size_t per_layer = (size_t)3 * c->n_experts, n = per_layer * (size_t)(c->n_layers + (c->mtp_layers != 0));
+    if (w->layers && n && (w->expert_table = calloc(n, sizeof(qhx_tensor))))
+        for (int l = 0; l < c->n_layers; l++) w->layers[l].experts = w->expert_table + per_layer * l;
+    if (n && !w->expert_table) return qhx_weights_free(w), NULL;
     if (c->mtp_layers && (w->mtp = calloc(1, sizeof *w->mtp))) {
         qhx_mtp_weights *m = w->mtp;
         m->cfg = *c; /* the head's layer is shaped as the trunk's gated-attention layers */
@@ -46,18 +51,20 @@ qhx_weights *qhx_weights_new(const qhx_config *c) {
         m->cfg.full_attn = &m->full_attn_one;
         m->cfg.mtp_layers = 0;
         m->block.layers = &m->layer;
+        if (n) m->layer.experts = w->expert_table + per_layer * c->n_layers;
     }
     if (!w->layers || (c->mtp_layers && !w->mtp)) qhx_weights_free(w), w = NULL;
     return w;
 }
 
 void qhx_weights_free(qhx_weights *w) {
-    if (w) free(w->layers), free(w->mtp);
+    if (w) free(w->layers), free(w->mtp), free(w->expert_table);
     free(w);
 }
 
 #define W(field) (w ? &w->field : NULL)
 #define LW(field) (lw ? &lw->field : NULL)
+/* the fmt of add() is a name with at most the layer's %d in it */
 
 /* One decoder layer's tensors, named `base` + their name in the layer ("layers.%d." in the trunk,
  * "mtp.layers.0." in the MTP head). */
@@ -68,9 +75,28 @@ static void layer_specs(lister *L, qhx_layer_weights *lw, const qhx_config *c, i
     (snprintf(f, sizeof f, "%s%s", base, name), add(L, LW(field), dt, init, ndim, d0, d1, d2, f, layer))
     ADD(in_norm, QHX_BF16, QHX_INIT_NORM, 1, D, 0, 0, "input_layernorm.weight");
     ADD(post_norm, QHX_BF16, QHX_INIT_NORM, 1, D, 0, 0, "post_attention_layernorm.weight");
-    ADD(gate, QHX_BF16, QHX_INIT_MATRIX, 2, F, D, 0, "mlp.gate_proj.weight");
-    ADD(up, QHX_BF16, QHX_INIT_MATRIX, 2, F, D, 0, "mlp.up_proj.weight");
-    ADD(down, QHX_BF16, QHX_INIT_MATRIX, 2, D, F, 0, "mlp.down_proj.weight");
+    if (c->n_experts) {
+        const int64_t I = c->moe_ffn;
+        ADD(router, QHX_BF16, QHX_INIT_ROUTER, 2, c->n_experts, D, 0, "mlp.gate.weight");
+        for (int e = 0; e < c->n_experts; e++) {
+            /* one expert's three matrices side by side in the table and, in bundles, in the file */
+            char g[64], u[64], d[64];
+            snprintf(g, sizeof g, "mlp.experts.%d.gate_proj.weight", e);
+            snprintf(u, sizeof u, "mlp.experts.%d.up_proj.weight", e);
+            snprintf(d, sizeof d, "mlp.experts.%d.down_proj.weight", e);
+            ADD(experts[3 * e], QHX_BF16, QHX_INIT_MATRIX, 2, I, D, 0, g);
+            ADD(experts[3 * e + 1], QHX_BF16, QHX_INIT_MATRIX, 2, I, D, 0, u);
+            ADD(experts[3 * e + 2], QHX_BF16, QHX_INIT_MATRIX, 2, D, I, 0, d);
+        }
+        ADD(gate, QHX_BF16, QHX_INIT_MATRIX, 2, F, D, 0, "mlp.shared_expert.gate_proj.weight");
+        ADD(up, QHX_BF16, QHX_INIT_MATRIX, 2, F, D, 0, "mlp.shared_expert.up_proj.weight");
+        ADD(down, QHX_BF16, QHX_INIT_MATRIX, 2, D, F, 0, "mlp.shared_expert.down_proj.weight");
+        ADD(shared_gate, QHX_BF16, QHX_INIT_ROUTER, 2, 1, D, 0, "mlp.shared_expert_gate.weight");
+    } else {
+        ADD(gate, QHX_BF16, QHX_INIT_MATRIX, 2, F, D, 0, "mlp.gate_proj.weight");
+        ADD(up, QHX_BF16, QHX_INIT_MATRIX, 2, F, D, 0, "mlp.up_proj.weight");
+        ADD(down, QHX_BF16, QHX_INIT_MATRIX, 2, D, F, 0, "mlp.down_proj.weight");
+    }
     if (full) {
         const int64_t hq = c->n_heads, hkv = c->n_kv_heads, hd = c->head_dim;
         ADD(q, QHX_BF16, QHX_INIT_MATRIX, 2, hq * hd * 2, D, 0, "self_attn.q_proj.weight");
@@ -127,8 +153,11 @@ uint64_t qhx_weights_bytes_per_token(const qhx_config *c, const qhx_weights *w) 
         const qhx_layer_weights *lw = &w->layers[l];
         const qhx_tensor *all[] = {&lw->in_norm, &lw->post_norm, &lw->gate, &lw->up, &lw->down, &lw->qkv, &lw->z,
                                    &lw->b, &lw->a, &lw->conv, &lw->dt_bias, &lw->a_log, &lw->gnorm, &lw->out,
-                                   &lw->q, &lw->k, &lw->v, &lw->o, &lw->q_norm, &lw->k_norm};
+                                   &lw->q, &lw->k, &lw->v, &lw->o, &lw->q_norm, &lw->k_norm, &lw->router, &lw->shared_gate};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) n += tensor_bytes(all[i]);
+        uint64_t experts = 0;
+        for (int e = 0; e < 3 * c->n_experts; e++) experts += tensor_bytes(&lw->experts[e]);
+        if (c->n_experts) n += experts * (uint64_t)c->top_k / (uint64_t)c->n_experts;
     }
     return n;
 }
