@@ -204,5 +204,8 @@ $(BUILD)/bench/prefix_bench.o: CFLAGS += -Itools
 $(BUILD)/prefix_bench: $(BUILD)/bench/prefix_bench.o $(BUILD)/libqhxcli.a $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/moe_quality: $(BUILD)/bench/moe_quality.o $(BUILD)/libqhexrt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/w8_greedy: $(BUILD)/bench/w8_greedy.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

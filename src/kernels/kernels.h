@@ -154,8 +154,11 @@ unsigned qhx_cpu_features(void);
  * decode step. Above it, multi-token register tiles take over (prefill with fp32 activations). */
 #define QHX_DECODE_MAX_T 16
 
+struct qhx_route_log; /* model/qwen35.h */
+
 typedef struct qhx_exec {
     const qhx_kernel_set *ks;
+    struct qhx_route_log *routes; /* measurement: where MoE layers record the experts they chose, or NULL */
     qhx_pool *pool;        /* NULL: run on the calling thread */
     qhx_acts *acts;        /* rounded-activation scratch kept between calls; NULL: one per call */
     int per_token;         /* decode's numerics for every token of a call: the decode kernels, no

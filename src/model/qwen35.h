@@ -161,6 +161,13 @@ uint64_t qhx_weights_bytes_per_token(const qhx_config *c, const qhx_weights *w);
 qhx_status qhx_qwen35_mtp(const qhx_exec *ex, const qhx_weights *w, qhx_state *s, const float *hidden,
                           const int32_t *next, int n, float *y);
 
+/* What a measurement hangs on an exec (ex->routes) to see routing: each MoE layer a call runs
+ * appends, for its rows in order, the top_k experts of each (ascending ids). */
+typedef struct qhx_route_log {
+    int32_t *ids;
+    size_t n, cap;
+} qhx_route_log;
+
 /* logits[n][vocab] = lm_head · x for final-normed x. */
 qhx_status qhx_qwen35_head(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const float *x, int n,
                            float *logits);

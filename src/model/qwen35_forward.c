@@ -12,6 +12,7 @@
 #include "kernels/kernels.h"
 #include "model/ops.h"
 #include "model/qwen35.h"
+#include "util/buf.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -511,6 +512,9 @@ static qhx_status moe(const qhx_exec *ex, const qhx_config *c, const qhx_layer_w
     qhx_status rc = qhx_matmul_many(ex, h, T, 2, R, RY);
     if (rc) return rc;
     for (int t = 0; t < T; t++) route(logits + (size_t)t * E, E, K, sel + (size_t)t * K, wt + (size_t)t * K);
+    qhx_route_log *log = ex->routes;
+    if (log && !qhx_reserve(&log->ids, &log->cap, log->n + (size_t)S, sizeof *log->ids))
+        for (int i = 0; i < S; i++) log->ids[log->n++] = sel[i];
 
     /* slot i = t K + k: token t's k-th expert; row[i]: where its input and output sit in xe / ye,
      * grouped by expert, tokens in order within a group */
