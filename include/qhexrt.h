@@ -115,11 +115,17 @@ typedef struct {
     int is_bundle;
     int n_shards;          /* decode shards the host-op runs (1 for a checkpoint) */
     uint64_t weight_bytes; /* bytes of weights mapped */
-    uint64_t decode_bytes_per_token;  /* weight bytes one decode step reads: every layer + lm-head */
+    uint64_t decode_bytes_per_token;  /* weight bytes one decode step reads: every layer (of a MoE
+                                         layer its router, shared expert and top_k routed experts)
+                                         + lm-head */
     uint64_t state_bytes;  /* conv FIFOs + delta-rule states of one session */
     uint64_t kv_bytes_per_token;  /* KV cache of one session, per token */
     int mtp_layers;        /* 1 when the model carries its multi-token-prediction head (QHX_DRAFT_MTP) */
     int is_gguf;           /* opened from a GGUF file (llama.cpp's qwen35), its weights decoded at open */
+    int n_experts;         /* Qwen3.5-MoE: routed experts a layer (0: a dense model), */
+    int top_k;             /* of which each token runs top_k, */
+    int expert_size;       /* each a SwiGLU of this width, */
+    int shared_expert_size;  /* beside one shared expert of this width */
 } qhx_model_info;
 
 /* Sizes, layer counts and end-of-generation ids of an open model. */

@@ -98,6 +98,12 @@ int main(void) {
     const int n_sets = tl_kernel_families(sets);
     check_model("models/q35-kjv", "auto");
     for (int k = 0; k < n_sets; k++) check_model(b2, sets[k]);
+    /* MoE: tokens of different sessions share experts in a step (grouped by expert) */
+    snprintf(b2, sizeof b2, "%s/moe2", root);
+    qhx_forge_opts fm = {.checkpoint = "models/q35-moe-kjv", .out = b2, .max_context_bytes = 12000000};
+    CHECK(qhx_forge(&fm) == QHX_OK, "forge: %s", qhx_last_error());
+    check_model("models/q35-moe-kjv", "auto");
+    for (int k = 0; k < n_sets; k++) check_model(b2, sets[k]);
     qhx_model *m1, *m2;
     if (qhx_model_open(NULL, "models/q35-kjv", &m1) == QHX_OK && qhx_model_open(NULL, "models/q35-rand-tiny", &m2) == QHX_OK) {
         qhx_session *s[2];

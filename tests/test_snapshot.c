@@ -313,6 +313,7 @@ int main(void) {
         if (mi == 1 && tl_quick()) continue;
         for (int k = 0; k < n_sets; k++) check_model(models[mi], sets[k], other);
     }
+    check_model("models/q35-moe-kjv", "auto", other); /* MoE: the same state, other MLPs */
     bad_files(ck, b1);
     qhx_model_close(other);
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);

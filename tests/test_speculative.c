@@ -180,6 +180,8 @@ int main(void) {
     check_model(b1, NG, 512, 1, 1);
     check_model("models/q35-kjv-mtp", MTP, 64, 0, 1);
     check_model("models/q35-kjv-mtp", MTP, 512, 1, 1);
+    check_model("models/q35-moe-kjv", NG, 64, 1, 1);
+    check_model("models/q35-moe-tiny", MTP, 64, 1, 0); /* its MTP head's MLP is a MoE block too (random weights) */
     check_model(m1, MTP, 64, 0, 1);
     check_model(m2, MTP, 64, 1, 1);
     check_model(m1, MTP, 512, 1, 1);
