@@ -1,4 +1,5 @@
-/* GGUF files (v3) of llama.cpp's "qwen35" architecture made from a checkpoint, in two ways:
+/* GGUF files (v3) of llama.cpp's "qwen35" (or, for a mixture-of-experts model, "qwen35moe")
+ * architecture made from a checkpoint (a bundle gives its shapes too), in two ways:
  *   build/gguf_synth CHECKPOINT OUT.gguf [q8_0|q4_0|q4_k]
  *       the checkpoint's shapes with seeded random weights of that type (default q8_0), fp32
  *       norms and small tensors and a placeholder byte-level vocabulary: for timing llama.cpp on
@@ -28,7 +29,9 @@ typedef struct {
     char name[96];
     int type;
     uint64_t ne0, ne1;            /* ne0: the row length (columns), ne1: rows; 0 for a vector */
-    const qhx_tensor *src;        /* --convert: the checkpoint's tensor and its change */
+    uint64_t ne2;                 /* experts of a 3-D expert tensor, else 0 */
+    const qhx_tensor *src;        /* --convert: the checkpoint's tensor (an expert tensor's first,
+                                     the next expert's 3 tensors on) and its change */
     qhx_gguf_change change;
 } tensor;
 
@@ -52,7 +55,7 @@ static uint64_t next(void) {
 static uint64_t block_bytes(int type) { return type == T_Q8_0 ? 34 : type == T_Q4_0 ? 18 : type == T_Q4_K ? 144 : 4; }
 static uint64_t block_values(int type) { return type == T_Q4_K ? 256 : type == T_F32 ? 1 : 32; }
 static uint64_t tensor_bytes(const tensor *t) {
-    return t->ne0 * (t->ne1 ? t->ne1 : 1) / block_values(t->type) * block_bytes(t->type);
+    return t->ne0 * (t->ne1 ? t->ne1 : 1) * (t->ne2 ? t->ne2 : 1) / block_values(t->type) * block_bytes(t->type);
 }
 
 /* The GPT-2 byte-level alphabet: the printable bytes stand for themselves, the others map to
@@ -68,32 +71,46 @@ static void byte_token(int b, char *s) {
     else s[0] = (char)(0xC0 | cp >> 6), s[1] = (char)(0x80 | (cp & 63)), s[2] = 0;
 }
 
+static const char *arch;
+static const char *key(const char *k) {
+    static char buf[128];
+    snprintf(buf, sizeof buf, "%s.%s", arch, k);
+    return buf;
+}
+
 static void write_metadata(const qhx_config *c, int n_tensors) {
-    const int n_kv = 26 + (c->mtp_layers > 0);
+    const int n_kv = 26 + (c->mtp_layers > 0) + 4 * (c->n_experts > 0);
+    arch = c->n_experts ? "qwen35moe" : "qwen35";
     put("GGUF", 4), put_u32(3), put_u64((uint64_t)n_tensors), put_u64((uint64_t)n_kv);
-    kv_str("general.architecture", "qwen35");
+    kv_str("general.architecture", arch);
     kv_str("general.name", "qhexrt gguf_synth");
-    kv_u32("qwen35.block_count", (uint32_t)(c->n_layers + c->mtp_layers));
-    if (c->mtp_layers) kv_u32("qwen35.nextn_predict_layers", (uint32_t)c->mtp_layers);
-    kv_u32("qwen35.context_length", (uint32_t)c->max_pos);
-    kv_u32("qwen35.embedding_length", (uint32_t)c->hidden);
-    kv_u32("qwen35.feed_forward_length", (uint32_t)c->ffn);
-    kv_u32("qwen35.attention.head_count", (uint32_t)c->n_heads);
-    kv_u32("qwen35.attention.head_count_kv", (uint32_t)c->n_kv_heads);
-    kv_u32("qwen35.attention.key_length", (uint32_t)c->head_dim);
-    kv_u32("qwen35.attention.value_length", (uint32_t)c->head_dim);
-    kv_u32("qwen35.rope.dimension_count", (uint32_t)c->rot_dim);
-    kv_f32("qwen35.rope.freq_base", c->rope_theta);
-    kv_f32("qwen35.attention.layer_norm_rms_epsilon", c->eps);
+    kv_u32(key("block_count"), (uint32_t)(c->n_layers + c->mtp_layers));
+    if (c->mtp_layers) kv_u32(key("nextn_predict_layers"), (uint32_t)c->mtp_layers);
+    kv_u32(key("context_length"), (uint32_t)c->max_pos);
+    kv_u32(key("embedding_length"), (uint32_t)c->hidden);
+    kv_u32(key("feed_forward_length"), (uint32_t)c->ffn);
+    kv_u32(key("attention.head_count"), (uint32_t)c->n_heads);
+    kv_u32(key("attention.head_count_kv"), (uint32_t)c->n_kv_heads);
+    kv_u32(key("attention.key_length"), (uint32_t)c->head_dim);
+    kv_u32(key("attention.value_length"), (uint32_t)c->head_dim);
+    kv_u32(key("rope.dimension_count"), (uint32_t)c->rot_dim);
+    kv_f32(key("rope.freq_base"), c->rope_theta);
+    kv_f32(key("attention.layer_norm_rms_epsilon"), c->eps);
     int interval = 0; /* the distance between full-attention layers */
     for (int l = 0; l < c->n_layers && !interval; l++) interval = c->full_attn[l] ? l + 1 : 0;
-    kv_u32("qwen35.full_attention_interval", (uint32_t)(interval ? interval : 4));
-    kv_u32("qwen35.ssm.conv_kernel", (uint32_t)c->conv_kernel);
-    kv_u32("qwen35.ssm.state_size", (uint32_t)c->lin_k_dim);
-    kv_u32("qwen35.ssm.group_count", (uint32_t)c->lin_k_heads);
-    kv_u32("qwen35.ssm.time_step_rank", (uint32_t)c->lin_v_heads);
-    kv_u32("qwen35.ssm.inner_size", (uint32_t)(c->lin_v_heads * c->lin_v_dim));
-    put_str("qwen35.rope.dimension_sections"), put_u32(GGUF_ARR), put_u32(GGUF_I32), put_u64(4);
+    kv_u32(key("full_attention_interval"), (uint32_t)(interval ? interval : 4));
+    kv_u32(key("ssm.conv_kernel"), (uint32_t)c->conv_kernel);
+    kv_u32(key("ssm.state_size"), (uint32_t)c->lin_k_dim);
+    kv_u32(key("ssm.group_count"), (uint32_t)c->lin_k_heads);
+    kv_u32(key("ssm.time_step_rank"), (uint32_t)c->lin_v_heads);
+    kv_u32(key("ssm.inner_size"), (uint32_t)(c->lin_v_heads * c->lin_v_dim));
+    if (c->n_experts) {
+        kv_u32(key("expert_count"), (uint32_t)c->n_experts);
+        kv_u32(key("expert_used_count"), (uint32_t)c->top_k);
+        kv_u32(key("expert_feed_forward_length"), (uint32_t)c->moe_ffn);
+        kv_u32(key("expert_shared_feed_forward_length"), (uint32_t)c->ffn);
+    }
+    put_str(key("rope.dimension_sections")), put_u32(GGUF_ARR), put_u32(GGUF_I32), put_u64(4);
     const int32_t sections[4] = {c->rot_dim / 2 - 2 * (c->rot_dim / 6), c->rot_dim / 6, c->rot_dim / 6, 0};
     put(sections, sizeof sections);
     kv_str("tokenizer.ggml.model", "gpt2");
@@ -155,9 +172,21 @@ static int list_random(const qhx_config *c, int type, tensor *t) {
     for (int l = 0; l < c->n_layers; l++) {
         ADD(T_F32, D, 0, "blk.%d.attn_norm.weight", l);
         ADD(T_F32, D, 0, "blk.%d.post_attention_norm.weight", l);
-        ADD(type, D, (uint64_t)c->ffn, "blk.%d.ffn_gate.weight", l);
-        ADD(type, D, (uint64_t)c->ffn, "blk.%d.ffn_up.weight", l);
-        ADD(type, (uint64_t)c->ffn, D, "blk.%d.ffn_down.weight", l);
+        if (c->n_experts) { /* the router kept fp32, as llama.cpp's quantizer keeps it */
+            const uint64_t E = (uint64_t)c->n_experts, I = (uint64_t)c->moe_ffn;
+            ADD(T_F32, D, E, "blk.%d.ffn_gate_inp.weight", l);
+            ADD(type, D, I, "blk.%d.ffn_gate_exps.weight", l), t[n - 1].ne2 = E;
+            ADD(type, D, I, "blk.%d.ffn_up_exps.weight", l), t[n - 1].ne2 = E;
+            ADD(type, I, D, "blk.%d.ffn_down_exps.weight", l), t[n - 1].ne2 = E;
+            ADD(T_F32, D, 0, "blk.%d.ffn_gate_inp_shexp.weight", l);
+            ADD(type, D, (uint64_t)c->ffn, "blk.%d.ffn_gate_shexp.weight", l);
+            ADD(type, D, (uint64_t)c->ffn, "blk.%d.ffn_up_shexp.weight", l);
+            ADD(type, (uint64_t)c->ffn, D, "blk.%d.ffn_down_shexp.weight", l);
+        } else {
+            ADD(type, D, (uint64_t)c->ffn, "blk.%d.ffn_gate.weight", l);
+            ADD(type, D, (uint64_t)c->ffn, "blk.%d.ffn_up.weight", l);
+            ADD(type, (uint64_t)c->ffn, D, "blk.%d.ffn_down.weight", l);
+        }
         if (c->full_attn[l]) {
             ADD(type, D, 2 * qd, "blk.%d.attn_q.weight", l); /* query and output gate */
             ADD(type, D, kvd, "blk.%d.attn_k.weight", l);
@@ -181,27 +210,31 @@ static int list_random(const qhx_config *c, int type, tensor *t) {
     return n;
 }
 
-/* Every tensor the checkpoint holds, under its GGUF name, in fp32. */
+/* Every tensor the checkpoint holds, under its GGUF name, in fp32: the routed experts of a layer
+ * (one tensor each in the spec list) gathered into the 3-D tensors llama.cpp stores them in. */
 static int list_converted(qhx_model *m, tensor *t) {
     const int n = qhx_qwen35_specs(&m->cfg, "", m->w, NULL);
     qhx_tensor_spec *s = calloc((size_t)n, sizeof *s);
     if (!s) return -1;
     qhx_qwen35_specs(&m->cfg, "", m->w, s);
+    int k = 0;
     for (int i = 0; i < n; i++) {
-        int rows, cols;
+        int rows, cols, expert;
         qhx_spec_dims(&s[i], &rows, &cols);
-        if (!qhx_gguf_tensor_name(&m->cfg, s[i].name, t[i].name, sizeof t[i].name, &t[i].change)) {
+        if (!qhx_gguf_tensor_name(&m->cfg, s[i].name, t[k].name, sizeof t[k].name, &t[k].change, &expert)) {
             fprintf(stderr, "gguf_synth: no GGUF name for %s\n", s[i].name);
             free(s);
             return -1;
         }
-        t[i].type = T_F32;
-        t[i].ne0 = (uint64_t)cols;
-        t[i].ne1 = s[i].ndim == 1 ? 0 : (uint64_t)rows;
-        t[i].src = s[i].dst;
+        if (expert > 0) continue; /* expert 0's entry stands for all */
+        t[k].type = T_F32;
+        t[k].ne0 = (uint64_t)cols;
+        t[k].ne1 = s[i].ndim == 1 && expert < 0 ? 0 : (uint64_t)rows;
+        t[k].ne2 = expert == 0 ? (uint64_t)m->cfg.n_experts : 0;
+        t[k++].src = s[i].dst;
     }
     free(s);
-    return n;
+    return k;
 }
 
 /* Random blocks of a quantized type: small scales, random quants. */
@@ -228,9 +261,11 @@ int main(int argc, char **argv) {
     if ((!convert && argc != 3 && argc != 4) || type < 0)
         return fprintf(stderr, "usage: gguf_synth CHECKPOINT OUT.gguf [q8_0|q4_0|q4_k]\n       gguf_synth --convert CHECKPOINT OUT.gguf\n"), 2;
     qhx_model *m;
-    if (qhx_model_open(NULL, ck, &m)) return fprintf(stderr, "gguf_synth: %s\n", qhx_last_error()), 1;
+    qhx_runtime *rt;
+    qhx_runtime_opts ro = {.map_weights = 1}; /* a bundle only lends its shapes: mapped, never read */
+    if (qhx_runtime_new(&ro, &rt) || qhx_model_open(rt, ck, &m)) return fprintf(stderr, "gguf_synth: %s\n", qhx_last_error()), 1;
     const qhx_config *c = &m->cfg;
-    tensor *t = calloc((size_t)c->n_layers * 20 + 40, sizeof *t);
+    tensor *t = calloc(((size_t)c->n_layers + 1) * (20 + 3 * (size_t)c->n_experts) + 40, sizeof *t);
     const int n = !t ? -1 : convert ? list_converted(m, t) : list_random(c, type, t);
     if (n < 0) return fprintf(stderr, "gguf_synth: out of memory\n"), 1;
     for (int i = 0; i < n; i++)
@@ -248,8 +283,9 @@ int main(int argc, char **argv) {
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         put_str(t[i].name);
-        put_u32(t[i].ne1 ? 2 : 1), put_u64(t[i].ne0);
+        put_u32(t[i].ne2 ? 3 : t[i].ne1 ? 2 : 1), put_u64(t[i].ne0);
         if (t[i].ne1) put_u64(t[i].ne1);
+        if (t[i].ne2) put_u64(t[i].ne2);
         put_u32((uint32_t)t[i].type), put_u64(off);
         off = (off + tensor_bytes(&t[i]) + ALIGN - 1) / ALIGN * ALIGN;
     }
@@ -259,10 +295,14 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n && !failed; i++) {
         const uint64_t bytes = tensor_bytes(&t[i]);
         if (convert) {
-            float *y = converted(c, &t[i]);
-            failed |= !y;
-            if (y) put(y, (size_t)bytes);
-            free(y);
+            for (uint64_t e = 0; e < (t[i].ne2 ? t[i].ne2 : 1); e++) { /* an expert tensor's experts in order */
+                tensor one = t[i];
+                one.src += 3 * e, one.ne2 = 0;
+                float *y = converted(c, &one);
+                failed |= !y;
+                if (y) put(y, (size_t)tensor_bytes(&one));
+                free(y);
+            }
         } else if (t[i].type == T_F32) { /* norms 1, decays and biases small: values llama.cpp computes with */
             for (uint64_t k = 0; k < bytes / 4; k++) {
                 const float v = strstr(t[i].name, "norm") ? 1.0f : 0.01f * (float)(next() % 100) / 100.0f;
@@ -275,6 +315,7 @@ int main(int argc, char **argv) {
     }
     free(t);
     qhx_model_close(m);
+    qhx_runtime_free(rt);
     failed |= fclose(out) != 0;
     if (failed || rename(tmp, dst)) {
         unlink(tmp);

@@ -63,6 +63,10 @@ typedef struct {
     void (*report)(const char *line, void *user);
     void *report_user;
     qhx_runtime *rt;               /* kernels and threads for the gates (NULL: defaults) */
+    /* instead of a checkpoint: a synthetic preset (qhx_synth_preset_info) whose seeded weights are
+     * drawn as they are written, for shapes too large to store in BF16 first; no gates */
+    const char *synth;
+    uint64_t seed;
 } qhx_forge_opts;
 
 /* Forges a checkpoint into a W8 or W4 bundle (docs/bundle.md). Written under a temporary name and

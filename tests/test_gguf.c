@@ -374,6 +374,7 @@ int main(int argc, char **argv) {
     weights_match(CK, GG "bf16.gguf");
     converted("tiny-odd");
     converted("tiny-3to1");
+    converted("tiny-moe"); /* qwen35moe: experts as 3-D tensors, the MTP head's too */
     logits_golden(GG "bf16.gguf");
     logits_golden(GG "Q8_0.gguf");
     logits_golden(GG "Q4_K_M.gguf");

@@ -14,19 +14,27 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+static void print_line(const char *line, void *user) {
+    (void)user;
+    puts(line);
+}
+
 /* ---- qhx synth ------------------------------------------------------------------------------- */
 
 static const char synth_help_head[] =
-    "usage: qhx synth --preset NAME --seed N --out DIR [--force]\n"
+    "usage: qhx synth --preset NAME --seed N --out DIR [--bundle w8|w4 [--context-len N]] [--force]\n"
     "Writes a Hugging Face checkpoint (config.json + safetensors, sharded when large) with seeded\n"
     "random weights, with the MTP head real Qwen3.5 checkpoints carry (mtp.*). Streams to disk;\n"
     "the directory appears only when complete.\n"
-    "  --force   replace an existing DIR\n"
+    "  --bundle w8|w4   write a bundle instead, its weights drawn as they are quantized (no BF16\n"
+    "                   copy on disk: how the MoE shapes fit; no tokenizer, no gates)\n"
+    "  --context-len N  the bundle's positions (default 4096)\n"
+    "  --force          replace an existing DIR\n"
     "presets:\n";
 
 int cmd_synth(int argc, char **argv) {
-    const char *preset = NULL, *out = NULL;
-    long long seed = 0;
+    const char *preset = NULL, *out = NULL, *bundle = NULL;
+    long long seed = 0, ctx = 0;
     int force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -39,9 +47,17 @@ int cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) { if (want_value(argc, argv, &i) || parse_long("--seed", argv[i], 0, LLONG_MAX, &seed)) return 2; }
         else if (!strcmp(a, "--out") || !strcmp(a, "-o")) { if (want_value(argc, argv, &i)) return 2; out = argv[i]; }
         else if (!strcmp(a, "--force")) force = 1;
+        else if (!strcmp(a, "--bundle")) { if (want_value(argc, argv, &i)) return 2; bundle = argv[i]; }
+        else if (!strcmp(a, "--context-len")) { if (want_value(argc, argv, &i) || parse_long("--context-len", argv[i], 1, INT_MAX, &ctx)) return 2; }
         else return die("unknown argument '%s' (see qhx synth --help)", a), 2;
     }
     if (!preset || !out) return die("needs --preset and --out (see qhx synth --help)"), 2;
+    if (ctx && !bundle) return die("--context-len is a bundle's (add --bundle w8|w4)"), 2;
+    if (bundle) {
+        qhx_forge_opts fo = {.synth = preset, .seed = (uint64_t)seed, .out = out, .weights = bundle, .force = force,
+                             .context_len = (int)ctx, .progress = isatty(2) ? cli_progress : NULL, .report = print_line};
+        return qhx_forge(&fo) ? api_error() : 0;
+    }
     if (qhx_synth(preset, (uint64_t)seed, out, force, isatty(2) ? cli_progress : NULL, NULL)) return api_error();
     return 0;
 }
@@ -66,11 +82,6 @@ static const char forge_help[] =
     "  --gate-tokens N        greedy gate tokens per prompt (default 64)\n"
     "  --gate-trials N        export gate random inputs per shard (default 5)\n"
     "  --force                replace an existing BUNDLE (only once the new one is complete)\n" RUNTIME_HELP;
-
-static void print_line(const char *line, void *user) {
-    (void)user;
-    puts(line);
-}
 
 int cmd_forge(int argc, char **argv) {
     qhx_forge_opts fo = {.gate = 1, .progress = isatty(2) ? cli_progress : NULL, .report = print_line};

@@ -45,7 +45,8 @@ void forge_say(const forge *f, const char *fmt, ...) {
 }
 
 qhx_status qhx_forge(const qhx_forge_opts *o) {
-    if (!o->checkpoint || !o->out) return qhx_fail(QHX_ERR_ARG, "forge: needs a checkpoint (or GGUF) and an output directory");
+    if (!(o->checkpoint || o->synth) || !o->out) return qhx_fail(QHX_ERR_ARG, "forge: needs a checkpoint (or GGUF) and an output directory");
+    if (o->synth && o->gate) return qhx_fail(QHX_ERR_ARG, "forge: a synthetic preset has no reference to gate against");
     const qhx_dtype head_dt = !o->lmhead || !strcmp(o->lmhead, "f16") ? QHX_F16
                               : !strcmp(o->lmhead, "w8")               ? QHX_I8
                               : !strcmp(o->lmhead, "w4")               ? QHX_Q4
@@ -62,7 +63,8 @@ qhx_status qhx_forge(const qhx_forge_opts *o) {
      * bf16/f32 kernels are tested against the double-accumulating "ref" set to ~1e-7). */
     qhx_status rc = QHX_OK;
     if (!o->rt) rc = qhx_runtime_new(NULL, &ref_rt);
-    if (!rc) rc = qhx_model_open(o->rt ? o->rt : ref_rt, o->checkpoint, &f.src);
+    if (!rc) rc = o->synth ? qhx_synth_model(o->rt ? o->rt : ref_rt, o->synth, o->seed, &f.src)
+                           : qhx_model_open(o->rt ? o->rt : ref_rt, o->checkpoint, &f.src);
     if (!rc && f.src->manifest) rc = qhx_fail(QHX_ERR_ARG, "%s: is a bundle already; forge needs a checkpoint or a GGUF", o->checkpoint);
     if (rc) goto out;
     const qhx_config *c = &f.src->cfg;
@@ -116,7 +118,9 @@ qhx_status qhx_forge(const qhx_forge_opts *o) {
     json_object_set_new(q, "weight_rel_rms_error", qhx_json_number(sqrt(f.qerr_num / (f.qerr_den > 0 ? f.qerr_den : 1))));
     json_object_set_new(root, "files", f.files);
     f.files = NULL;
-    json_object_set_new(root, "source", json_string(o->checkpoint));
+    char synth_name[160];
+    snprintf(synth_name, sizeof synth_name, "qhx synth --preset %s --seed %llu", o->synth ? o->synth : "", (unsigned long long)o->seed);
+    json_object_set_new(root, "source", json_string(o->synth ? synth_name : o->checkpoint));
     json_object_set_new(root, "created_by", json_string("qhexrt " QHX_VERSION));
     json_t *gates = qhx_json_add(root, "gates", json_object());
     json_object_set_new(gates, "run", json_boolean(o->gate));

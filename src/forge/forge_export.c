@@ -24,7 +24,7 @@
 typedef struct {
     forge *f;
     const qhxf_entry *entries;
-    const qhx_tensor *const *src;
+    const qhx_tensor_spec *const *src;  /* each entry's source: the tensor spec->dst */
 } write_ctx;
 
 enum { MAX_FILL_THREADS = 64 };
@@ -42,7 +42,9 @@ typedef struct {
 
 static void fill_rows(void *arg, int k, int n) {
     fill_job *j = arg;
-    const qhx_tensor *t = j->w->src[j->i];
+    const qhx_tensor_spec *spec = j->w->src[j->i];
+    const qhx_tensor *t = spec->dst;
+    const qhx_weight_source *drawn = j->w->f->src->src->row ? j->w->f->src->src : NULL;
     const int cols = t->cols, groups = (j->r1 - j->r0 + 3) / 4;
     const int r0 = j->r0 + 4 * (int)((long long)groups * k / n), r1 = j->r0 + 4 * (int)((long long)groups * (k + 1) / n);
     float *row = malloc(sizeof(float) * (size_t)cols);
@@ -55,7 +57,8 @@ static void fill_rows(void *arg, int k, int n) {
     double num = 0, den = 0;
     void *data = j->data;
     for (int r = r0; r < r1 && r < j->r1; r++) {
-        for (int c = 0; c < cols; c++) row[c] = qhx_tensor_get(t, (size_t)r * cols + c);
+        if (drawn) drawn->row(drawn, spec, r, row);
+        else for (int c = 0; c < cols; c++) row[c] = qhx_tensor_get(t, (size_t)r * cols + c);
         const size_t at = (size_t)(r - j->r0) * cols;
         switch (j->w->entries[j->i].dtype) {
         case QHX_I8: {
@@ -122,7 +125,7 @@ static uint64_t record_file(forge *f, const char *name, uint64_t hash) {
 }
 
 static qhx_status write_file(forge *f, const char *name, qhxf_kind kind, int l0, int l1, const qhxf_entry *e,
-                             const qhx_tensor *const *src, int n, uint64_t *bytes) {
+                             const qhx_tensor_spec *const *src, int n, uint64_t *bytes) {
     qhxf_header h;
     memset(&h, 0, sizeof h);
     h.kind = kind;
@@ -174,6 +177,7 @@ static qhx_status record_hashed(forge *f, const char *name) {
  * tokenizer was built from its metadata) gives the compact form alone, a checkpoint without a
  * tokenizer a bundle without one. */
 qhx_status forge_copy_tokenizer(forge *f) {
+    if (!f->src->dir) return QHX_OK; /* a synthetic preset has no tokenizer */
     char *src = qhx_path_join(f->src->dir, "tokenizer.json"), *text = NULL;
     if (!src) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     const int have = access(src, R_OK) == 0;
@@ -218,7 +222,12 @@ qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n
     const qhx_config *c = &f->src->cfg;
     qhx_weights *w = f->src->w;
     qhxf_entry *e = calloc((size_t)f->n_specs + 1, sizeof *e);
-    const qhx_tensor **src = calloc((size_t)f->n_specs + 1, sizeof *src);
+    const qhx_tensor_spec **src = calloc((size_t)f->n_specs + 1, sizeof *src);
+    const qhx_tensor_spec *embed = NULL, *lm_head = NULL;
+    for (int k = 0; k < f->n_specs; k++) {
+        if (f->specs[k].dst == &w->embed) embed = &f->specs[k];
+        if (f->specs[k].dst == &w->lm_head) lm_head = &f->specs[k];
+    }
     if (!e || !src) { free(e), free(src); return qhx_fail(QHX_ERR_NOMEM, "out of memory"); }
     qhx_status rc = QHX_OK;
     json_t *shards = qhx_json_add(plan_json, "decode_shards", json_array());
@@ -229,7 +238,7 @@ qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n
             const qhx_tensor_spec *s = &f->specs[k];
             if (!((s->layer >= l0 && s->layer < l1) || (last && s->dst == &w->final_norm))) continue;
             e[n] = (qhxf_entry){s->name, qhx_bundle_dtype(s, f->matrices), s->dst->rows, s->dst->cols};
-            src[n++] = s->dst;
+            src[n++] = s;
         }
         char name[64];
         snprintf(name, sizeof name, "decode_s%d_%s.qhx", i, f->matrices == QHX_Q4 ? "w4" : "w8");
@@ -247,7 +256,7 @@ qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n
     uint64_t bytes;
     const int V = c->vocab_size, D = c->hidden;
     e[0] = (qhxf_entry){"embed_tokens.weight", QHX_F16, V, D};
-    src[0] = &w->embed;
+    src[0] = embed;
     if (!rc) rc = write_file(f, "embed_f16.qhx", QHXF_EMBED, 0, 0, e, src, 1, &bytes);
     json_t *emb = qhx_json_add(plan_json, "embedding", json_object());
     json_object_set_new(emb, "file", json_string("embed_f16.qhx"));
@@ -258,7 +267,7 @@ qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n
     if (!rc && (head_dt != QHX_F16 || !c->tie_embeddings)) {
         head_file = head_dt == QHX_I8 ? "lm_head_w8.qhx" : head_dt == QHX_Q4 ? "lm_head_w4.qhx" : "lm_head_f16.qhx";
         e[0] = (qhxf_entry){"lm_head.weight", head_dt, V, D};
-        src[0] = &w->lm_head;
+        src[0] = lm_head ? lm_head : embed; /* a tied head is the embedding */
         rc = write_file(f, head_file, QHXF_HEAD, 0, 0, e, src, 1, &bytes);
     }
     json_t *head = qhx_json_add(plan_json, "lm_head", json_object());
@@ -270,7 +279,7 @@ qhx_status forge_export_all(forge *f, json_t *plan_json, const int *first, int n
         for (int k = 0; k < f->n_specs; k++)
             if (f->specs[k].layer == QHX_LAYER_MTP) {
                 e[n] = (qhxf_entry){f->specs[k].name, qhx_bundle_dtype(&f->specs[k], f->matrices), f->specs[k].dst->rows, f->specs[k].dst->cols};
-                src[n++] = f->specs[k].dst;
+                src[n++] = &f->specs[k];
             }
         const char *name = f->matrices == QHX_Q4 ? "mtp_w4.qhx" : "mtp_w8.qhx";
         rc = write_file(f, name, QHXF_MTP, 0, 0, e, src, n, &bytes);

@@ -9,6 +9,7 @@
 #include "util/rng.h"
 #include "format/hfconfig.h"
 #include "format/safetensors_write.h"
+#include "model/model.h"
 #include "model/qwen35.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -22,22 +23,31 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 typedef struct {
     const char *name, *about;
     int vocab, hidden, layers, ffn, heads, kv_heads, head_dim, lk_heads, lv_heads, lk_dim, lv_dim, conv, tied;
     double theta;
     int interval;
+    int experts, top_k, expert_ffn; /* Qwen3.5-MoE: ffn is then the shared expert's width */
 } preset;
 
 static const preset presets[] = {
-    {"tiny", "4 layers, hidden 128, GQA 4/2, GDN 2/4 heads (vocab 4160)", 4160, 128, 4, 320, 4, 2, 32, 2, 4, 32, 32, 4, 1, 1e7, 4},
-    {"tiny-odd", "5 layers, GDN key dim 24 != value dim 40, heads 6/3, untied", 1000, 96, 5, 200, 6, 3, 40, 3, 6, 24, 40, 4, 0, 1e6, 3},
-    {"tiny-3to1", "4 layers, GDN heads 2/6 (value:key 3:1), key dim 24 != value dim 40", 1000, 96, 4, 200, 4, 2, 32, 2, 6, 24, 40, 4, 1, 1e7, 4},
-    {"0.8b", "Qwen3.5-0.8B shape (24 layers, hidden 1024)", 248320, 1024, 24, 3584, 8, 2, 256, 16, 16, 128, 128, 4, 1, 1e7, 4},
-    {"2b", "Qwen3.5-2B shape (24 layers, hidden 2048)", 248320, 2048, 24, 6144, 8, 2, 256, 16, 16, 128, 128, 4, 1, 1e7, 4},
-    {"4b", "Qwen3.5-4B shape (32 layers, hidden 2560, ~9 GB BF16)", 248320, 2560, 32, 9216, 16, 4, 256, 16, 32, 128, 128, 4, 1, 1e7, 4},
-    {"9b", "Qwen3.5-9B shape (32 layers, hidden 4096, untied)", 248320, 4096, 32, 12288, 16, 4, 256, 16, 32, 128, 128, 4, 0, 1e7, 4},
+    {"tiny", "4 layers, hidden 128, GQA 4/2, GDN 2/4 heads (vocab 4160)", 4160, 128, 4, 320, 4, 2, 32, 2, 4, 32, 32, 4, 1, 1e7, 4, 0, 0, 0},
+    {"tiny-odd", "5 layers, GDN key dim 24 != value dim 40, heads 6/3, untied", 1000, 96, 5, 200, 6, 3, 40, 3, 6, 24, 40, 4, 0, 1e6, 3, 0, 0, 0},
+    {"tiny-3to1", "4 layers, GDN heads 2/6 (value:key 3:1), key dim 24 != value dim 40", 1000, 96, 4, 200, 4, 2, 32, 2, 6, 24, 40, 4, 1, 1e7, 4, 0, 0, 0},
+    {"0.8b", "Qwen3.5-0.8B shape (24 layers, hidden 1024)", 248320, 1024, 24, 3584, 8, 2, 256, 16, 16, 128, 128, 4, 1, 1e7, 4, 0, 0, 0},
+    {"2b", "Qwen3.5-2B shape (24 layers, hidden 2048)", 248320, 2048, 24, 6144, 8, 2, 256, 16, 16, 128, 128, 4, 1, 1e7, 4, 0, 0, 0},
+    {"4b", "Qwen3.5-4B shape (32 layers, hidden 2560, ~9 GB BF16)", 248320, 2560, 32, 9216, 16, 4, 256, 16, 32, 128, 128, 4, 1, 1e7, 4, 0, 0, 0},
+    {"9b", "Qwen3.5-9B shape (32 layers, hidden 4096, untied)", 248320, 4096, 32, 12288, 16, 4, 256, 16, 32, 128, 128, 4, 0, 1e7, 4, 0, 0, 0},
+    {"tiny-moe", "4 layers, hidden 128, 6 experts of 96, top-3, shared 64", 1000, 128, 4, 64, 4, 2, 32, 2, 4, 32, 32, 4, 1, 1e7, 4, 6, 3, 96},
+    {"35b-a3b", "Qwen3.5-35B-A3B shape (40 layers, hidden 2048, 256 experts of 512, top-8; ~70 GB BF16: --bundle)", 248320, 2048,
+     40, 512, 16, 2, 256, 16, 32, 128, 128, 4, 0, 1e7, 4, 256, 8, 512},
+    {"122b-a10b", "Qwen3.5-122B-A10B shape (48 layers, hidden 3072, 256 experts of 1024, top-8; --bundle)", 248320, 3072, 48,
+     1024, 32, 2, 256, 16, 64, 128, 128, 4, 0, 1e7, 4, 256, 8, 1024},
+    {"397b-a17b", "Qwen3.5-397B-A17B shape (60 layers, hidden 4096, 512 experts of 1024, top-10; --bundle)", 248320, 4096, 60,
+     1024, 32, 2, 256, 16, 64, 128, 128, 4, 0, 1e7, 4, 512, 10, 1024},
 };
 #define N_PRESETS (sizeof presets / sizeof presets[0])
 
@@ -68,6 +78,23 @@ static json_t *config_json(const preset *p) {
                      "rope_parameters", "rope_type", "default", "rope_theta", qhx_json_number(p->theta), "partial_rotary_factor",
                      qhx_json_number(0.25), "mrope_interleaved", 1, "mrope_section", half - 2 * (half / 3), half / 3, half / 3,
                      "eos_token_id", p->vocab > 248046 ? 248046 : p->vocab - 1);
+}
+
+/* A MoE preset's config: Qwen3_5MoeForConditionalGeneration, the MLP fields of qwen3_5_moe_text. */
+static json_t *preset_config(const preset *p) {
+    json_t *c = config_json(p);
+    if (p->experts) {
+        json_t *tc = json_object_get(c, "text_config");
+        json_object_set_new(c, "architectures", json_pack("[s]", "Qwen3_5MoeForConditionalGeneration"));
+        json_object_set_new(c, "model_type", json_string("qwen3_5_moe"));
+        json_object_set_new(tc, "model_type", json_string("qwen3_5_moe_text"));
+        json_object_del(tc, "intermediate_size");
+        json_object_set_new(tc, "num_experts", json_integer(p->experts));
+        json_object_set_new(tc, "num_experts_per_tok", json_integer(p->top_k));
+        json_object_set_new(tc, "moe_intermediate_size", json_integer(p->expert_ffn));
+        json_object_set_new(tc, "shared_expert_intermediate_size", json_integer(p->ffn));
+    }
+    return c;
 }
 
 /* ---- seeded values: each tensor has its own stream, so streaming order never matters ---------- */
@@ -112,6 +139,90 @@ static int fill(size_t i, void *buf, size_t count, size_t offset, void *user) {
     return 0;
 }
 
+/* ---- a preset drawn row by row: the forge's source for a synthetic bundle ------------------- */
+
+typedef struct {
+    qhx_weight_source src;
+    uint64_t seed;
+} drawn;
+
+/* The same distributions as sample(), normals approximated by the sum of four uniforms (mean 2,
+ * variance 1/3): 4 bits of a 64-bit draw a value instead of two logs and a cosine, for 35 G weights. */
+static void drawn_row(const qhx_weight_source *src, const qhx_tensor_spec *s, int r, float *out) {
+    uint64_t st = ((const drawn *)src)->seed * 0x100000001b3ull ^ XXH3_64bits(s->name, strlen(s->name)) ^
+                  (uint64_t)(r + 1) * 0x9e3779b97f4a7c15ull;
+    int rows, cols;
+    qhx_spec_dims(s, &rows, &cols);
+    const float fan = 1.0f / sqrtf((float)s->shape[s->ndim - 1]);
+    for (int c = 0; c < cols; c++) {
+        const uint64_t b = qhx_splitmix64(&st);
+        const float u = (float)(b & 0xffff) * (1.0f / 65536.0f);
+        const float n = ((float)(b & 0xffff) + (float)(b >> 16 & 0xffff) + (float)(b >> 32 & 0xffff) + (float)(b >> 48)) *
+                            (1.0f / 65536.0f) - 2.0f;
+        const float z = n * 1.7320508f;
+        float v;
+        switch (s->init) {
+        case QHX_INIT_MATRIX: case QHX_INIT_ROUTER: v = z * fan; break;
+        case QHX_INIT_EMBED: v = 0.35f * z; break;
+        case QHX_INIT_NORM: v = 0.3f * z; break;
+        case QHX_INIT_GNORM: v = 1.0f + 0.3f * z; break;
+        case QHX_INIT_CONV: v = 0.5f * z; break;
+        case QHX_INIT_ALOG: v = -1.5f + 2.5f * u; break;
+        default: v = 0.5f * z; break; /* QHX_INIT_DTBIAS */
+        }
+        out[c] = v;
+    }
+}
+
+static void drawn_close(qhx_weight_source *src) { free(src); }
+
+static const preset *find_preset(const char *name) {
+    for (size_t i = 0; i < N_PRESETS; i++)
+        if (!strcmp(presets[i].name, name)) return &presets[i];
+    qhx_fail(QHX_ERR_ARG, "--preset: unknown preset '%s' (see qhx synth --help)", name);
+    return NULL;
+}
+
+qhx_status qhx_synth_model(qhx_runtime *rt, const char *name, uint64_t seed, qhx_model **out) {
+    *out = NULL;
+    const preset *p = find_preset(name);
+    if (!p) return QHX_ERR_ARG;
+    json_t *cj = preset_config(p);
+    char *text = cj ? json_dumps(cj, 0) : NULL;
+    json_decref(cj);
+    qhx_model *m = calloc(1, sizeof *m);
+    drawn *d = calloc(1, sizeof *d);
+    if (!text || !m || !d || !(m->shards = calloc(1, sizeof *m->shards))) {
+        free(text), free(d);
+        qhx_model_close(m);
+        return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    }
+    d->src = (qhx_weight_source){.kind = "synth", .file = NULL, .close = drawn_close, .row = drawn_row};
+    d->seed = seed;
+    m->rt = rt;
+    m->src = &d->src;
+    qhx_status rc = qhx_config_parse(&m->cfg, "synth config", text, strlen(text));
+    free(text);
+    const int n = rc ? 0 : qhx_qwen35_specs(&m->cfg, "", NULL, NULL);
+    qhx_tensor_spec *specs = rc ? NULL : calloc((size_t)n, sizeof *specs);
+    if (!rc && (!specs || !(m->w = qhx_weights_new(&m->cfg)))) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    if (!rc) {
+        qhx_qwen35_specs(&m->cfg, "", m->w, specs);
+        for (int i = 0; i < n; i++) {
+            specs[i].dst->dtype = specs[i].dtype;
+            qhx_spec_dims(&specs[i], &specs[i].dst->rows, &specs[i].dst->cols);
+        }
+        if (m->cfg.tie_embeddings) m->w->lm_head = m->w->embed;
+        m->n_shards = 1;
+        m->shards[0].l1 = m->cfg.n_layers;
+        m->context = m->cfg.max_pos;
+    }
+    free(specs);
+    if (rc) qhx_model_close(m);
+    else *out = m;
+    return rc;
+}
+
 static void progress(size_t bytes, void *user) {
     filler *f = user;
     if (f->progress) f->progress("synth: writing", f->base_bytes + bytes, f->total_bytes, f->progress_user);
@@ -136,14 +247,12 @@ static qhx_status write_text(const char *path, const char *text) {
 
 qhx_status qhx_synth(const char *name, uint64_t seed, const char *dir, int force, qhx_progress_fn show_progress,
                      void *progress_user) {
-    const preset *p = NULL;
-    for (size_t i = 0; i < N_PRESETS; i++)
-        if (!strcmp(presets[i].name, name)) p = &presets[i];
-    if (!p) return qhx_fail(QHX_ERR_ARG, "--preset: unknown preset '%s' (see qhx synth --help)", name);
+    const preset *p = find_preset(name);
+    if (!p) return QHX_ERR_ARG;
     struct stat st;
     if (stat(dir, &st) == 0 && !force) return qhx_fail(QHX_ERR_IO, "%s: already exists (use --force to replace it)", dir);
 
-    json_t *cj = config_json(p);
+    json_t *cj = preset_config(p);
     char *text = json_dumps(cj, JSON_INDENT(2));
     json_decref(cj);
     qhx_config *cfg = calloc(1, sizeof *cfg);

@@ -1,4 +1,4 @@
-/* A GGUF of llama.cpp's qwen35 architecture as a model's weight source. The configuration comes
+/* A GGUF of llama.cpp's qwen35 (or qwen35moe) architecture as a model's weight source. The configuration comes
  * from the qwen35.* keys, the tokenizer from tokenizer.ggml.*, and every tensor is bound under
  * its Hugging Face name with what llama.cpp's converter (conversion/qwen.py, Qwen3_5TextModel)
  * changed undone:
@@ -8,7 +8,9 @@
  *   - where key and value head counts differ, the value heads of the linear layers (the V rows of
  *     in_proj_qkv and conv1d, the rows of in_proj_z/a/b, dt_bias, A_log, the columns of out_proj)
  *     were reordered from grouped by key head to tiled: they are put back;
- *   - the MTP head was stored as extra layers (qwen35.nextn_predict_layers) named nextn.*.
+ *   - the MTP head was stored as extra layers (qwen35.nextn_predict_layers) named nextn.*;
+ *   - qwen35moe: the routed experts of a layer as one 3-D tensor per matrix (ffn_gate_exps,
+ *     ffn_up_exps, ffn_down_exps: [expert][row][col]), of which each expert is a slice.
  * F32/F16/BF16 tensors nothing changed are views into the mapped file; the rest are decoded to
  * fp32 (exactly, format/ggml_quant.c) into memory this source owns. */
 #include "format/ggml_quant.h"
@@ -49,36 +51,46 @@ qhx_status qhx_gguf_read_config(qhx_config *c, const qhx_gguf *g) {
     size_t alen;
     qhx_status rc = qhx_gguf_string(g, "general.architecture", 0, &arch, &alen);
     if (rc) return rc;
-    if (alen != 6 || memcmp(arch, "qwen35", 6))
-        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not qwen35 (Qwen3.5)", g->path, (int)(alen < 40 ? alen : 40), arch);
+    const int moe = alen == 9 && !memcmp(arch, "qwen35moe", 9);
+    if (!moe && (alen != 6 || memcmp(arch, "qwen35", 6)))
+        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not qwen35 or qwen35moe (Qwen3.5)", g->path,
+                        (int)(alen < 40 ? alen : 40), arch);
+    /* the keys are the architecture's name, then these */
     static const struct {
         const char *gguf, *hf;
-        int optional;
+        int optional;  /* 1: optional; 2: required in qwen35, not read in qwen35moe; 3: qwen35moe's own */
     } ints[] = {
-        {"qwen35.block_count", NULL, 0}, {"qwen35.nextn_predict_layers", NULL, 1},
-        {"qwen35.embedding_length", "hidden_size", 0}, {"qwen35.feed_forward_length", "intermediate_size", 0},
-        {"qwen35.attention.head_count", "num_attention_heads", 0}, {"qwen35.attention.head_count_kv", "num_key_value_heads", 0},
-        {"qwen35.attention.key_length", "head_dim", 0}, {"qwen35.context_length", "max_position_embeddings", 0},
-        {"qwen35.ssm.conv_kernel", "linear_conv_kernel_dim", 0}, {"qwen35.ssm.state_size", "linear_key_head_dim", 0},
-        {"qwen35.ssm.group_count", "linear_num_key_heads", 0}, {"qwen35.ssm.time_step_rank", "linear_num_value_heads", 0},
-        {"qwen35.full_attention_interval", "full_attention_interval", 1},
+        {"block_count", NULL, 0}, {"nextn_predict_layers", NULL, 1},
+        {"embedding_length", "hidden_size", 0}, {"feed_forward_length", "intermediate_size", 2},
+        {"attention.head_count", "num_attention_heads", 0}, {"attention.head_count_kv", "num_key_value_heads", 0},
+        {"attention.key_length", "head_dim", 0}, {"context_length", "max_position_embeddings", 0},
+        {"ssm.conv_kernel", "linear_conv_kernel_dim", 0}, {"ssm.state_size", "linear_key_head_dim", 0},
+        {"ssm.group_count", "linear_num_key_heads", 0}, {"ssm.time_step_rank", "linear_num_value_heads", 0},
+        {"full_attention_interval", "full_attention_interval", 1},
+        {"expert_count", "num_experts", 3}, {"expert_used_count", "num_experts_per_tok", 3},
+        {"expert_feed_forward_length", "moe_intermediate_size", 3},
+        {"expert_shared_feed_forward_length", "shared_expert_intermediate_size", 3},
     };
     json_t *tc = json_object();
     if (!tc) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
-    json_object_set_new(tc, "model_type", json_string("qwen3_5_text"));
+    json_object_set_new(tc, "model_type", json_string(moe ? "qwen3_5_moe_text" : "qwen3_5_text"));
     int64_t v[sizeof ints / sizeof *ints] = {0};
+    char key[96];
+#define KEY(k) (snprintf(key, sizeof key, "%s.%s", moe ? "qwen35moe" : "qwen35", k), key)
     for (size_t i = 0; i < sizeof ints / sizeof *ints && !rc; i++) {
         v[i] = -1;
-        rc = qhx_gguf_int(g, ints[i].gguf, ints[i].optional, &v[i]);
+        if (ints[i].optional == (moe ? 2 : 3)) continue;
+        rc = qhx_gguf_int(g, KEY(ints[i].gguf), ints[i].optional == 1, &v[i]);
         if (!rc && ints[i].hf && v[i] >= 0) json_object_set_new(tc, ints[i].hf, json_integer(v[i]));
     }
     int64_t vlen = 0, inner = 0, rot = 0;
     double theta = 0, eps = 0;
-    if (!rc) rc = qhx_gguf_int(g, "qwen35.attention.value_length", 0, &vlen);
-    if (!rc) rc = qhx_gguf_int(g, "qwen35.ssm.inner_size", 0, &inner);
-    if (!rc) rc = qhx_gguf_int(g, "qwen35.rope.dimension_count", 0, &rot);
-    if (!rc) rc = qhx_gguf_float(g, "qwen35.rope.freq_base", 0, &theta);
-    if (!rc) rc = qhx_gguf_float(g, "qwen35.attention.layer_norm_rms_epsilon", 0, &eps);
+    if (!rc) rc = qhx_gguf_int(g, KEY("attention.value_length"), 0, &vlen);
+    if (!rc) rc = qhx_gguf_int(g, KEY("ssm.inner_size"), 0, &inner);
+    if (!rc) rc = qhx_gguf_int(g, KEY("rope.dimension_count"), 0, &rot);
+    if (!rc) rc = qhx_gguf_float(g, KEY("rope.freq_base"), 0, &theta);
+    if (!rc) rc = qhx_gguf_float(g, KEY("attention.layer_norm_rms_epsilon"), 0, &eps);
+#undef KEY
     const int64_t blocks = v[0], nextn = v[1] < 0 ? 0 : v[1], head_dim = v[6], v_heads = v[11];
     if (!rc && vlen != head_dim)
         rc = qhx_fail(QHX_ERR_FORMAT, "%s: attention value_length %lld differs from key_length %lld", g->path, (long long)vlen, (long long)head_dim);
@@ -115,7 +127,7 @@ qhx_status qhx_gguf_read_config(qhx_config *c, const qhx_gguf *g) {
 
 /* ---- tensors ------------------------------------------------------------------------------ */
 
-int qhx_gguf_tensor_name(const qhx_config *c, const char *hf, char *out, size_t cap, qhx_gguf_change *undo) {
+int qhx_gguf_tensor_name(const qhx_config *c, const char *hf, char *out, size_t cap, qhx_gguf_change *undo, int *expert) {
     static const struct {
         const char *hf, *gguf;
         qhx_gguf_change undo;
@@ -133,6 +145,11 @@ int qhx_gguf_tensor_name(const qhx_config *c, const char *hf, char *out, size_t 
         {"linear_attn.conv1d.weight", "ssm_conv1d.weight", QHX_GGUF_V_ROWS_AFTER_QK},
         {"linear_attn.dt_bias", "ssm_dt.bias", QHX_GGUF_V_ROWS}, {"linear_attn.A_log", "ssm_a", QHX_GGUF_A_LOG},
         {"linear_attn.norm.weight", "ssm_norm.weight", QHX_GGUF_AS_IS}, {"linear_attn.out_proj.weight", "ssm_out.weight", QHX_GGUF_V_COLS},
+        {"mlp.gate.weight", "ffn_gate_inp.weight", QHX_GGUF_AS_IS},
+        {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight", QHX_GGUF_AS_IS},
+        {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight", QHX_GGUF_AS_IS},
+        {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight", QHX_GGUF_AS_IS},
+        {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight", QHX_GGUF_AS_IS},
     };
     static const struct {
         const char *hf, *gguf;
@@ -143,10 +160,17 @@ int qhx_gguf_tensor_name(const qhx_config *c, const char *hf, char *out, size_t 
         {"mtp.pre_fc_norm_embedding.weight", "nextn.enorm.weight", QHX_GGUF_NORM},
         {"mtp.pre_fc_norm_hidden.weight", "nextn.hnorm.weight", QHX_GGUF_NORM}, {"mtp.norm.weight", "nextn.shared_head_norm.weight", QHX_GGUF_NORM},
     };
-    int l, n = 0;
+    int l, n = 0, e, used = 0;
     const char *rest = NULL;
+    char which[8];
+    *expert = -1;
     if (sscanf(hf, "layers.%d.%n", &l, &n) == 1 && n) rest = hf + n;
     else if (!strncmp(hf, "mtp.layers.0.", 13)) rest = hf + 13, l = c->n_layers;
+    if (rest && sscanf(rest, "mlp.experts.%d.%5[a-z]_proj.weight%n", &e, which, &used) == 2 && !rest[used]) {
+        *undo = QHX_GGUF_AS_IS;
+        *expert = e;
+        return snprintf(out, cap, "blk.%d.ffn_%s_exps.weight", l, which) < (int)cap;
+    }
     for (size_t i = 0; rest && i < sizeof layer / sizeof *layer; i++)
         if (!strcmp(rest, layer[i].hf)) {
             *undo = layer[i].undo;
@@ -201,15 +225,24 @@ static qhx_status bind(qhx_model *m, gguf_source *s, const qhx_tensor_spec *sp) 
     const char *path = s->g.path;
     char name[200];
     qhx_gguf_change undo;
-    if (!qhx_gguf_tensor_name(c, sp->name, name, sizeof name, &undo))
+    int expert;
+    if (!qhx_gguf_tensor_name(c, sp->name, name, sizeof name, &undo, &expert))
         return qhx_fail(QHX_ERR_FORMAT, "%s: no GGUF name for tensor '%s'", path, sp->name);
     const qhx_gguf_tensor *t = qhx_gguf_tensor_find(&s->g, name);
     if (!t) return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
     int rows, cols;
     qhx_spec_dims(sp, &rows, &cols);
-    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1)
-        return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], the configuration needs [%d, %d]", path, name,
-                        (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], cols, rows);
+    const int64_t experts = expert >= 0 ? c->n_experts : 1;
+    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != experts || t->ne[3] != 1)
+        return qhx_fail(QHX_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], the configuration needs [%d, %d, %lld]", path,
+                        name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], cols, rows,
+                        (long long)experts);
+    qhx_gguf_tensor slice = *t; /* an expert: its [rows][cols] of the 3-D tensor */
+    if (expert >= 0) {
+        slice.data += (size_t)expert * (size_t)rows * ((size_t)cols / qhx_ggml_block_values(t->type) * qhx_ggml_block_bytes(t->type));
+        slice.ne[2] = 1;
+        t = &slice;
+    }
     qhx_tensor *dst = sp->dst;
     dst->rows = rows;
     dst->cols = cols;

@@ -46,6 +46,9 @@ struct qhx_weight_source {
     uint64_t identity;  /* nonzero: what state files name the model by, as the source defines it */
     const qhx_mapfile *(*file)(const qhx_weight_source *src, int i);
     void (*close)(qhx_weight_source *src);
+    /* weights drawn, not stored (qhx synth --bundle): row r of s's tensor, whose data is NULL;
+     * NULL for every source whose tensors hold their data */
+    void (*row)(const qhx_weight_source *src, const qhx_tensor_spec *s, int r, float *out);
 };
 
 struct qhx_model {
@@ -71,12 +74,15 @@ qhx_status qhx_bundle_open(qhx_model *m, const char *manifest_path);
 qhx_status qhx_checkpoint_model_open(qhx_model *m, const char *dir);
 /* A GGUF file of llama.cpp's qwen35 architecture (model/gguf_model.c); sets m->tok as well. */
 qhx_status qhx_gguf_model_open(qhx_model *m, const char *path);
+/* A synthetic preset (forge/synth.c) as a model only the forge can read: its weights drawn row by
+ * row (src->row), seeded, so a bundle of a shape too large to store as BF16 can be written. */
+qhx_status qhx_synth_model(qhx_runtime *rt, const char *preset, uint64_t seed, qhx_model **out);
 /* What llama.cpp's converter did to a tensor: stored 1 + w; stored -exp(A_log); value heads
  * reordered from grouped to tiled along the rows, along the rows past q and k, along the columns. */
 typedef enum { QHX_GGUF_AS_IS, QHX_GGUF_NORM, QHX_GGUF_A_LOG, QHX_GGUF_V_ROWS, QHX_GGUF_V_ROWS_AFTER_QK, QHX_GGUF_V_COLS } qhx_gguf_change;
 /* The GGUF name of Hugging Face tensor `hf` (a qhx_qwen35_specs name, no prefix) and its change;
- * 0 when it has none. */
-int qhx_gguf_tensor_name(const qhx_config *c, const char *hf, char *out, size_t cap, qhx_gguf_change *change);
+ * 0 when it has none. A routed expert's matrix is *expert's slice of a 3-D tensor (else -1). */
+int qhx_gguf_tensor_name(const qhx_config *c, const char *hf, char *out, size_t cap, qhx_gguf_change *change, int *expert);
 /* Its two readers of metadata: the configuration from qwen35.*, the tokenizer from tokenizer.ggml.* */
 struct qhx_gguf;
 qhx_status qhx_gguf_read_config(qhx_config *c, const struct qhx_gguf *g);
