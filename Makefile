@@ -119,6 +119,11 @@ fuzz: $(BUILD)/qhx
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(BUILD)/tests/testlib.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# the tests of the command line's own parts link it as a library
+$(BUILD)/tests/test_tool_calls.o: CFLAGS += -Itools
+$(BUILD)/test_tool_calls: $(BUILD)/tests/test_tool_calls.o $(BUILD)/tests/testlib.o $(BUILD)/libqhxcli.a $(BUILD)/libqhexrt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # examples/: programs on the public API alone (the tests build and run them)
 $(BUILD)/examples/%: $(BUILD)/examples/%.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

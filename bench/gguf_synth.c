@@ -1,7 +1,8 @@
 /* GGUF files (v3) of llama.cpp's "qwen35" (or, for a mixture-of-experts model, "qwen35moe")
  * architecture made from a checkpoint (a bundle gives its shapes too), in two ways:
  *   build/gguf_synth CHECKPOINT OUT.gguf [q8_0|q4_0|q4_k]
- *       the checkpoint's shapes with seeded random weights of that type (default q8_0), fp32
+ *       the checkpoint's shapes (or a qhx synth preset's, CHECKPOINT given as preset:NAME) with
+ *       seeded random weights of that type (default q8_0), fp32
  *       norms and small tensors and a placeholder byte-level vocabulary: for timing llama.cpp on
  *       our shapes (timing does not depend on the values; never used for accuracy);
  *   build/gguf_synth --convert CHECKPOINT OUT.gguf
@@ -263,7 +264,8 @@ int main(int argc, char **argv) {
     qhx_model *m;
     qhx_runtime *rt;
     qhx_runtime_opts ro = {.map_weights = 1}; /* a bundle only lends its shapes: mapped, never read */
-    if (qhx_runtime_new(&ro, &rt) || qhx_model_open(rt, ck, &m)) return fprintf(stderr, "gguf_synth: %s\n", qhx_last_error()), 1;
+    if (qhx_runtime_new(&ro, &rt) || (!strncmp(ck, "preset:", 7) ? qhx_synth_model(rt, ck + 7, 0, &m) : qhx_model_open(rt, ck, &m)))
+        return fprintf(stderr, "gguf_synth: %s\n", qhx_last_error()), 1;
     const qhx_config *c = &m->cfg;
     tensor *t = calloc(((size_t)c->n_layers + 1) * (20 + 3 * (size_t)c->n_experts) + 40, sizeof *t);
     const int n = !t ? -1 : convert ? list_converted(m, t) : list_random(c, type, t);
