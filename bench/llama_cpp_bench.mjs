@@ -1,6 +1,7 @@
 // llama.cpp (through the npm package node-llama-cpp) on a GGUF from build/gguf_synth: prefill of
 // seeded random token ids from a fresh context, then greedy decode, the way `qhx bench` measures.
-//   node bench/llama_cpp_bench.mjs MODEL.gguf [--threads 2] [--prompts 128,512] [--decode 128]
+//   node bench/llama_cpp_bench.mjs MODEL.gguf [--threads 2] [--prompts 128,512] [--decode 128] [--no-mmap]
+// --no-mmap reads the weights into memory (llama-bench -mmp 0), as qhexrt reads a bundle in.
 import {getLlama} from "node-llama-cpp";
 
 const args = process.argv.slice(2);
@@ -11,7 +12,7 @@ const prompts = opt("--prompts", "128,512").split(",").map(Number);
 const decode = Number(opt("--decode", "128"));
 
 const llama = await getLlama({gpu: false, logLevel: "error"});
-const model = await llama.loadModel({modelPath, gpuLayers: 0, useMmap: true});
+const model = await llama.loadModel({modelPath, gpuLayers: 0, useMmap: !args.includes("--no-mmap")});
 let seed = 1;
 const rand = () => (seed = (seed * 1103515245 + 12345) % 2147483648);
 const ids = n => Array.from({length: n}, () => 256 + (rand() % (model.tokens.length ? 1000 : 1000)));

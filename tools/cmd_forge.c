@@ -22,18 +22,19 @@ static void print_line(const char *line, void *user) {
 /* ---- qhx synth ------------------------------------------------------------------------------- */
 
 static const char synth_help_head[] =
-    "usage: qhx synth --preset NAME --seed N --out DIR [--bundle w8|w4 [--context-len N]] [--force]\n"
+    "usage: qhx synth --preset NAME --seed N --out DIR [--bundle w8|w4 [--lmhead f16|w8|w4] [--context-len N]] [--force]\n"
     "Writes a Hugging Face checkpoint (config.json + safetensors, sharded when large) with seeded\n"
     "random weights, with the MTP head real Qwen3.5 checkpoints carry (mtp.*). Streams to disk;\n"
     "the directory appears only when complete.\n"
     "  --bundle w8|w4   write a bundle instead, its weights drawn as they are quantized (no BF16\n"
     "                   copy on disk: how the MoE shapes fit; no tokenizer, no gates)\n"
+    "  --lmhead f16|w8|w4  the bundle's lm-head (default f16, as qhx forge)\n"
     "  --context-len N  the bundle's positions (default 4096)\n"
     "  --force          replace an existing DIR\n"
     "presets:\n";
 
 int cmd_synth(int argc, char **argv) {
-    const char *preset = NULL, *out = NULL, *bundle = NULL;
+    const char *preset = NULL, *out = NULL, *bundle = NULL, *lmhead = NULL;
     long long seed = 0, ctx = 0;
     int force = 0;
     for (int i = 1; i < argc; i++) {
@@ -48,13 +49,14 @@ int cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "--out") || !strcmp(a, "-o")) { if (want_value(argc, argv, &i)) return 2; out = argv[i]; }
         else if (!strcmp(a, "--force")) force = 1;
         else if (!strcmp(a, "--bundle")) { if (want_value(argc, argv, &i)) return 2; bundle = argv[i]; }
+        else if (!strcmp(a, "--lmhead")) { if (want_value(argc, argv, &i)) return 2; lmhead = argv[i]; }
         else if (!strcmp(a, "--context-len")) { if (want_value(argc, argv, &i) || parse_long("--context-len", argv[i], 1, INT_MAX, &ctx)) return 2; }
         else return die("unknown argument '%s' (see qhx synth --help)", a), 2;
     }
     if (!preset || !out) return die("needs --preset and --out (see qhx synth --help)"), 2;
-    if (ctx && !bundle) return die("--context-len is a bundle's (add --bundle w8|w4)"), 2;
+    if ((ctx || lmhead) && !bundle) return die("%s is a bundle's (add --bundle w8|w4)", ctx ? "--context-len" : "--lmhead"), 2;
     if (bundle) {
-        qhx_forge_opts fo = {.synth = preset, .seed = (uint64_t)seed, .out = out, .weights = bundle, .force = force,
+        qhx_forge_opts fo = {.synth = preset, .seed = (uint64_t)seed, .out = out, .weights = bundle, .lmhead = lmhead, .force = force,
                              .context_len = (int)ctx, .progress = isatty(2) ? cli_progress : NULL, .report = print_line};
         return qhx_forge(&fo) ? api_error() : 0;
     }

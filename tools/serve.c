@@ -16,6 +16,7 @@
 #include "util/buf.h"
 #include "cli.h"
 #include "serve.h"
+#include "tool_calls.h"
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -85,6 +86,13 @@ typedef struct {
     int reply_cacheable;          /* a finished chat reply: worth a snapshot after it */
     char *reasoning, *content;    /* everything so far (non-streaming) */
     size_t n_reasoning, n_content, cap_reasoning, cap_content;
+    /* with tools: each channel read for calls (tools/tool_calls.h); what of it is text, the calls,
+     * and what a stream has not sent yet of each */
+    tc_stream tc_reasoning, tc_content;
+    qhx_buf shown_reasoning, shown_content;
+    json_t *calls;
+    size_t sent_reasoning, sent_content, sent_calls;
+    int tool_stop;                /* parallel_tool_calls false and a call is out: the reply ends */
 } job;
 
 static int grow(job *jb, size_t more) {
@@ -122,6 +130,58 @@ static json_t *chunk(job *jb, json_t *choice) {
                      jb->sv->model_id, "choices", choice);
 }
 
+/* ---- tool calls (a chat request with tools) ---- */
+
+static void shown_reasoning(void *user, const char *s, size_t n) { qhx_buf_append(&((job *)user)->shown_reasoning, s, n); }
+static void shown_content(void *user, const char *s, size_t n) { qhx_buf_append(&((job *)user)->shown_content, s, n); }
+
+static void on_call(void *user, const char *name, json_t *args) {
+    job *jb = user;
+    if (jb->rq->one_call && json_array_size(jb->calls)) return; /* parallel_tool_calls false: the first only */
+    char id[96], *a = json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    snprintf(id, sizeof id, "call_%s_%zu", jb->rq->id, json_array_size(jb->calls));
+    json_array_append_new(jb->calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function", "name", name,
+                                               "arguments", a ? a : "{}"));
+    free(a);
+    if (jb->rq->one_call) jb->tool_stop = 1;
+}
+
+/* The channels read so far for calls (final: the reply is complete, or its reasoning is); a call
+ * the model writes inside its reasoning is a call too (vLLM #39056 leaves it in the reasoning). */
+static void read_calls(job *jb, int final) {
+    const json_t *tools = jb->rq->tools;
+    tc_scan(&jb->tc_reasoning, jb->reasoning ? jb->reasoning : "", jb->n_reasoning, final || jb->n_content > 0, tools,
+            shown_reasoning, on_call, jb);
+    tc_scan(&jb->tc_content, jb->content ? jb->content : "", jb->n_content, final, tools, shown_content, on_call, jb);
+}
+
+/* a chat stream's delta: what is new of the reasoning, the answer and the calls since the last */
+static json_t *chat_delta(job *jb, size_t r0, size_t c0) {
+    json_t *delta = json_object();
+    const char *r = jb->reasoning, *c = jb->content;
+    size_t nr = jb->n_reasoning, nc = jb->n_content;
+    if (jb->rq->tools) {
+        r0 = jb->sent_reasoning, c0 = jb->sent_content, r = jb->shown_reasoning.s, c = jb->shown_content.s;
+        nr = jb->shown_reasoning.len, nc = jb->shown_content.len;
+        jb->sent_reasoning = nr, jb->sent_content = nc;
+    }
+    if (nr > r0) json_object_set_new(delta, "reasoning_content", json_stringn(r + r0, nr - r0));
+    if (nc > c0) json_object_set_new(delta, "content", json_stringn(c + c0, nc - c0));
+    if (jb->calls && json_array_size(jb->calls) > jb->sent_calls) {
+        json_t *calls = json_array();
+        for (size_t i = jb->sent_calls; i < json_array_size(jb->calls); i++) {
+            json_t *call = json_deep_copy(json_array_get(jb->calls, i));
+            json_object_set_new(call, "index", json_integer((json_int_t)i));
+            json_array_append_new(calls, call);
+        }
+        jb->sent_calls = json_array_size(jb->calls);
+        json_object_set_new(delta, "tool_calls", calls);
+    }
+    if (json_object_size(delta)) return json_pack("{s:i, s:o, s:n}", "index", 0, "delta", delta, "finish_reason");
+    json_decref(delta);
+    return NULL;
+}
+
 static int serve_on_token(int32_t tok, const char *text, size_t len, void *user) {
     job *jb = user;
     server *sv = jb->sv;
@@ -134,24 +194,16 @@ static int serve_on_token(int32_t tok, const char *text, size_t len, void *user)
         if (grow(jb, len)) jb->failed = 1;
         else if (jb->rq->chat) think_split_feed(&jb->ts, text, len, jb->reasoning, &jb->n_reasoning, jb->content, &jb->n_content);
         else memcpy(jb->content + jb->n_content, text, len), jb->n_content += len;
+        if (!jb->failed && jb->rq->tools) read_calls(jb, 0);
         if (!jb->failed && jb->rq->stream) {
-            json_t *choice;
-            if (!jb->rq->chat)
-                choice = json_pack("{s:s%, s:i, s:n, s:n}", "text", jb->content + c0, jb->n_content - c0, "index", 0,
-                                   "logprobs", "finish_reason");
-            else {
-                json_t *delta = json_object();
-                if (jb->n_reasoning > r0)
-                    json_object_set_new(delta, "reasoning_content", json_stringn(jb->reasoning + r0, jb->n_reasoning - r0));
-                if (jb->n_content > c0) json_object_set_new(delta, "content", json_stringn(jb->content + c0, jb->n_content - c0));
-                choice = json_object_size(delta) ? json_pack("{s:i, s:o, s:n}", "index", 0, "delta", delta, "finish_reason") : NULL;
-                if (!choice) json_decref(delta);
-            }
+            json_t *choice = jb->rq->chat ? chat_delta(jb, r0, c0)
+                                          : json_pack("{s:s%, s:i, s:n, s:n}", "text", jb->content + c0, jb->n_content - c0,
+                                                      "index", 0, "logprobs", "finish_reason");
             if (choice && send_event(jb, chunk(jb, choice))) jb->failed = 1;
         }
     }
     turn_begin(sv);
-    return jb->failed;
+    return jb->failed || jb->tool_stop;
 }
 
 static json_t *usage_json(const qhx_generate_result *res, int cached) {
@@ -215,7 +267,10 @@ static qhx_status run_job(job *jb, qhx_generate_result *res) {
     qhx_status st = pc_prefill(&sv->cache, s, jb->rq->ids, jb->rq->n_ids, &jb->cached, serve_yield, jb);
     const int at = qhx_session_pos(s);
     jb->rq->gen.step = serve_step, jb->rq->gen.step_user = jb;
+    jb->calls = jb->rq->tools ? json_array() : NULL;
     if (!st) st = qhx_generate(s, jb->rq->ids + at, jb->rq->n_ids - at, &jb->rq->gen, serve_on_token, jb, res);
+    if (st == QHX_ERR_CANCELLED && jb->tool_stop && !jb->failed) st = QHX_OK, res->finish = QHX_FINISH_STOP;
+    if (!st && jb->rq->tools) read_calls(jb, 1);
     sched_step_done(sv, &jb->decoding); /* the others' passes no longer wait for this slot */
     res->n_prompt = jb->rq->n_ids;
     jb->reply_cacheable = !st && jb->rq->history && !jb->failed && sv->cache.budget;
@@ -274,7 +329,19 @@ static void schedule_reply(job *jb) {
     pthread_attr_destroy(&at);
 }
 
-static const char *finish_reason(const qhx_generate_result *res) { return res->finish == QHX_FINISH_STOP ? "stop" : "length"; }
+static const char *finish_reason(const job *jb, const qhx_generate_result *res) {
+    return res->finish != QHX_FINISH_STOP ? "length" : json_array_size(jb->calls) ? "tool_calls" : "stop";
+}
+
+static void job_free(job *jb) {
+    request_free(jb->rq);
+    free(jb->reasoning);
+    free(jb->content);
+    qhx_buf_free(&jb->shown_reasoning);
+    qhx_buf_free(&jb->shown_content);
+    json_decref(jb->calls);
+    free(jb);
+}
 
 static void *stream_worker(void *arg) {
     job *jb = arg;
@@ -284,10 +351,12 @@ static void *stream_worker(void *arg) {
                                                         "assistant", "content", "", "finish_reason")));
     qhx_status st = run_job(jb, &res);
     if (st == QHX_OK) {
+        json_t *rest = jb->rq->tools ? chat_delta(jb, 0, 0) : NULL; /* what the end released */
+        int bad = rest && send_event(jb, chunk(jb, rest));
         json_t *choice = jb->rq->chat
-            ? json_pack("{s:i, s:{}, s:s}", "index", 0, "delta", "finish_reason", finish_reason(&res))
-            : json_pack("{s:i, s:s, s:n, s:s}", "index", 0, "text", "", "logprobs", "finish_reason", finish_reason(&res));
-        int bad = send_event(jb, chunk(jb, choice));
+            ? json_pack("{s:i, s:{}, s:s}", "index", 0, "delta", "finish_reason", finish_reason(jb, &res))
+            : json_pack("{s:i, s:s, s:n, s:s}", "index", 0, "text", "", "logprobs", "finish_reason", finish_reason(jb, &res));
+        if (!bad) bad = send_event(jb, chunk(jb, choice));
         if (!bad && jb->rq->include_usage) {
             json_t *u = chunk(jb, json_null());
             json_object_set_new(u, "choices", json_array());
@@ -305,10 +374,7 @@ static void *stream_worker(void *arg) {
     }
     close(jb->fd);
     schedule_reply(jb);
-    request_free(jb->rq);
-    free(jb->reasoning);
-    free(jb->content);
-    free(jb);
+    job_free(jb);
     return NULL;
 }
 
@@ -370,14 +436,20 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
     else if (st) ret = send_error(sv, c, 500, "server_error", NULL, NULL, "%s", qhx_last_error());
     else {
         while (jb->n_reasoning && jb->reasoning && jb->reasoning[jb->n_reasoning - 1] == '\n') jb->n_reasoning--;
+        while (jb->shown_reasoning.len && jb->shown_reasoning.s[jb->shown_reasoning.len - 1] == '\n') jb->shown_reasoning.len--;
         json_t *choice;
         if (chat) {
-            json_t *msg = json_pack("{s:s, s:s%}", "role", "assistant", "content", jb->content ? jb->content : "", jb->n_content);
-            if (rq->thinking) json_object_set_new(msg, "reasoning_content", json_stringn(jb->reasoning ? jb->reasoning : "", jb->n_reasoning));
-            choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs", "finish_reason", finish_reason(&res));
+            const int tools = rq->tools != NULL, calls = json_array_size(jb->calls) > 0;
+            const char *ct = tools ? jb->shown_content.s : jb->content, *rt = tools ? jb->shown_reasoning.s : jb->reasoning;
+            const size_t nc = tools ? jb->shown_content.len : jb->n_content, nr = tools ? jb->shown_reasoning.len : jb->n_reasoning;
+            /* OpenAI: a reply that is only calls has content null */
+            json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", calls && !nc ? json_null() : json_stringn(ct ? ct : "", nc));
+            if (rq->thinking) json_object_set_new(msg, "reasoning_content", json_stringn(rt ? rt : "", nr));
+            if (calls) json_object_set(msg, "tool_calls", jb->calls);
+            choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs", "finish_reason", finish_reason(jb, &res));
         } else {
             choice = json_pack("{s:s%, s:i, s:n, s:s}", "text", jb->content ? jb->content : "", jb->n_content, "index", 0,
-                               "logprobs", "finish_reason", finish_reason(&res));
+                               "logprobs", "finish_reason", finish_reason(jb, &res));
         }
         json_t *out = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", rq->id, "object",
                                 chat ? "chat.completion" : "text_completion", "created", (int)rq->created, "model",
@@ -386,10 +458,7 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
         log_request(jb, out ? 200 : 500, &res);
         if (out) schedule_reply(jb);
     }
-    request_free(jb->rq);
-    free(jb->reasoning);
-    free(jb->content);
-    free(jb);
+    job_free(jb);
     return ret;
 }
 

@@ -41,6 +41,8 @@ typedef struct {
 
 typedef struct {
     int chat, stream, include_usage, thinking;
+    json_t *tools;              /* chat with tools and tool_choice "auto": calls in the reply become tool_calls */
+    int one_call;               /* parallel_tool_calls false: the reply ends with its first call */
     int32_t *ids;
     int n_ids;
     json_t *history;            /* chat: the render request without its generation prompt, for the reply's snapshot */

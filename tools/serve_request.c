@@ -15,6 +15,7 @@ void request_free(request *rq) {
     if (!rq) return;
     free(rq->ids);
     json_decref(rq->history);
+    json_decref(rq->tools);
     for (int i = 0; i < rq->gen.n_stop; i++) free(rq->stop[i]);
     free(rq);
 }
@@ -142,8 +143,8 @@ static const char *unsupported(json_t *body, int chat, refusal *why) {
     OFF("response_format", json_is_object(x) && json_is_string(json_object_get(x, "type")) &&
                                !strcmp(json_string_value(json_object_get(x, "type")), "text"),
         "only {\"type\": \"text\"} is implemented yet: the server cannot yet guarantee JSON");
-    OFF("tool_choice", json_is_string(x) && !strcmp(json_string_value(x), "auto"),
-        "only \"auto\" is implemented yet: the server cannot yet force or forbid a call");
+    OFF("tool_choice", json_is_string(x) && (!strcmp(json_string_value(x), "auto") || !strcmp(json_string_value(x), "none")),
+        "only \"auto\" and \"none\" are implemented yet: the server cannot yet force a call");
     OFF("parallel_tool_calls", json_is_boolean(x), "must be a boolean");
 #undef OFF
     json_t *msgs = json_object_get(body, "messages");
@@ -202,6 +203,19 @@ request *parse_request(server *sv, const char *body, size_t len, int chat, refus
             }
         }
         if (tools && !json_is_null(tools) && !json_is_array(tools)) { param = "tools"; snprintf(err, cap, "'tools' must be an array"); goto fail; }
+        for (size_t i = 0; json_is_array(tools) && i < json_array_size(tools); i++) {
+            json_t *t = json_array_get(tools, i), *fn = json_object_get(t, "function");
+            if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name"))) {
+                param = "tools";
+                snprintf(err, cap, "tools[%zu] must be {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
+                goto fail;
+            }
+        }
+        /* tool_choice "none": the tools are not shown to the model, and nothing it writes is a call */
+        const json_t *choice = json_object_get(j, "tool_choice");
+        if (json_is_string(choice) && !strcmp(json_string_value(choice), "none")) tools = NULL;
+        if (json_is_array(tools) && json_array_size(tools)) rq->tools = json_incref(tools);
+        rq->one_call = json_is_false(json_object_get(j, "parallel_tool_calls"));
         json_t *kw = json_object_get(j, "chat_template_kwargs");
         if (kw && !json_is_null(kw) && !json_is_object(kw)) {
             param = "chat_template_kwargs";
@@ -210,7 +224,7 @@ request *parse_request(server *sv, const char *body, size_t len, int chat, refus
         }
         if (get_bool(kw, "enable_thinking", &rq->thinking, err, cap)) { param = "chat_template_kwargs"; goto fail; }
         json_t *req = json_pack("{s:O, s:b, s:b}", "messages", msgs, "add_generation_prompt", 1, "enable_thinking", rq->thinking);
-        if (tools && json_is_array(tools)) json_object_set(req, "tools", tools);
+        if (rq->tools) json_object_set(req, "tools", tools);
         char *rj = req ? json_dumps(req, JSON_COMPACT) : NULL;
         if (req) json_object_set_new(req, "add_generation_prompt", json_false());
         rq->history = req;
