@@ -126,6 +126,8 @@ typedef struct {
     int top_k;             /* of which each token runs top_k, */
     int expert_size;       /* each a SwiGLU of this width, */
     int shared_expert_size;  /* beside one shared expert of this width */
+    int weights_mapped;    /* a bundle's weights are mapped from the page cache (map_weights, or
+                              they would not fit in memory with a GiB to spare), not read in */
 } qhx_model_info;
 
 /* Sizes, layer counts and end-of-generation ids of an open model. */

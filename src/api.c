@@ -229,6 +229,7 @@ void qhx_model_get_info(const qhx_model *m, qhx_model_info *info) {
     info->state_bytes = qhx_state_fixed_bytes(c);
     info->kv_bytes_per_token = qhx_state_kv_bytes_per_token(c);
     info->mtp_layers = m->w->mtp ? 1 : 0;
+    info->weights_mapped = m->map;
     if (c->n_experts) {
         info->n_experts = c->n_experts;
         info->top_k = c->top_k;

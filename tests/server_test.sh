@@ -76,6 +76,23 @@ curl_status 400 "'best_of'" "$(post completions)" -d '{"prompt":"x","best_of":3}
 curl_status 400 "'response_format'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}}'
 curl_status 400 "'tool_choice'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"tool_choice":"required"}'
 curl_status 400 "'messages' is not a field" "$(post completions)" -d '{"prompt":"x","messages":[]}'
+curl_status 400 "tools[0]" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}]}'
+# tools: tool_choice "none" hides them, so the reply is the one without tools, token for token;
+# with tools the model (which never calls one) answers in content, streamed as it is whole
+tools='[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]'
+q='"messages":[{"role":"user","content":"Who is the LORD?"}],"max_tokens":24,"temperature":0'
+curl -s "$(post chat/completions)" -d "{$q}" >"$tmp/notools"
+curl -s "$(post chat/completions)" -d "{$q,\"tools\":$tools,\"tool_choice\":\"none\",\"parallel_tool_calls\":false}" >"$tmp/none"
+curl -s "$(post chat/completions)" -d "{$q,\"tools\":$tools}" >"$tmp/withtools"
+curl -s -N "$(post chat/completions)" -d "{$q,\"tools\":$tools,\"stream\":true}" >"$tmp/withtools.sse"
+node -e 'const fs=require("fs"), J=f=>JSON.parse(fs.readFileSync(f)), a=J(process.argv[1]), b=J(process.argv[2]), c=J(process.argv[3]);
+  let text="", reason="", calls=0, fin=null;
+  for (const l of fs.readFileSync(process.argv[4],"utf8").split("\n")) if (l.startsWith("data: {")) { const d=JSON.parse(l.slice(6)).choices[0];
+    if (!d) continue; text+=d.delta.content||""; reason+=d.delta.reasoning_content||""; calls+=(d.delta.tool_calls||[]).length; fin=d.finish_reason||fin; }
+  const m=c.choices[0].message;
+  const ok=JSON.stringify(a.choices[0].message)===JSON.stringify(b.choices[0].message) && typeof m.content==="string" && !m.tool_calls
+    && ["stop","length"].includes(c.choices[0].finish_reason) && text===m.content && calls===0 && fin===c.choices[0].finish_reason;
+  process.exit(ok?0:1)' "$tmp/notools" "$tmp/none" "$tmp/withtools" "$tmp/withtools.sse" && ok || bad "tools: none/auto replies: $(head -c 300 "$tmp/withtools")"
 curl_status 400 "messages[0].content[1]" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:,"}}]}]}'
 # ... and what cannot change a reply, or asks for the default, is accepted
 curl_status 200 "" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_tokens":2,"logprobs":false,"logit_bias":{},"user":"u","metadata":{},"store":false,"response_format":{"type":"text"},"tool_choice":"auto","parallel_tool_calls":true}'

@@ -46,8 +46,9 @@ int cmd_inspect(int argc, char **argv) {
     if (in.n_experts)
         printf("MLP: mixture of experts in every layer: %d routed experts of width %d, top-%d a token, + a shared expert of width %d\n",
                in.n_experts, in.expert_size, in.top_k, in.shared_expert_size);
-    printf("context: %d positions\nweights: %.1f MB mapped, %.1f MB read a token%s\n", in.max_context, in.weight_bytes / 1e6,
-           in.decode_bytes_per_token / 1e6, in.n_experts ? " (active: the routed experts at their average size)" : "");
+    printf("context: %d positions\nweights: %.1f MB %s, %.1f MB read a token%s\n", in.max_context, in.weight_bytes / 1e6,
+           !in.is_bundle ? "mapped" : in.weights_mapped ? "mapped from the page cache" : "read into memory", in.decode_bytes_per_token / 1e6,
+           in.n_experts ? " (active: the routed experts at their average size)" : "");
     printf("kernels: %s, %d threads\n", qhx_runtime_kernels(rt), qhx_runtime_threads(rt));
     printf("state per session: %.2f MB fixed (conv + delta-rule), KV cache %.1f KB per token (%.1f MB at full context)\n",
            in.state_bytes / 1e6, in.kv_bytes_per_token / 1e3, in.kv_bytes_per_token * (double)in.max_context / 1e6);

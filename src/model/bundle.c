@@ -119,10 +119,10 @@ static qhx_status open_file(qhx_model *m, const manifest *mf, const char *name, 
     qhxf_expect want = *base;
     want.kind = kind;
     qhxf_file *f = &bu->files[bu->src.n_files];
-    rc = qhxf_open(f, path, &want, !m->rt->map_weights);
+    rc = qhxf_open(f, path, &want, !m->map);
     if (rc && kind == QHXF_HEAD) { /* the lm-head of a tied model is the embedding file */
         want.kind = QHXF_EMBED;
-        if (!qhxf_open(f, path, &want, !m->rt->map_weights)) rc = QHX_OK;
+        if (!qhxf_open(f, path, &want, !m->map)) rc = QHX_OK;
     }
     free(path);
     if (rc) return rc;
@@ -181,6 +181,15 @@ static qhx_status load(qhx_model *m, manifest *mf) {
     const json_t *head_dt = get(mf, "plan.lm_head.dtype", JSON_STRING);
     if (!model || !mh || !bid || !ctx || !tgt || !lay || !op || !shards || !emb || !head || !head_dt || !get(mf, "files", JSON_OBJECT))
         return QHX_ERR_FORMAT;
+    /* Weights are read in (on huge pages: faster where TLB misses are dear) when they fit with a
+     * GiB to spare for sessions, else mapped, so a model larger than memory streams from the page
+     * cache instead of failing or pushing everything else out (docs/usage.md, bench/README.md). */
+    uint64_t total = 0;
+    const char *fname;
+    json_t *fe;
+    json_object_foreach((json_t *)get(mf, "files", JSON_OBJECT), fname, fe) total += (uint64_t)json_number_value(json_object_get(fe, "bytes"));
+    const uint64_t avail = qhx_memory_available();
+    m->map = m->rt->map_weights || (avail && total + (1ull << 30) > avail);
     if (strcmp(json_string_value(op), "qwen3_5_generate"))
         return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: host op '%s' is unknown (this qhexrt runs qwen3_5_generate)", mf->path, json_string_value(op));
     static const char *const sharing[] = {QHX_TARGETS_SHARING_LAYOUT};

@@ -60,6 +60,8 @@ struct qhx_model {
     qhx_shard_desc *shards;
     int context;                      /* positions a session may use */
     uint64_t weight_bytes;            /* bytes of weights mapped */
+    int map;                          /* a bundle's weights mapped from the page cache, not read in:
+                                         asked for (map_weights), or they would not fit in memory */
     char *dir;
     char *manifest;                   /* bundle manifest text; NULL for checkpoints */
     qhx_weight_source *src;

@@ -116,3 +116,52 @@ char *qhx_path_join(const char *dir, const char *name) {
     char *p;
     return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
 }
+
+static unsigned long long read_ull(const char *path) {
+    FILE *f = fopen(path, "r");
+    unsigned long long v = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%llu", &v) != 1) v = 0; /* "max": no limit */
+    fclose(f);
+    return v;
+}
+
+/* The room left under this process's memory cgroup, or 0 when it has no limit (or none is found). */
+static unsigned long long cgroup_room(void) {
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    char line[512], v2[512] = "", v1[512] = "";
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (!strncmp(line, "0::", 3)) snprintf(v2, sizeof v2, "%s", line + 3);
+        const char *m = strstr(line, ":memory:");
+        if (m) snprintf(v1, sizeof v1, "%s", m + 8);
+    }
+    if (f) fclose(f);
+    char a[1100], b[1100];
+    unsigned long long limit = 0, used = 0;
+    if (*v1) {
+        snprintf(a, sizeof a, "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", v1);
+        snprintf(b, sizeof b, "/sys/fs/cgroup/memory%s/memory.usage_in_bytes", v1);
+        limit = read_ull(a), used = read_ull(b);
+    }
+    if (!limit && *v2) {
+        snprintf(a, sizeof a, "/sys/fs/cgroup%s/memory.max", v2);
+        snprintf(b, sizeof b, "/sys/fs/cgroup%s/memory.current", v2);
+        limit = read_ull(a), used = read_ull(b);
+    }
+    if (!limit || limit >= (1ull << 60)) return 0; /* v1 writes "no limit" as a huge number */
+    return limit > used ? limit - used : 1;
+}
+
+size_t qhx_memory_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    unsigned long long avail = kb * 1024ull;
+    const unsigned long long room = cgroup_room();
+    if (room && (!avail || room < avail)) avail = room;
+    return (size_t)avail;
+}

@@ -19,6 +19,11 @@ qhx_status qhx_map_open(qhx_mapfile *f, const char *path);
 qhx_status qhx_map_open_resident(qhx_mapfile *f, const char *path);
 void qhx_map_close(qhx_mapfile *f);
 
+/* Bytes this process could still take without pushing anything out: the kernel's MemAvailable,
+ * less where the process's memory cgroup (v2 memory.max, v1 memory.limit_in_bytes) ends sooner;
+ * 0 when neither can be read. */
+size_t qhx_memory_available(void);
+
 /* Reads a whole (small) file into a NUL-terminated heap buffer; refuses files over max_bytes. */
 qhx_status qhx_read_file(const char *path, size_t max_bytes, char **out, size_t *len);
 
