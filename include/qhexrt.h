@@ -282,7 +282,20 @@ typedef struct {
      * server steps its sessions together with qhx_sessions_step. NULL: qhx_session_eval. */
     qhx_status (*step)(qhx_session *s, int32_t token, float *logits, void *step_user);
     void *step_user;
+    /* OpenAI's logit_bias: bias[i] added to the logit of token bias_ids[i] before anything else
+     * (-100 bans a token, +100 all but forces it); ids outside the vocabulary are refused */
+    const int32_t *bias_ids;
+    const float *bias;
+    int n_bias;
+    /* Log-probabilities: when set, called for each generated token just before the token callback
+     * with its log-probability and the top_logprobs (at most QHX_MAX_TOP_LOGPROBS) most probable
+     * tokens, all under log-softmax of the logits the sampler saw after the bias and the penalties
+     * (before temperature, top-k, top-p and min-p). */
+    void (*logprobs)(int32_t token, float logprob, const int32_t *top_ids, const float *top_logprobs, int n_top, void *user);
+    void *logprobs_user;
+    int top_logprobs;
 } qhx_generate_opts;
+#define QHX_MAX_TOP_LOGPROBS 20
 
 /* Speculative decoding drafts a few tokens, evaluates them after the current one in one pass
  * (the weights stream once for all), keeps the longest prefix the model agrees with and takes the

@@ -8,6 +8,7 @@
 #include "util/buf.h"
 #include "util/error.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -212,9 +213,45 @@ static qhx_status check_opts(const qhx_generate_opts *o) {
         return qhx_fail(QHX_ERR_ARG, "generate: %d stop ids (at most 1024)", o->n_stop_ids);
     if (o->draft != QHX_DRAFT_NONE && o->draft != QHX_DRAFT_NGRAM && o->draft != QHX_DRAFT_MTP)
         return qhx_fail(QHX_ERR_ARG, "generate: draft %d is not a drafter (QHX_DRAFT_NONE, _NGRAM or _MTP)", o->draft);
+    if (o->top_logprobs < 0 || o->top_logprobs > QHX_MAX_TOP_LOGPROBS)
+        return qhx_fail(QHX_ERR_ARG, "generate: top_logprobs %d is not in [0, %d]", o->top_logprobs, QHX_MAX_TOP_LOGPROBS);
     if (o->draft_max < 0 || o->draft_max > QHX_MAX_DRAFT)
         return qhx_fail(QHX_ERR_ARG, "generate: draft_max %d is not in [0, %d]", o->draft_max, QHX_MAX_DRAFT);
     return QHX_OK;
+}
+
+/* Log-softmax of the logits sampling sees, kept until the token is drawn: its own value and the
+ * top_logprobs most probable, reported with it. */
+typedef struct {
+    float *lsm;     /* [vocab] */
+    int32_t top[QHX_MAX_TOP_LOGPROBS];
+    int n_top, cap; /* cap: the top_logprobs asked for */
+} logprob_state;
+
+static qhx_status logprobs_of(logprob_state *lp, const float *x, int V) {
+    if (!lp->lsm && !(lp->lsm = malloc(sizeof(float) * (size_t)V))) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((double)x[i] - mx);
+    const float lse = mx + (float)log(sum);
+    for (int i = 0; i < V; i++) lp->lsm[i] = x[i] - lse;
+    /* the top ones by insertion (there are at most 20); ties go to the lower id */
+    lp->n_top = 0;
+    for (int i = 0; i < V && lp->cap; i++) {
+        if (lp->n_top == lp->cap && !(lp->lsm[i] > lp->lsm[lp->top[lp->n_top - 1]])) continue;
+        int k = lp->n_top < lp->cap ? lp->n_top++ : lp->cap - 1;
+        while (k > 0 && lp->lsm[i] > lp->lsm[lp->top[k - 1]]) lp->top[k] = lp->top[k - 1], k--;
+        lp->top[k] = i;
+    }
+    return QHX_OK;
+}
+
+static void report_logprobs(logprob_state *lp, int32_t tok, const qhx_generate_opts *o) {
+    float vals[QHX_MAX_TOP_LOGPROBS];
+    for (int i = 0; i < lp->n_top; i++) vals[i] = lp->lsm[lp->top[i]];
+    o->logprobs(tok, lp->lsm[tok], lp->top, vals, lp->n_top, o->logprobs_user);
+    lp->n_top = 0;
 }
 
 static int is_stop_id(const qhx_generate_opts *o, const qhx_model_info *mi, int32_t tok) {
@@ -246,6 +283,7 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
             return qhx_fail(QHX_ERR_RANGE, "prompt token %d (%d) is not in [0, %d)", i, prompt[i], mi.vocab_size);
 
     text_state ts = {.o = o};
+    logprob_state lp = {.cap = o->top_logprobs};
     if (qhx_model_tokenizer(m, &ts.tok) != QHX_OK) {
         if (o->n_stop) return rc = qhx_fail(QHX_ERR_ARG, "generate: stop strings need a tokenizer: %s", qhx_last_error());
         ts.tok = NULL; /* ids only */
@@ -281,7 +319,9 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
         /* a draft is kept when the token drawn as without drafts is the draft: with probability
          * p(draft), the speculative-sampling rule for a one-token draft, and with the very tokens
          * decoding without drafts gives for the seed */
-        const int32_t tok = qhx_sampler_sample(&sp, logits);
+        qhx_sampler_adjust(&sp, logits);
+        if (o->logprobs && (rc = logprobs_of(&lp, logits, mi.vocab_size))) goto done;
+        const int32_t tok = qhx_sampler_pick(&sp, logits);
         if (is_stop_id(o, &mi, tok)) { res.finish = QHX_FINISH_STOP; break; }
         int stopped = 0;
         if (ts.tok) {
@@ -293,6 +333,7 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
             if (stopped < 0) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
         }
         res.n_generated++;
+        if (o->logprobs) report_logprobs(&lp, tok, o);
         if (cb && cb(tok, ts.out.s, ts.out.len, user)) {
             res.finish = QHX_FINISH_CANCELLED;
             rc = qhx_fail(QHX_ERR_CANCELLED, "generation cancelled by the callback");
@@ -322,6 +363,7 @@ done:
     free(spec.rows);
     if (result) *result = res;
     qhx_sampler_free(&sp);
+    free(lp.lsm);
     free(logits);
     free(ts.piece);
     qhx_buf_free(&ts.out);

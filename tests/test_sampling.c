@@ -324,9 +324,91 @@ static void padded_vocab_tests(void) {
     CHECK(system(cmd) == 0, "cleanup");
 }
 
+/* logit_bias moves the tokens it names; logprobs are log-softmax of the logits sampling saw,
+ * checked against an independent evaluation of the same tokens, and the same with speculation */
+typedef struct {
+    int n;
+    int32_t tok[64], top[64][QHX_MAX_TOP_LOGPROBS];
+    float lp[64], toplp[64][QHX_MAX_TOP_LOGPROBS];
+    int n_top[64];
+} lp_sink;
+
+static void on_logprobs(int32_t tok, float logprob, const int32_t *ids, const float *lps, int n, void *user) {
+    lp_sink *k = user;
+    if (k->n >= 64) return;
+    k->tok[k->n] = tok, k->lp[k->n] = logprob, k->n_top[k->n] = n;
+    for (int i = 0; i < n; i++) k->top[k->n][i] = ids[i], k->toplp[k->n][i] = lps[i];
+    k->n++;
+}
+
+static void bias_and_logprobs_tests(const char *model) {
+    qhx_model *m;
+    if (qhx_model_open(NULL, model, &m) != QHX_OK) { CHECK(0, "%s", qhx_last_error()); return; }
+    const int32_t prompt[] = {1000, 17, 400, 5};
+    qhx_generate_result r;
+    sink g = {0}, b = {0};
+    CHECK(gen(m, prompt, 4, (qhx_generate_opts){.max_tokens = 8, .ignore_eos = 1}, &g, &r) == QHX_OK, "%s", qhx_last_error());
+    const int32_t force = 77, ban = g.ids[0];
+    const float plus = 100, minus = -100;
+    CHECK(gen(m, prompt, 4, (qhx_generate_opts){.max_tokens = 8, .ignore_eos = 1, .bias_ids = &force, .bias = &plus, .n_bias = 1}, &b, &r) == QHX_OK &&
+              b.ids[0] == force && b.ids[1] == force,
+          "a +100 bias on %d: first tokens %d %d", force, b.ids[0], b.ids[1]);
+    CHECK(gen(m, prompt, 4, (qhx_generate_opts){.max_tokens = 8, .ignore_eos = 1, .bias_ids = &ban, .bias = &minus, .n_bias = 1}, &b, &r) == QHX_OK &&
+              b.ids[0] != ban,
+          "a -100 bias on %d: first token %d", ban, b.ids[0]);
+    const int32_t bad = 999999;
+    CHECK(gen(m, prompt, 4, (qhx_generate_opts){.max_tokens = 8, .bias_ids = &bad, .bias = &plus, .n_bias = 1}, &b, &r) == QHX_ERR_ARG &&
+              strstr(qhx_last_error(), "logit bias"),
+          "bias on token 999999: %s", qhx_last_error());
+
+    /* logprobs: greedy, 5 alternatives, against the logits of prompt + generated evaluated afresh */
+    enum { G = 24 };
+    for (int spec = 0; spec < 2; spec++) {
+        static lp_sink k;
+        memset(&k, 0, sizeof k);
+        qhx_session *s;
+        qhx_session_new(m, &s);
+        qhx_generate_opts o = {.max_tokens = G, .ignore_eos = 1, .logprobs = on_logprobs, .logprobs_user = &k, .top_logprobs = 5,
+                               .draft = spec ? QHX_DRAFT_NGRAM : 0};
+        CHECK(qhx_generate(s, prompt, 4, &o, NULL, NULL, &r) == QHX_OK && k.n == G, "logprobs: %s (%d)", qhx_last_error(), k.n);
+        int32_t all[4 + G];
+        memcpy(all, prompt, sizeof prompt);
+        memcpy(all + 4, k.tok, sizeof(int32_t) * G);
+        qhx_model_info mi;
+        qhx_model_get_info(m, &mi);
+        const int NV = mi.vocab_size;
+        float *logits = malloc(sizeof(float) * (size_t)NV * (4 + G));
+        qhx_session_reset(s);
+        CHECK(qhx_session_eval(s, all, 4 + G, QHX_EVAL_STEPWISE, logits, NULL) == QHX_OK, "%s", qhx_last_error());
+        double worst = 0;
+        int order_ok = 1;
+        for (int t = 0; t < G; t++) {
+            const float *x = logits + (size_t)(3 + t) * NV;
+            double mx = -1e30, sum = 0;
+            for (int v = 0; v < NV; v++) mx = x[v] > mx ? x[v] : mx;
+            for (int v = 0; v < NV; v++) sum += exp(x[v] - mx);
+            const double lse = mx + log(sum);
+            const double d = fabs((x[k.tok[t]] - lse) - k.lp[t]);
+            if (d > worst) worst = d;
+            order_ok &= k.n_top[t] == 5 && k.top[t][0] == k.tok[t];
+            for (int i = 0; i < k.n_top[t]; i++) {
+                const double di = fabs((x[k.top[t][i]] - lse) - k.toplp[t][i]);
+                if (di > worst) worst = di;
+                if (i) order_ok &= k.toplp[t][i] <= k.toplp[t][i - 1];
+            }
+        }
+        printf("  logprobs%s: %d tokens, worst |logprob - log-softmax of a fresh evaluation| %.2e\n", spec ? " (ngram drafts)" : "", G, worst);
+        CHECK(worst < 1e-4 && order_ok, "logprobs: deviation %.3e, order %d", worst, order_ok);
+        free(logits);
+        qhx_session_free(s);
+    }
+    qhx_model_close(m);
+}
+
 int main(void) {
     sampler_tests();
     generate_tests("models/q35-kjv");
+    bias_and_logprobs_tests("models/q35-kjv");
     padded_vocab_tests();
     return tl_finish("sampling");
 }

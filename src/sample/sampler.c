@@ -37,6 +37,12 @@ qhx_status qhx_sampler_init(qhx_sampler *s, const qhx_generate_opts *o, int voca
     s->frequency_penalty = o->frequency_penalty;
     s->window = o->penalty_window ? o->penalty_window : 64;
     s->vocab = vocab;
+    if (o->n_bias < 0 || (o->n_bias && (!o->bias_ids || !o->bias)))
+        return qhx_fail(QHX_ERR_ARG, "logit bias: %d entries without ids and values", o->n_bias);
+    for (int i = 0; i < o->n_bias; i++)
+        if (o->bias_ids[i] < 0 || o->bias_ids[i] >= vocab || !(fabsf(o->bias[i]) <= 100))
+            return qhx_fail(QHX_ERR_ARG, "logit bias %d: token %d must be in [0, %d) and its bias in [-100, 100]", i, o->bias_ids[i], vocab);
+    s->bias_ids = o->bias_ids, s->bias = o->bias, s->n_bias = o->n_bias;
     uint64_t x = o->seed;
     for (int i = 0; i < 4; i++) s->rng[i] = qhx_splitmix64(&x);
     s->prob = malloc(sizeof(float) * (size_t)vocab);
@@ -113,7 +119,6 @@ static int cmp_desc(const void *a, const void *b, void *prob) {
  * probabilities in prob[]; returns n, or 0 for greedy decoding (the argmax in *greedy). */
 static int keep_set(qhx_sampler *s, float *x, int32_t *greedy) {
     const int V = s->vocab;
-    if (penalties_on(s)) apply_penalties(s, x);
     if (s->temperature <= 0 || s->top_k == 1) return *greedy = qhx_argmax(x, V), 0;
 
     float *p = s->prob;
@@ -175,8 +180,18 @@ static int32_t draw(qhx_sampler *s, int n) {
     return idx[n - 1];
 }
 
-int32_t qhx_sampler_sample(qhx_sampler *s, float *x) {
+void qhx_sampler_adjust(qhx_sampler *s, float *x) {
+    for (int i = 0; i < s->n_bias; i++) x[s->bias_ids[i]] += s->bias[i];
+    if (penalties_on(s)) apply_penalties(s, x);
+}
+
+int32_t qhx_sampler_pick(qhx_sampler *s, float *x) {
     int32_t greedy = 0;
     const int n = keep_set(s, x, &greedy);
     return n ? draw(s, n) : greedy;
+}
+
+int32_t qhx_sampler_sample(qhx_sampler *s, float *x) {
+    qhx_sampler_adjust(s, x);
+    return qhx_sampler_pick(s, x);
 }
