@@ -66,10 +66,26 @@ curl_status 400 "'n'" "$(post completions)" -d '{"prompt":"x","n":3}'
 curl_status 400 "token id" "$(post completions)" -d '{"prompt":[1,2,99999999]}'
 # what the server does not implement is refused by name, never answered as if it were done
 curl_status 400 "'frobnicate' is not a field" "$(post completions)" -d '{"prompt":"x","frobnicate":1}'
-curl_status 400 "'logprobs'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"logprobs":true}'
-curl_status 400 "'top_logprobs'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"top_logprobs":2}'
-curl_status 400 "'logit_bias'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"logit_bias":{"5":10}}'
-curl_status 400 "'logprobs'" "$(post completions)" -d '{"prompt":"x","logprobs":2}'
+curl_status 400 "'top_logprobs' needs" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"top_logprobs":2}'
+curl_status 400 "'top_logprobs'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":21}'
+curl_status 400 "'logprobs'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"logprobs":2}'
+curl_status 400 "'logit_bias'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"logit_bias":{"99999999":10}}'
+curl_status 400 "'logit_bias'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"logit_bias":{"5":101}}'
+curl_status 400 "'logprobs'" "$(post completions)" -d '{"prompt":"x","logprobs":21}'
+# logprobs: each token's is its greedy top alternative's, sorted, the tokens spell the answer, a
+# stream carries the same entries; logit_bias +100 on a token makes every token that one
+lq='"messages":[{"role":"user","content":"Who is the LORD?"}],"max_tokens":12,"temperature":0,"logprobs":true,"top_logprobs":3,"chat_template_kwargs":{"enable_thinking":false}'
+curl -s "$(post chat/completions)" -d "{$lq}" >"$tmp/lp"
+curl -s -N "$(post chat/completions)" -d "{$lq,\"stream\":true}" >"$tmp/lp.sse"
+curl -s "$(post completions)" -d '{"prompt":"And God said","max_tokens":4,"temperature":0,"logprobs":1,"logit_bias":{"77":100}}' >"$tmp/bias"
+node -e 'const fs=require("fs"), a=JSON.parse(fs.readFileSync(process.argv[1])), c=a.choices[0], e=c.logprobs.content;
+  let s=[]; for (const l of fs.readFileSync(process.argv[2],"utf8").split("\n")) if (l.startsWith("data: {")) { const d=JSON.parse(l.slice(6)).choices[0]; if (d&&d.logprobs) s.push(...d.logprobs.content); }
+  const b=JSON.parse(fs.readFileSync(process.argv[3])).choices[0];
+  const ok = e.length===12 && e.every(x=>x.logprob<=0 && x.top_logprobs.length===3 && x.top_logprobs[0].token===x.token && x.top_logprobs[0].logprob===x.logprob
+      && x.top_logprobs[1].logprob<=x.top_logprobs[0].logprob && x.top_logprobs[2].logprob<=x.top_logprobs[1].logprob)
+    && e.map(x=>x.token).join("")===c.message.content && JSON.stringify(s)===JSON.stringify(e)
+    && b.text===b.logprobs.tokens.join("") && b.logprobs.tokens.length===4 && b.logprobs.tokens.every(t=>t===b.logprobs.tokens[0]);
+  process.exit(ok?0:1)' "$tmp/lp" "$tmp/lp.sse" "$tmp/bias" && ok || bad "logprobs / logit_bias: $(head -c 400 "$tmp/lp") / $(head -c 200 "$tmp/bias")"
 curl_status 400 "'echo'" "$(post completions)" -d '{"prompt":"x","echo":true}'
 curl_status 400 "'suffix'" "$(post completions)" -d '{"prompt":"x","suffix":"end"}'
 curl_status 400 "'best_of'" "$(post completions)" -d '{"prompt":"x","best_of":3}'

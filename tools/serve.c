@@ -93,6 +93,9 @@ typedef struct {
     json_t *calls;
     size_t sent_reasoning, sent_content, sent_calls;
     int tool_stop;                /* parallel_tool_calls false and a call is out: the reply ends */
+    json_t *lp;                   /* logprobs: chat, one entry a token; completions, the legacy four lists */
+    size_t lp_sent;               /* entries a stream has sent */
+    size_t text_offset;           /* completions: where the next token's text starts */
 } job;
 
 static int grow(job *jb, size_t more) {
@@ -128,6 +131,77 @@ static json_t *chunk(job *jb, json_t *choice) {
     return json_pack("{s:s, s:s, s:i, s:s, s:[o]}", "id", rq->id, "object",
                      rq->chat ? "chat.completion.chunk" : "text_completion", "created", (int)rq->created, "model",
                      jb->sv->model_id, "choices", choice);
+}
+
+/* ---- log-probabilities ---- */
+
+/* a token's text for logprobs: its bytes as UTF-8 (a token that splits a character shows U+FFFD) */
+static json_t *token_text(server *sv, int32_t id) {
+    char *t = NULL;
+    size_t n = 0;
+    json_t *s = qhx_tokenizer_decode(sv->tok, &id, 1, &t, &n) ? json_string("") : json_stringn(t, n);
+    free(t);
+    return s ? s : json_string("");
+}
+
+static json_t *token_bytes(const json_t *text) {
+    json_t *b = json_array();
+    const unsigned char *p = (const unsigned char *)json_string_value(text);
+    for (size_t i = 0; i < json_string_length(text); i++) json_array_append_new(b, json_integer(p[i]));
+    return b;
+}
+
+/* qhx_generate_opts.logprobs: the entry of the token about to be reported. Chat: OpenAI's
+ * {token, logprob, bytes, top_logprobs: [...]}; completions: appended to tokens, token_logprobs,
+ * top_logprobs ({text: logprob}) and text_offset. */
+static void on_logprobs(int32_t tok, float logprob, const int32_t *ids, const float *lps, int n, void *user) {
+    job *jb = user;
+    server *sv = jb->sv;
+    json_t *text = token_text(sv, tok);
+    if (jb->rq->chat) {
+        json_t *top = json_array();
+        for (int i = 0; i < n; i++) {
+            json_t *ti = token_text(sv, ids[i]);
+            json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", ti, "logprob", (double)lps[i], "bytes", token_bytes(ti)));
+        }
+        json_array_append_new(jb->lp, json_pack("{s:O, s:f, s:o, s:o}", "token", text, "logprob", (double)logprob, "bytes",
+                                                token_bytes(text), "top_logprobs", top));
+    } else {
+        json_t *top = json_object();
+        for (int i = 0; i < n; i++) {
+            json_t *ti = token_text(sv, ids[i]);
+            json_object_set_new(top, json_string_value(ti), json_real(lps[i]));
+            json_decref(ti);
+        }
+        json_array_append(json_object_get(jb->lp, "tokens"), text);
+        json_array_append_new(json_object_get(jb->lp, "token_logprobs"), json_real(logprob));
+        json_array_append_new(json_object_get(jb->lp, "top_logprobs"), top);
+        json_array_append_new(json_object_get(jb->lp, "text_offset"), json_integer((json_int_t)jb->text_offset));
+        jb->text_offset += json_string_length(text);
+    }
+    json_decref(text);
+}
+
+/* the logprobs of the tokens since the last chunk (all, when not streaming), or JSON null */
+static json_t *logprobs_since(job *jb, size_t *sent) {
+    if (!jb->lp) return json_null();
+    if (jb->rq->chat) {
+        json_t *c = json_array();
+        for (size_t i = *sent; i < json_array_size(jb->lp); i++) json_array_append(c, json_array_get(jb->lp, i));
+        *sent = json_array_size(jb->lp);
+        return json_pack("{s:o}", "content", c);
+    }
+    static const char *const keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    json_t *o = json_object();
+    size_t n = 0;
+    for (int k = 0; k < 4; k++) {
+        json_t *all = json_object_get(jb->lp, keys[k]), *part = json_array();
+        for (size_t i = *sent; i < json_array_size(all); i++) json_array_append(part, json_array_get(all, i));
+        n = json_array_size(all);
+        json_object_set_new(o, keys[k], part);
+    }
+    *sent = n;
+    return o;
 }
 
 /* ---- tool calls (a chat request with tools) ---- */
@@ -199,6 +273,7 @@ static int serve_on_token(int32_t tok, const char *text, size_t len, void *user)
             json_t *choice = jb->rq->chat ? chat_delta(jb, r0, c0)
                                           : json_pack("{s:s%, s:i, s:n, s:n}", "text", jb->content + c0, jb->n_content - c0,
                                                       "index", 0, "logprobs", "finish_reason");
+            if (choice && jb->lp) json_object_set_new(choice, "logprobs", logprobs_since(jb, &jb->lp_sent));
             if (choice && send_event(jb, chunk(jb, choice))) jb->failed = 1;
         }
     }
@@ -268,6 +343,11 @@ static qhx_status run_job(job *jb, qhx_generate_result *res) {
     const int at = qhx_session_pos(s);
     jb->rq->gen.step = serve_step, jb->rq->gen.step_user = jb;
     jb->calls = jb->rq->tools ? json_array() : NULL;
+    if (jb->rq->logprobs) {
+        jb->lp = jb->rq->chat ? json_array()
+                              : json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+        jb->rq->gen.logprobs = on_logprobs, jb->rq->gen.logprobs_user = jb;
+    }
     if (!st) st = qhx_generate(s, jb->rq->ids + at, jb->rq->n_ids - at, &jb->rq->gen, serve_on_token, jb, res);
     if (st == QHX_ERR_CANCELLED && jb->tool_stop && !jb->failed) st = QHX_OK, res->finish = QHX_FINISH_STOP;
     if (!st && jb->rq->tools) read_calls(jb, 1);
@@ -340,6 +420,7 @@ static void job_free(job *jb) {
     qhx_buf_free(&jb->shown_reasoning);
     qhx_buf_free(&jb->shown_content);
     json_decref(jb->calls);
+    json_decref(jb->lp);
     free(jb);
 }
 
@@ -352,10 +433,12 @@ static void *stream_worker(void *arg) {
     qhx_status st = run_job(jb, &res);
     if (st == QHX_OK) {
         json_t *rest = jb->rq->tools ? chat_delta(jb, 0, 0) : NULL; /* what the end released */
+        if (rest && jb->lp) json_object_set_new(rest, "logprobs", logprobs_since(jb, &jb->lp_sent));
         int bad = rest && send_event(jb, chunk(jb, rest));
         json_t *choice = jb->rq->chat
             ? json_pack("{s:i, s:{}, s:s}", "index", 0, "delta", "finish_reason", finish_reason(jb, &res))
             : json_pack("{s:i, s:s, s:n, s:s}", "index", 0, "text", "", "logprobs", "finish_reason", finish_reason(jb, &res));
+        if (jb->lp) json_object_set_new(choice, "logprobs", logprobs_since(jb, &jb->lp_sent)); /* tokens no text came with */
         if (!bad) bad = send_event(jb, chunk(jb, choice));
         if (!bad && jb->rq->include_usage) {
             json_t *u = chunk(jb, json_null());
@@ -451,6 +534,8 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
             choice = json_pack("{s:s%, s:i, s:n, s:s}", "text", jb->content ? jb->content : "", jb->n_content, "index", 0,
                                "logprobs", "finish_reason", finish_reason(jb, &res));
         }
+        size_t none = 0;
+        if (choice && jb->lp) json_object_set_new(choice, "logprobs", logprobs_since(jb, &none));
         json_t *out = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", rq->id, "object",
                                 chat ? "chat.completion" : "text_completion", "created", (int)rq->created, "model",
                                 sv->model_id, "choices", choice, "usage", usage_json(&res, jb->cached));

@@ -42,6 +42,9 @@ typedef struct {
 typedef struct {
     int chat, stream, include_usage, thinking;
     json_t *tools;              /* chat with tools and tool_choice "auto": calls in the reply become tool_calls */
+    int logprobs;               /* report each token's log-probability, and top_logprobs alternatives */
+    int32_t *bias_ids;          /* logit_bias */
+    float *bias;
     int one_call;               /* parallel_tool_calls false: the reply ends with its first call */
     int32_t *ids;
     int n_ids;

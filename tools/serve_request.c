@@ -7,6 +7,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,6 +17,8 @@ void request_free(request *rq) {
     free(rq->ids);
     json_decref(rq->history);
     json_decref(rq->tools);
+    free(rq->bias_ids);
+    free(rq->bias);
     for (int i = 0; i < rq->gen.n_stop; i++) free(rq->stop[i]);
     free(rq);
 }
@@ -96,6 +99,37 @@ static const char *parse_sampling(server *sv, json_t *body, request *rq, char *e
         }
         rq->gen.stop = (const char *const *)rq->stop;
     }
+    /* logit_bias: {"token id": bias in [-100, 100]} */
+    json_t *lb = json_object_get(body, "logit_bias");
+    if (lb && !json_is_null(lb)) {
+        const size_t n = json_object_size(lb);
+        if (!json_is_object(lb) || n > 1024)
+            return snprintf(err, cap, "'logit_bias' must be an object of at most 1024 {\"token id\": bias}"), "logit_bias";
+        rq->bias_ids = malloc(sizeof(int32_t) * (n + 1)), rq->bias = malloc(sizeof(float) * (n + 1));
+        if (!rq->bias_ids || !rq->bias) return snprintf(err, cap, "out of memory"), "logit_bias";
+        const char *k;
+        json_t *b;
+        json_object_foreach(lb, k, b) {
+            char *end;
+            const long id = strtol(k, &end, 10);
+            if (!*k || *end || id < 0 || id >= sv->mi.vocab_size || !json_is_number(b) || !(fabs(json_number_value(b)) <= 100))
+                return snprintf(err, cap, "'logit_bias': '%.40s' must be a token id in [0, %d) with a bias in [-100, 100]", k,
+                                sv->mi.vocab_size), "logit_bias";
+            rq->bias_ids[g->n_bias] = (int32_t)id, rq->bias[g->n_bias++] = (float)json_number_value(b);
+        }
+        g->bias_ids = rq->bias_ids, g->bias = rq->bias;
+    }
+    /* chat: logprobs true and top_logprobs N; completions: logprobs N */
+    json_t *lp = json_object_get(body, "logprobs");
+    if (rq->chat) {
+        if (get_bool(body, "logprobs", &rq->logprobs, err, cap)) return "logprobs";
+        if ((r = get_int(body, "top_logprobs", 0, QHX_MAX_TOP_LOGPROBS, &v, err, cap)) < 0) return "top_logprobs";
+        if (r && !rq->logprobs) return snprintf(err, cap, "'top_logprobs' needs \"logprobs\": true"), "top_logprobs";
+        if (r) g->top_logprobs = (int)v;
+    } else if (lp && !json_is_null(lp)) {
+        if ((r = get_int(body, "logprobs", 0, QHX_MAX_TOP_LOGPROBS, &v, err, cap)) < 0) return "logprobs";
+        rq->logprobs = 1, g->top_logprobs = (int)v;
+    }
     return NULL;
 }
 
@@ -134,9 +168,6 @@ static const char *unsupported(json_t *body, int chat, refusal *why) {
         json_t *x = json_object_get(body, key);                                                                       \
         if (x && !json_is_null(x) && !(cond)) return snprintf(err, cap, "'%s': %s", key, what), key;                 \
     } while (0)
-    OFF("logprobs", json_is_false(x), "log probabilities are not implemented yet (leave it out or false)");
-    OFF("top_logprobs", 0, "log probabilities are not implemented yet");
-    OFF("logit_bias", json_is_object(x) && !json_object_size(x), "logit biases are not implemented yet");
     OFF("echo", json_is_false(x), "echoing the prompt is not implemented");
     OFF("suffix", json_is_string(x) && !json_string_length(x), "insertion (a suffix) is not implemented");
     OFF("best_of", json_is_integer(x) && json_integer_value(x) == 1, "only best_of 1 is implemented");
