@@ -40,14 +40,7 @@ static void edit_header(const char *file, void (*edit)(json_t *)) {
     for (int i = 7; i >= 0; i--) h = h << 8 | buf[i];
     json_t *j = qhx_json_parse((char *)buf + 8, h);
     edit(j);
-    char *text = qhx_json_canonical(j);
-    size_t nh = strlen(text);
-    FILE *f = fopen(file, "wb");
-    for (int i = 0; i < 8; i++) fputc((int)((nh >> (8 * i)) & 0xff), f);
-    fwrite(text, 1, nh, f);
-    fwrite(buf + 8 + h, 1, len - 8 - h, f);
-    fclose(f);
-    free(text);
+    tl_write_safetensors(file, j, buf + 8 + h, len - 8 - h);
     json_decref(j);
     free(buf);
 }

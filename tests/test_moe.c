@@ -92,14 +92,7 @@ static void unfuse(const char *dir) {
                     off += part;
                 }
         }
-        char *text = qhx_json_canonical(out);
-        size_t nh = strlen(text);
-        FILE *f = fopen(file, "wb");
-        for (int i = 0; i < 8; i++) fputc((int)((nh >> (8 * i)) & 0xff), f);
-        fwrite(text, 1, nh, f);
-        fwrite(buf + 8 + h, 1, len - 8 - h, f);
-        fclose(f);
-        free(text);
+        tl_write_safetensors(file, out, buf + 8 + h, len - 8 - h);
         json_decref(hdr), json_decref(out);
         free(buf);
     }

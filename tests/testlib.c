@@ -1,6 +1,6 @@
 #include "testlib.h"
 
-#include <jansson.h>
+#include "util/json.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -87,4 +87,18 @@ int tl_kernel_families(const char **sets) {
             break;
         }
     return n;
+}
+
+void tl_write_safetensors(const char *path, const json_t *header, const void *data, size_t n) {
+    char *text = qhx_json_canonical(header);
+    const size_t nh = text ? strlen(text) : 0;
+    FILE *f = fopen(path, "wb");
+    CHECK(f && text, "%s: cannot write", path);
+    if (f && text) {
+        for (int i = 0; i < 8; i++) fputc((int)((nh >> (8 * i)) & 0xff), f);
+        fwrite(text, 1, nh, f);
+        fwrite(data, 1, n, f);
+    }
+    if (f) fclose(f);
+    free(text);
 }

@@ -37,5 +37,8 @@ int tl_kernel_families(const char **sets);
 struct json_t *tl_json(const char *path);
 /* Reads a whole file; NULL if absent. */
 void *tl_read(const char *path, size_t *len);
+/* Writes a safetensors file: the header JSON (canonical) with its 8-byte length, then n bytes of
+ * data (a rewritten header over an existing file's data). */
+void tl_write_safetensors(const char *path, const struct json_t *header, const void *data, size_t n);
 
 #endif

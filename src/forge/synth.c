@@ -84,15 +84,9 @@ static json_t *config_json(const preset *p) {
 static json_t *preset_config(const preset *p) {
     json_t *c = config_json(p);
     if (p->experts) {
-        json_t *tc = json_object_get(c, "text_config");
         json_object_set_new(c, "architectures", json_pack("[s]", "Qwen3_5MoeForConditionalGeneration"));
         json_object_set_new(c, "model_type", json_string("qwen3_5_moe"));
-        json_object_set_new(tc, "model_type", json_string("qwen3_5_moe_text"));
-        json_object_del(tc, "intermediate_size");
-        json_object_set_new(tc, "num_experts", json_integer(p->experts));
-        json_object_set_new(tc, "num_experts_per_tok", json_integer(p->top_k));
-        json_object_set_new(tc, "moe_intermediate_size", json_integer(p->expert_ffn));
-        json_object_set_new(tc, "shared_expert_intermediate_size", json_integer(p->ffn));
+        qhx_config_json_moe(json_object_get(c, "text_config"), p->experts, p->top_k, p->expert_ffn, p->ffn);
     }
     return c;
 }

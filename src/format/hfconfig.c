@@ -230,6 +230,15 @@ qhx_status qhx_config_load(qhx_config *c, const char *dir) {
     return QHX_OK;
 }
 
+void qhx_config_json_moe(json_t *tc, int n_experts, int top_k, int expert_ffn, int shared_ffn) {
+    json_object_set_new(tc, "model_type", json_string("qwen3_5_moe_text"));
+    json_object_del(tc, "intermediate_size");
+    json_object_set_new(tc, "num_experts", json_integer(n_experts));
+    json_object_set_new(tc, "num_experts_per_tok", json_integer(top_k));
+    json_object_set_new(tc, "moe_intermediate_size", json_integer(expert_ffn));
+    json_object_set_new(tc, "shared_expert_intermediate_size", json_integer(shared_ffn));
+}
+
 char *qhx_config_to_json(const qhx_config *c) {
     json_t *lt = json_array(), *eos = json_array();
     for (int i = 0; lt && i < c->n_layers; i++) json_array_append_new(lt, json_string(c->full_attn[i] ? "full_attention" : "linear_attention"));
@@ -247,14 +256,7 @@ char *qhx_config_to_json(const qhx_config *c) {
                           "tie_word_embeddings", c->tie_embeddings, "eos_token_id", eos);
     /* only where there is a head, so the text (and hash) of models without one stays as it was */
     if (o && c->mtp_layers) json_object_set_new(o, "mtp_num_hidden_layers", json_integer(c->mtp_layers));
-    if (o && c->n_experts) {
-        json_object_set_new(o, "model_type", json_string("qwen3_5_moe_text"));
-        json_object_del(o, "intermediate_size");
-        json_object_set_new(o, "num_experts", json_integer(c->n_experts));
-        json_object_set_new(o, "num_experts_per_tok", json_integer(c->top_k));
-        json_object_set_new(o, "moe_intermediate_size", json_integer(c->moe_ffn));
-        json_object_set_new(o, "shared_expert_intermediate_size", json_integer(c->ffn));
-    }
+    if (o && c->n_experts) qhx_config_json_moe(o, c->n_experts, c->top_k, c->moe_ffn, c->ffn);
     char *s = o ? qhx_json_canonical(o) : NULL;
     json_decref(o);
     return s;

@@ -38,6 +38,11 @@ void qhx_config_free(qhx_config *c);
  * (a bundle manifest's "model"). malloc'd; NULL when out of memory. */
 char *qhx_config_to_json(const qhx_config *c);
 
+/* A text config object made a Qwen3.5-MoE one: its model_type and MLP fields (the config writer's
+ * and the synthesizer's). */
+struct json_t;
+void qhx_config_json_moe(struct json_t *text_config, int n_experts, int top_k, int expert_ffn, int shared_ffn);
+
 static inline int qhx_config_conv_dim(const qhx_config *c) {
     return 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
 }
