@@ -93,6 +93,7 @@ typedef struct {
     json_t *calls;
     size_t sent_reasoning, sent_content, sent_calls;
     int tool_stop;                /* parallel_tool_calls false and a call is out: the reply ends */
+    int items, open_reasoning, open_message; /* /v1/responses stream: output items so far, the open ones' indices + 1 */
     json_t *lp;                   /* logprobs: chat, one entry a token; completions, the legacy four lists */
     size_t lp_sent;               /* entries a stream has sent */
     size_t text_offset;           /* completions: where the next token's text starts */
@@ -256,6 +257,113 @@ static json_t *chat_delta(job *jb, size_t r0, size_t c0) {
     return NULL;
 }
 
+/* ---- the Responses API's shape (POST /v1/responses) ---- */
+
+static int send_sse(job *jb, const char *type, json_t *data) {
+    json_object_set_new(data, "type", json_string(type));
+    char *s = json_dumps(data, JSON_COMPACT);
+    json_decref(data);
+    if (!s) return -1;
+    const int rc = write_all(jb->fd, "event: ", 7) || write_all(jb->fd, type, strlen(type)) || write_all(jb->fd, "\ndata: ", 7) ||
+                   write_all(jb->fd, s, strlen(s)) || write_all(jb->fd, "\n\n", 2);
+    free(s);
+    return rc ? -1 : 0;
+}
+
+static json_t *item_id(const job *jb, const char *kind) { return json_sprintf("%s_%s", kind, jb->rq->id + 5); }
+
+/* the response object: its output items (reasoning as a summary, the message, each function
+ * call), status and usage */
+static json_t *response_object(job *jb, const qhx_generate_result *res, int done) {
+    const request *rq = jb->rq;
+    const int tools = rq->tools != NULL;
+    const char *r = tools ? jb->shown_reasoning.s : jb->reasoning, *c = tools ? jb->shown_content.s : jb->content;
+    size_t nr = tools ? jb->shown_reasoning.len : jb->n_reasoning;
+    const size_t nc = tools ? jb->shown_content.len : jb->n_content;
+    while (nr && r[nr - 1] == '\n') nr--;
+    json_t *out = json_array();
+    if (done && rq->thinking && nr)
+        json_array_append_new(out, json_pack("{s:s, s:o, s:[{s:s, s:s%}]}", "type", "reasoning", "id", item_id(jb, "rs"), "summary",
+                                             "type", "summary_text", "text", r, nr));
+    if (done && (nc || !json_array_size(jb->calls))) {
+        json_t *part = json_pack("{s:s, s:s%, s:[]}", "type", "output_text", "text", c ? c : "", nc, "annotations");
+        if (jb->lp) json_object_set(part, "logprobs", jb->lp);
+        json_array_append_new(out, json_pack("{s:s, s:o, s:s, s:s, s:[o]}", "type", "message", "id", item_id(jb, "msg"), "status",
+                                             "completed", "role", "assistant", "content", part));
+    }
+    for (size_t i = 0; done && i < json_array_size(jb->calls); i++) {
+        const json_t *call = json_array_get(jb->calls, i), *fn = json_object_get(call, "function");
+        json_array_append_new(out, json_pack("{s:s, s:s+, s:O, s:O, s:O, s:s}", "type", "function_call", "id", "fc_",
+                                             json_string_value(json_object_get(call, "id")), "call_id", json_object_get(call, "id"), "name",
+                                             json_object_get(fn, "name"), "arguments", json_object_get(fn, "arguments"), "status", "completed"));
+    }
+    const int cut = done && res->finish != QHX_FINISH_STOP;
+    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:o, s:s, s:o}", "id", rq->id, "object", "response", "created_at", (int)rq->created,
+                          "status", !done ? "in_progress" : cut ? "incomplete" : "completed", "incomplete_details",
+                          cut ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null(), "model", jb->sv->model_id, "output", out);
+    if (done)
+        json_object_set_new(o, "usage", json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens", res->n_prompt, "input_tokens_details",
+                                                  "cached_tokens", jb->cached, "output_tokens", res->n_generated, "output_tokens_details",
+                                                  "reasoning_tokens", 0, "total_tokens", res->n_prompt + res->n_generated));
+    return o;
+}
+
+/* A chat delta as the Responses API's events: reasoning opens a reasoning item (its text as
+ * summary deltas), the answer a message item, each call a function_call item; an item closes when
+ * the next kind begins. Takes the choice. */
+static int send_response_events(job *jb, json_t *choice, int final) {
+    const json_t *d = json_object_get(choice, "delta");
+    const json_t *r = json_object_get(d, "reasoning_content"), *c = json_object_get(d, "content"), *calls = json_object_get(d, "tool_calls");
+    int bad = 0;
+    if ((c || calls || final) && jb->open_reasoning) {
+        const int at = jb->open_reasoning - 1;
+        bad |= send_sse(jb, "response.reasoning_summary_part.done", json_pack("{s:o, s:i}", "item_id", item_id(jb, "rs"), "summary_index", 0));
+        bad |= send_sse(jb, "response.output_item.done", json_pack("{s:i, s:{s:s, s:o, s:[]}}", "output_index", at, "item", "type",
+                                                                   "reasoning", "id", item_id(jb, "rs"), "summary"));
+        jb->open_reasoning = 0;
+    }
+    if (r && !jb->open_reasoning && !jb->open_message) {
+        jb->open_reasoning = ++jb->items;
+        bad |= send_sse(jb, "response.output_item.added", json_pack("{s:i, s:{s:s, s:o, s:[]}}", "output_index", jb->open_reasoning - 1,
+                                                                    "item", "type", "reasoning", "id", item_id(jb, "rs"), "summary"));
+        bad |= send_sse(jb, "response.reasoning_summary_part.added", json_pack("{s:o, s:i}", "item_id", item_id(jb, "rs"), "summary_index", 0));
+    }
+    if (r && jb->open_reasoning)
+        bad |= send_sse(jb, "response.reasoning_summary_text.delta", json_pack("{s:o, s:i, s:O}", "item_id", item_id(jb, "rs"),
+                                                                               "summary_index", 0, "delta", r));
+    if (c && !jb->open_message) {
+        jb->open_message = ++jb->items;
+        bad |= send_sse(jb, "response.output_item.added", json_pack("{s:i, s:{s:s, s:o, s:s, s:s, s:[]}}", "output_index", jb->open_message - 1,
+                                                                    "item", "type", "message", "id", item_id(jb, "msg"), "role",
+                                                                    "assistant", "status", "in_progress", "content"));
+    }
+    if (c) {
+        json_t *e = json_pack("{s:o, s:i, s:i, s:O}", "item_id", item_id(jb, "msg"), "output_index", jb->open_message - 1,
+                              "content_index", 0, "delta", c);
+        const json_t *lp = json_object_get(json_object_get(choice, "logprobs"), "content");
+        if (lp) json_object_set(e, "logprobs", (json_t *)lp);
+        bad |= send_sse(jb, "response.output_text.delta", e);
+    }
+    if ((calls || final) && jb->open_message) {
+        bad |= send_sse(jb, "response.output_item.done", json_pack("{s:i, s:{s:s, s:o, s:s, s:s}}", "output_index", jb->open_message - 1,
+                                                                   "item", "type", "message", "id", item_id(jb, "msg"), "role",
+                                                                   "assistant", "status", "completed"));
+        jb->open_message = 0;
+    }
+    for (size_t i = 0; i < json_array_size(calls); i++) {
+        const json_t *call = json_array_get(calls, i), *fn = json_object_get(call, "function");
+        for (int done = 0; done < 2; done++)
+            bad |= send_sse(jb, done ? "response.output_item.done" : "response.output_item.added",
+                            json_pack("{s:i, s:{s:s, s:s+, s:O, s:O, s:O, s:s}}", "output_index", jb->items, "item", "type",
+                                      "function_call", "id", "fc_", json_string_value(json_object_get(call, "id")), "call_id",
+                                      json_object_get(call, "id"), "name", json_object_get(fn, "name"), "arguments",
+                                      json_object_get(fn, "arguments"), "status", "completed"));
+        jb->items++;
+    }
+    json_decref(choice);
+    return bad ? -1 : 0;
+}
+
 static int serve_on_token(int32_t tok, const char *text, size_t len, void *user) {
     job *jb = user;
     server *sv = jb->sv;
@@ -274,7 +382,7 @@ static int serve_on_token(int32_t tok, const char *text, size_t len, void *user)
                                           : json_pack("{s:s%, s:i, s:n, s:n}", "text", jb->content + c0, jb->n_content - c0,
                                                       "index", 0, "logprobs", "finish_reason");
             if (choice && jb->lp) json_object_set_new(choice, "logprobs", logprobs_since(jb, &jb->lp_sent));
-            if (choice && send_event(jb, chunk(jb, choice))) jb->failed = 1;
+            if (choice && (jb->rq->responses ? send_response_events(jb, choice, 0) : send_event(jb, chunk(jb, choice)))) jb->failed = 1;
         }
     }
     turn_begin(sv);
@@ -427,11 +535,22 @@ static void job_free(job *jb) {
 static void *stream_worker(void *arg) {
     job *jb = arg;
     qhx_generate_result res;
-    if (jb->rq->chat) /* OpenAI's chat streams open with the role */
+    if (jb->rq->responses) /* the Responses API's streams open with the response */
+        jb->failed = send_sse(jb, "response.created", json_pack("{s:o}", "response", response_object(jb, NULL, 0)));
+    else if (jb->rq->chat) /* OpenAI's chat streams open with the role */
         jb->failed = send_event(jb, chunk(jb, json_pack("{s:i, s:{s:s, s:s}, s:n}", "index", 0, "delta", "role",
                                                         "assistant", "content", "", "finish_reason")));
     qhx_status st = run_job(jb, &res);
-    if (st == QHX_OK) {
+    if (st == QHX_OK && jb->rq->responses) {
+        json_t *rest = chat_delta(jb, jb->n_reasoning, jb->n_content); /* what the end released (tools) */
+        if (!rest) rest = json_pack("{s:{}}", "delta");
+        if (jb->lp) json_object_set_new(rest, "logprobs", logprobs_since(jb, &jb->lp_sent));
+        int bad = send_response_events(jb, rest, 1);
+        const int cut = res.finish != QHX_FINISH_STOP;
+        if (!bad) bad = send_sse(jb, cut ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", response_object(jb, &res, 1)));
+        if (bad) jb->reply_cacheable = 0, jb->failed = 1;
+        log_request(jb, 200, &res);
+    } else if (st == QHX_OK) {
         json_t *rest = jb->rq->tools ? chat_delta(jb, 0, 0) : NULL; /* what the end released */
         if (rest && jb->lp) json_object_set_new(rest, "logprobs", logprobs_since(jb, &jb->lp_sent));
         int bad = rest && send_event(jb, chunk(jb, rest));
@@ -469,12 +588,14 @@ typedef struct {
     int too_big;
 } upload;
 
+/* chat: 0 text completions, 1 chat completions, 2 responses */
 static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *up, int chat) {
     if (up->too_big)
         return send_error(sv, c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", NULL, "request_too_large",
                           "request body over %u bytes", MAX_BODY);
     refusal why;
-    request *rq = parse_request(sv, up->body ? up->body : "", up->len, chat, &why);
+    request *rq = chat == 2 ? parse_responses(sv, up->body ? up->body : "", up->len, &why)
+                            : parse_request(sv, up->body ? up->body : "", up->len, chat, &why);
     if (!rq)
         return send_error(sv, c, why.status, why.status == 400 ? "invalid_request_error" : "server_error", why.param, why.code,
                           "%s", why.message);
@@ -536,9 +657,10 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
         }
         size_t none = 0;
         if (choice && jb->lp) json_object_set_new(choice, "logprobs", logprobs_since(jb, &none));
-        json_t *out = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", rq->id, "object",
-                                chat ? "chat.completion" : "text_completion", "created", (int)rq->created, "model",
-                                sv->model_id, "choices", choice, "usage", usage_json(&res, jb->cached));
+        json_t *out = rq->responses ? (json_decref(choice), response_object(jb, &res, 1))
+                                    : json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", rq->id, "object",
+                                                chat ? "chat.completion" : "text_completion", "created", (int)rq->created, "model",
+                                                sv->model_id, "choices", choice, "usage", usage_json(&res, jb->cached));
         ret = out ? send_json(sv, c, MHD_HTTP_OK, out) : send_error(sv, c, 500, "server_error", NULL, NULL, "the output is not valid UTF-8");
         log_request(jb, out ? 200 : 500, &res);
         if (out) schedule_reply(jb);
@@ -593,7 +715,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                          json_pack("{s:s, s:[{s:s, s:s, s:i, s:s, s:i}]}", "object", "list", "data", "id", sv->model_id,
                                    "object", "model", "created", 0, "owned_by", "qhexrt", "context_length", sv->mi.max_context));
     }
-    const int chat = !strcmp(url, "/v1/chat/completions");
+    const int chat = !strcmp(url, "/v1/chat/completions") ? 1 : !strcmp(url, "/v1/responses") ? 2 : 0;
     if (chat || !strcmp(url, "/v1/completions")) {
         if (!post) return send_error(sv, c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, NULL, "use POST %s", url);
         return completion(sv, c, up, chat);

@@ -41,6 +41,7 @@ typedef struct {
 
 typedef struct {
     int chat, stream, include_usage, thinking;
+    int responses;              /* POST /v1/responses: a chat request, answered in the Responses API's shape */
     json_t *tools;              /* chat with tools and tool_choice "auto": calls in the reply become tool_calls */
     int logprobs;               /* report each token's log-probability, and top_logprobs alternatives */
     int32_t *bias_ids;          /* logit_bias */
@@ -66,6 +67,9 @@ typedef struct {
 /* Turns a body into a request with its prompt ids (its sampling options checked, a chat rendered
  * and tokenized, the context checked): NULL, and why in *why, when it is refused. */
 request *parse_request(server *sv, const char *body, size_t len, int chat, refusal *why);
+/* A Responses API body (input items, instructions, max_output_tokens, function tools) as the chat
+ * request it amounts to, parsed by parse_request; refusals name the Responses API's fields. */
+request *parse_responses(server *sv, const char *body, size_t len, refusal *why);
 void request_free(request *rq);
 
 /* Scheduling (tools/serve_sched.c). queue_enter: a place in the queue (-1: full, 503); slot_take:

@@ -1,6 +1,7 @@
 // Three real clients with their defaults (no max_tokens) against `qhx serve` on a forged bundle:
 // the official openai client, LangChain (@langchain/openai) and the Vercel AI SDK (@ai-sdk/openai,
-// chat-completions provider). node client_defaults.js BASE_URL CONTEXT N_PREDICT
+// chat-completions provider, and its default provider on the Responses API).
+// node client_defaults.js BASE_URL CONTEXT N_PREDICT
 // CONTEXT: the bundle's positions; N_PREDICT: the server's -n. Prints "ok"/"FAIL" lines and a tally.
 const OpenAI = require("openai");
 const { ChatOpenAI } = require("@langchain/openai");
@@ -66,6 +67,28 @@ async function main() {
   let sText = "";
   for await (const part of sr.textStream) sText += part;
   check(sText.length > 0 && (await sr.finishReason) !== "error", "ai-sdk: streamText with defaults", [await sr.finishReason, sText.slice(0, 80)]);
+
+  // The Responses API (POST /v1/responses), which the AI SDK's default OpenAI provider calls: the
+  // greedy answer is the chat endpoint's, whole and streamed, through the SDK and the openai client
+  const want = (await client.chat.completions.create({ model: "kjv", messages: [{ role: "user", content: "Who is the LORD?" }],
+                                                      temperature: 0, max_tokens: 24 })).choices[0].message.content;
+  const rg = await generateText({ model: openai("kjv"), prompt: "Who is the LORD?", temperature: 0, maxOutputTokens: 24, maxRetries: 0 });
+  check(rg.text === want && rg.usage.outputTokens === 24 && rg.finishReason === "length", "ai-sdk (responses): generateText",
+        [rg.text.slice(0, 60), want.slice(0, 60), rg.finishReason, rg.usage]);
+  const rs = streamText({ model: openai("kjv"), prompt: "Who is the LORD?", temperature: 0, maxOutputTokens: 24, maxRetries: 0 });
+  let rText = "";
+  for await (const part of rs.textStream) rText += part;
+  check(rText === want && (await rs.finishReason) === "length", "ai-sdk (responses): streamText", [rText.slice(0, 60), await rs.finishReason]);
+  const rd = await generateText({ model: openai("kjv"), prompt: "Who made the heaven and the earth?", maxRetries: 0 });
+  check(rd.usage.outputTokens >= 1 && ["stop", "length"].includes(rd.finishReason), "ai-sdk (responses): defaults", [rd.finishReason, rd.usage]);
+  const oc = await client.responses.create({ model: "kjv", input: "Who is the LORD?", temperature: 0, max_output_tokens: 24 });
+  check(oc.output_text === want && oc.status === "incomplete", "openai: responses.create", [oc.output_text.slice(0, 60), oc.status]);
+  let ocText = "", last = null;
+  for await (const ev of await client.responses.create({ model: "kjv", input: "Who is the LORD?", temperature: 0, max_output_tokens: 24, stream: true })) {
+    if (ev.type === "response.output_text.delta") ocText += ev.delta;
+    last = ev.type;
+  }
+  check(ocText === want && last === "response.incomplete", "openai: streamed responses", [ocText.slice(0, 60), last]);
 
   console.log(`clients: ${pass} passed, ${fail} failed`);
   process.exit(fail ? 1 : 0);
