@@ -15,9 +15,10 @@
 
 static const char serve_help[] =
     "usage: qhx serve MODEL [--host 127.0.0.1] [--port 8080] [--parallel 4] [--ctx N] [-n 4096] [--cache-mb 2048]\n"
-    "An OpenAI-compatible HTTP server: GET /health, GET /v1/models, POST /v1/completions and\n"
+    "An OpenAI-compatible HTTP server: GET /health, GET /v1/models, POST /v1/completions,\n"
     "POST /v1/chat/completions (stream, max_tokens, temperature, top_p, top_k, min_p, seed, stop,\n"
-    "presence/frequency/repetition penalties; chat_template_kwargs.enable_thinking); POST /tokenize\n"
+    "presence/frequency/repetition penalties, logit_bias, logprobs, tools and tool_calls,\n"
+    "chat_template_kwargs.enable_thinking) and POST /v1/responses (the Responses API); POST /tokenize\n"
     "and /detokenize as llama-server has them; GET /metrics (Prometheus text). A request field it\n"
     "does not implement is a 400 naming it. Listens on loopback unless --host says otherwise; --port 0\n"
     "picks a free port. The address it listens on is printed on stderr, then a line per request\n"
