@@ -294,6 +294,10 @@ typedef struct {
     void (*logprobs)(int32_t token, float logprob, const int32_t *top_ids, const float *top_logprobs, int n_top, void *user);
     void *logprobs_user;
     int top_logprobs;
+    /* Before each token is sampled: a token to take instead (a thinking budget closing the
+     * reasoning block), or -1 to sample as usual. Its logprob is still reported. */
+    int32_t (*force)(void *force_user);
+    void *force_user;
 } qhx_generate_opts;
 #define QHX_MAX_TOP_LOGPROBS 20
 

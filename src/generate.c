@@ -321,7 +321,9 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
          * decoding without drafts gives for the seed */
         qhx_sampler_adjust(&sp, logits);
         if (o->logprobs && (rc = logprobs_of(&lp, logits, mi.vocab_size))) goto done;
-        const int32_t tok = qhx_sampler_pick(&sp, logits);
+        const int32_t forced = o->force ? o->force(o->force_user) : -1;
+        if (forced >= mi.vocab_size) { rc = qhx_fail(QHX_ERR_RANGE, "generate: forced token %d is not in [0, %d)", forced, mi.vocab_size); goto done; }
+        const int32_t tok = forced >= 0 ? forced : qhx_sampler_pick(&sp, logits);
         if (is_stop_id(o, &mi, tok)) { res.finish = QHX_FINISH_STOP; break; }
         int stopped = 0;
         if (ts.tok) {

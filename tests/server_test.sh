@@ -72,6 +72,16 @@ curl_status 400 "'logprobs'" "$(post chat/completions)" -d '{"messages":[{"role"
 curl_status 400 "'logit_bias'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"logit_bias":{"99999999":10}}'
 curl_status 400 "'logit_bias'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"logit_bias":{"5":101}}'
 curl_status 400 "'logprobs'" "$(post completions)" -d '{"prompt":"x","logprobs":21}'
+# thinking_budget: with </think> banned the model reasons to max_tokens; with a budget of 5 its
+# reasoning is the first 5 tokens of that, then the block closes and an answer follows
+curl_status 400 "'thinking_budget'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"thinking_budget":-1}'
+think=$(printf '</think>' | "$qhx" tokenize models/q35-kjv --special | tr -d ' \n')
+tq="\"messages\":[{\"role\":\"user\",\"content\":\"Who is the LORD?\"}],\"max_tokens\":30,\"temperature\":0,\"logit_bias\":{\"$think\":-100}"
+curl -s "$(post chat/completions)" -d "{$tq}" >"$tmp/nobudget"
+curl -s "$(post chat/completions)" -d "{$tq,\"thinking_budget\":5}" >"$tmp/budget"
+node -e 'const fs=require("fs"), a=JSON.parse(fs.readFileSync(process.argv[1])).choices[0].message, b=JSON.parse(fs.readFileSync(process.argv[2])).choices[0].message;
+  process.exit(a.content==="" && b.reasoning_content.length>0 && a.reasoning_content.startsWith(b.reasoning_content) && b.reasoning_content.length<a.reasoning_content.length && b.content.length>0 ? 0 : 1)' \
+  "$tmp/nobudget" "$tmp/budget" && ok || bad "thinking_budget: $(head -c 300 "$tmp/budget")"
 # logprobs: each token's is its greedy top alternative's, sorted, the tokens spell the answer, a
 # stream carries the same entries; logit_bias +100 on a token makes every token that one
 lq='"messages":[{"role":"user","content":"Who is the LORD?"}],"max_tokens":12,"temperature":0,"logprobs":true,"top_logprobs":3,"chat_template_kwargs":{"enable_thinking":false}'

@@ -93,6 +93,7 @@ typedef struct {
     json_t *calls;
     size_t sent_reasoning, sent_content, sent_calls;
     int tool_stop;                /* parallel_tool_calls false and a call is out: the reply ends */
+    int n_thought, n_closed;      /* thinking_budget: reasoning tokens so far; close_ids forced so far */
     int items, open_reasoning, open_message; /* /v1/responses stream: output items so far, the open ones' indices + 1 */
     json_t *lp;                   /* logprobs: chat, one entry a token; completions, the legacy four lists */
     size_t lp_sent;               /* entries a stream has sent */
@@ -364,10 +365,21 @@ static int send_response_events(job *jb, json_t *choice, int final) {
     return bad ? -1 : 0;
 }
 
+/* qhx_generate_opts.force: once thinking_budget reasoning tokens are out, the tokens that close
+ * the block, one a step */
+static int32_t serve_force(void *user) {
+    job *jb = user;
+    const request *rq = jb->rq;
+    if (jb->n_closed < rq->n_close && (jb->n_closed > 0 || (jb->ts.in_reasoning && jb->n_thought >= rq->think_budget)))
+        return rq->close_ids[jb->n_closed++];
+    return -1;
+}
+
 static int serve_on_token(int32_t tok, const char *text, size_t len, void *user) {
     job *jb = user;
     server *sv = jb->sv;
     if (!jb->t_first) jb->t_first = now_s();
+    if (jb->ts.in_reasoning && !jb->n_closed) jb->n_thought++;
     turn_end(sv); /* let the other slots have their token */
     if (sv->stopping) jb->failed = 1;
     if (!jb->failed && !jb->rq->stream && client_gone(jb->fd)) jb->failed = 1; /* it will not read the answer */
@@ -451,6 +463,7 @@ static qhx_status run_job(job *jb, qhx_generate_result *res) {
     const int at = qhx_session_pos(s);
     jb->rq->gen.step = serve_step, jb->rq->gen.step_user = jb;
     jb->calls = jb->rq->tools ? json_array() : NULL;
+    if (jb->rq->think_budget >= 0) jb->rq->gen.force = serve_force, jb->rq->gen.force_user = jb;
     if (jb->rq->logprobs) {
         jb->lp = jb->rq->chat ? json_array()
                               : json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");

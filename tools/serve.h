@@ -44,6 +44,9 @@ typedef struct {
     int responses;              /* POST /v1/responses: a chat request, answered in the Responses API's shape */
     json_t *tools;              /* chat with tools and tool_choice "auto": calls in the reply become tool_calls */
     int logprobs;               /* report each token's log-probability, and top_logprobs alternatives */
+    int think_budget;           /* thinking_budget: reasoning tokens before the block is closed (-1: none) */
+    int32_t *close_ids;         /* "\n</think>\n\n", forced once the budget is spent */
+    int n_close;
     int32_t *bias_ids;          /* logit_bias */
     float *bias;
     int one_call;               /* parallel_tool_calls false: the reply ends with its first call */

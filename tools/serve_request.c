@@ -19,6 +19,7 @@ void request_free(request *rq) {
     json_decref(rq->tools);
     free(rq->bias_ids);
     free(rq->bias);
+    free(rq->close_ids);
     for (int i = 0; i < rq->gen.n_stop; i++) free(rq->stop[i]);
     free(rq);
 }
@@ -143,7 +144,7 @@ static const char *const any_fields[] = {"model", "stream", "stream_options", "m
                                          "repetition_penalty", "seed", "stop", "n", "user", "store", "metadata",
                                          "service_tier", "logprobs", "logit_bias", NULL};
 static const char *const chat_fields[] = {"messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
-                                          "response_format", "top_logprobs", NULL};
+                                          "response_format", "top_logprobs", "thinking_budget", NULL};
 static const char *const completion_fields[] = {"prompt", "echo", "suffix", "best_of", NULL};
 
 static int listed(const char *const *list, const char *k) {
@@ -213,6 +214,7 @@ request *parse_request(server *sv, const char *body, size_t len, int chat, refus
     if (!rq) { snprintf(err, cap, "out of memory"); status = 500; goto fail; }
     rq->chat = chat;
     rq->thinking = 1;
+    rq->think_budget = -1;
     if ((param = unsupported(j, chat, why))) goto fail;
     json_t *model = json_object_get(j, "model");
     if (model && !json_is_string(model)) { param = "model"; snprintf(err, cap, "'model' must be a string"); goto fail; }
@@ -254,6 +256,18 @@ request *parse_request(server *sv, const char *body, size_t len, int chat, refus
             goto fail;
         }
         if (get_bool(kw, "enable_thinking", &rq->thinking, err, cap)) { param = "chat_template_kwargs"; goto fail; }
+        /* thinking_budget (Qwen's own API's name): at most this many reasoning tokens, then the
+         * block is closed as the template closes it and the answer follows */
+        long long budget = -1;
+        if (get_int(j, "thinking_budget", 0, INT_MAX, &budget, err, cap) < 0) { param = "thinking_budget"; goto fail; }
+        rq->think_budget = rq->thinking ? (int)budget : -1;
+        size_t nc = 0;
+        if (rq->think_budget >= 0 && qhx_tokenizer_encode(sv->tok, "\n</think>\n\n", strlen("\n</think>\n\n"), QHX_ENCODE_SPECIAL, &rq->close_ids, &nc)) {
+            param = "thinking_budget";
+            snprintf(err, cap, "%s", qhx_last_error());
+            goto fail;
+        }
+        rq->n_close = (int)nc;
         json_t *req = json_pack("{s:O, s:b, s:b}", "messages", msgs, "add_generation_prompt", 1, "enable_thinking", rq->thinking);
         if (rq->tools) json_object_set(req, "tools", tools);
         char *rj = req ? json_dumps(req, JSON_COMPACT) : NULL;
