@@ -72,6 +72,10 @@ curl_status 400 "'logprobs'" "$(post chat/completions)" -d '{"messages":[{"role"
 curl_status 400 "'logit_bias'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"logit_bias":{"99999999":10}}'
 curl_status 400 "'logit_bias'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"logit_bias":{"5":101}}'
 curl_status 400 "'logprobs'" "$(post completions)" -d '{"prompt":"x","logprobs":21}'
+# real clients' tool-bearing requests (AI SDK chat and responses providers, LangChain bindTools)
+out=$(cd tests/oracle && node client_tools.js "$url" 2>&1)
+line=$(grep -E '^tool-clients: [0-9]+ passed, [0-9]+ failed$' <<<"$out")
+[[ -n $line && $line == *" 0 failed" ]] && ok || bad "client_tools.js: $(grep -m3 FAIL <<<"$out")"
 # thinking_budget: with </think> banned the model reasons to max_tokens; with a budget of 5 its
 # reasoning is the first 5 tokens of that, then the block closes and an answer follows
 curl_status 400 "'thinking_budget'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"thinking_budget":-1}'
