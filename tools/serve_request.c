@@ -194,16 +194,11 @@ static const char *unsupported(json_t *body, int chat, refusal *why) {
     return NULL;
 }
 
-request *parse_request(server *sv, const char *body, size_t len, int chat, refusal *why) {
-    json_error_t jerr;
-    json_t *j = json_loadb(body, len, 0, &jerr);
+/* A parsed body (taken: freed here) into a request; parse_request and parse_responses share it. */
+static request *parse_body(server *sv, json_t *j, int chat, refusal *why) {
     char *err = why->message;
     const size_t cap = sizeof why->message;
     *why = (refusal){.status = 400};
-    if (!j) {
-        snprintf(err, cap, "request body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
-        return NULL;
-    }
     request *rq = calloc(1, sizeof *rq);
     unsigned status = 400;
     const char *param = NULL, *code = NULL;
@@ -346,6 +341,16 @@ fail:
     return NULL;
 }
 
+request *parse_request(server *sv, const char *body, size_t len, int chat, refusal *why) {
+    json_error_t jerr;
+    json_t *j = json_loadb(body, len, 0, &jerr);
+    if (j) return parse_body(sv, j, chat, why);
+    *why = (refusal){.status = 400};
+    snprintf(why->message, sizeof why->message, "request body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
+             jerr.column);
+    return NULL;
+}
+
 /* ---- POST /v1/responses ---- */
 
 /* a message's content as chat text parts: a string, or input_text / output_text parts */
@@ -480,11 +485,8 @@ request *parse_responses(server *sv, const char *body, size_t len, refusal *why)
         json_object_set(chat, "top_logprobs", json_object_get(j, "top_logprobs"));
         json_object_set_new(chat, "logprobs", json_true());
     }
-    char *text = json_dumps(chat, JSON_COMPACT);
-    json_decref(j), json_decref(chat), json_decref(msgs);
-    if (!text) { why->status = 500; snprintf(err, cap, "out of memory"); return NULL; }
-    request *rq = parse_request(sv, text, strlen(text), 1, why);
-    free(text);
+    json_decref(j), json_decref(msgs);
+    request *rq = parse_body(sv, chat, 1, why); /* the chat request it amounts to, not written out and read back */
     if (!rq) { /* name the Responses API's fields */
         if (why->param && !strcmp(why->param, "max_tokens")) why->param = "max_output_tokens";
         if (why->param && !strcmp(why->param, "messages")) why->param = "input";
