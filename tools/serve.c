@@ -273,14 +273,20 @@ static int send_sse(job *jb, const char *type, json_t *data) {
 
 static json_t *item_id(const job *jb, const char *kind) { return json_sprintf("%s_%s", kind, jb->rq->id + 5); }
 
+/* The reply's text as the client sees it: with tools, what the call reader left as text */
+static void visible(const job *jb, const char **r, size_t *nr, const char **c, size_t *nc) {
+    const int tools = jb->rq->tools != NULL;
+    *r = tools ? jb->shown_reasoning.s : jb->reasoning, *nr = tools ? jb->shown_reasoning.len : jb->n_reasoning;
+    *c = tools ? jb->shown_content.s : jb->content, *nc = tools ? jb->shown_content.len : jb->n_content;
+}
+
 /* the response object: its output items (reasoning as a summary, the message, each function
  * call), status and usage */
 static json_t *response_object(job *jb, const qhx_generate_result *res, int done) {
     const request *rq = jb->rq;
-    const int tools = rq->tools != NULL;
-    const char *r = tools ? jb->shown_reasoning.s : jb->reasoning, *c = tools ? jb->shown_content.s : jb->content;
-    size_t nr = tools ? jb->shown_reasoning.len : jb->n_reasoning;
-    const size_t nc = tools ? jb->shown_content.len : jb->n_content;
+    const char *r, *c;
+    size_t nr, nc;
+    visible(jb, &r, &nr, &c, &nc);
     while (nr && r[nr - 1] == '\n') nr--;
     json_t *out = json_array();
     if (done && rq->thinking && nr)
@@ -656,9 +662,10 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
         while (jb->shown_reasoning.len && jb->shown_reasoning.s[jb->shown_reasoning.len - 1] == '\n') jb->shown_reasoning.len--;
         json_t *choice;
         if (chat) {
-            const int tools = rq->tools != NULL, calls = json_array_size(jb->calls) > 0;
-            const char *ct = tools ? jb->shown_content.s : jb->content, *rt = tools ? jb->shown_reasoning.s : jb->reasoning;
-            const size_t nc = tools ? jb->shown_content.len : jb->n_content, nr = tools ? jb->shown_reasoning.len : jb->n_reasoning;
+            const int calls = json_array_size(jb->calls) > 0;
+            const char *ct, *rt;
+            size_t nc, nr;
+            visible(jb, &rt, &nr, &ct, &nc);
             /* OpenAI: a reply that is only calls has content null */
             json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", calls && !nc ? json_null() : json_stringn(ct ? ct : "", nc));
             if (rq->thinking) json_object_set_new(msg, "reasoning_content", json_stringn(rt ? rt : "", nr));

@@ -185,6 +185,9 @@ int qhx_gguf_tensor_name(const qhx_config *c, const char *hf, char *out, size_t 
     return 0;
 }
 
+/* bytes of one row of cols values of a ggml type (whole blocks) */
+static size_t row_bytes(uint32_t type, int cols) { return (size_t)cols / qhx_ggml_block_values(type) * qhx_ggml_block_bytes(type); }
+
 /* Where the Hugging Face (grouped) value-head index i lies in the converter's tiled order: head
  * (k, j) of key group k is stored at j * n_k + k. `head` is the size of one head's block. */
 static int64_t tiled(const qhx_config *c, int64_t i, int64_t head) {
@@ -196,7 +199,7 @@ static int64_t tiled(const qhx_config *c, int64_t i, int64_t head) {
  * the rows (in_proj_z/a/b, the V rows of qkv and conv1d) or along each row (out_proj's columns;
  * dt_bias and A_log, which are one row), then the norms' 1 and A_log's -exp undone. */
 static qhx_status decode(const qhx_config *c, const qhx_gguf_tensor *t, qhx_gguf_change undo, int rows, int cols, float *out) {
-    const size_t row_bytes = (size_t)cols / (size_t)qhx_ggml_block_values(t->type) * qhx_ggml_block_bytes(t->type);
+    const size_t rb = row_bytes(t->type, cols);
     const int reorder = c->lin_v_heads != c->lin_k_heads;
     const int64_t qk = 2 * (int64_t)c->lin_k_heads * c->lin_k_dim; /* rows before V in qkv and conv */
     const int64_t row_head = undo == QHX_GGUF_V_ROWS && rows == c->lin_v_heads ? 1 : c->lin_v_dim;
@@ -209,7 +212,7 @@ static qhx_status decode(const qhx_config *c, const qhx_gguf_tensor *t, qhx_gguf
         if (reorder && undo == QHX_GGUF_V_ROWS && rows > 1) src = tiled(c, r, row_head);
         if (reorder && undo == QHX_GGUF_V_ROWS_AFTER_QK && r >= qk) src = qk + tiled(c, r - qk, c->lin_v_dim);
         float *y = out + r * (int64_t)cols;
-        qhx_ggml_dequant(t->type, t->data + (size_t)src * row_bytes, tmp ? tmp : y, cols);
+        qhx_ggml_dequant(t->type, t->data + (size_t)src * rb, tmp ? tmp : y, cols);
         for (int64_t j = 0; tmp && j < cols; j++) y[j] = tmp[tiled(c, j, col_head)];
         for (int64_t j = 0; j < cols; j++) {
             if (undo == QHX_GGUF_NORM) y[j] -= 1.0f;
@@ -239,7 +242,7 @@ static qhx_status bind(qhx_model *m, gguf_source *s, const qhx_tensor_spec *sp) 
                         (long long)experts);
     qhx_gguf_tensor slice = *t; /* an expert: its [rows][cols] of the 3-D tensor */
     if (expert >= 0) {
-        slice.data += (size_t)expert * (size_t)rows * ((size_t)cols / qhx_ggml_block_values(t->type) * qhx_ggml_block_bytes(t->type));
+        slice.data += (size_t)expert * (size_t)rows * row_bytes(t->type, cols);
         slice.ne[2] = 1;
         t = &slice;
     }
