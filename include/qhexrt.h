@@ -237,6 +237,23 @@ const int32_t *qhx_session_tokens(const qhx_session *s);
 qhx_status qhx_snapshot_save(const qhx_snapshot *snap, const char *path);
 qhx_status qhx_snapshot_load(qhx_model *m, const char *path, qhx_snapshot **out);
 
+/* ---- constrained decoding: grammars and JSON Schema -------------------------------------- */
+
+/* A grammar the output must follow, compiled for a tokenizer's vocabulary (the model's:
+ * qhx_model_tokenizer). Immutable once made: one grammar may serve many generations at once. */
+typedef struct qhx_grammar qhx_grammar;
+
+/* From llama.cpp's GBNF (start rule `root`): "literals", [classes], [^negated], ., rules, ( ),
+ * * + ? {m} {m,} {m,n}, # comments. Left-recursive and undefined rules are refused by name. */
+qhx_status qhx_grammar_from_gbnf(const qhx_tokenizer *t, const char *gbnf, size_t len, qhx_grammar **out);
+/* From a JSON Schema (draft 2020-12): the output is a JSON value the schema accepts (space
+ * around it allowed). docs/usage.md lists the keywords enforced; any other keyword that
+ * constrains a value fails with QHX_ERR_UNSUPPORTED naming it. */
+qhx_status qhx_grammar_from_json_schema(const qhx_tokenizer *t, const char *schema, size_t len, qhx_grammar **out);
+/* The GBNF a schema compiles to (malloc'd, NUL-terminated), to read or to edit. */
+qhx_status qhx_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf);
+void qhx_grammar_free(qhx_grammar *g);
+
 /* ---- generation and sampling ------------------------------------------------------------- */
 
 /* The model a session runs. */
@@ -298,6 +315,14 @@ typedef struct {
      * reasoning block), or -1 to sample as usual. Its logprob is still reported. */
     int32_t (*force)(void *force_user);
     void *force_user;
+    /* Constrained decoding: every token sampled keeps the text a prefix of a sentence of the
+     * grammar (the end-of-turn ids only once it is whole; generation stops when nothing more may
+     * follow). Greedy checks the best token first and masks only when the grammar refuses it;
+     * sampling draws from the tokens the grammar allows. Logprobs are those before the mask. With
+     * grammar_after, tokens are free until that text has been generated (a reasoning block's
+     * "</think>"), and the grammar starts right after it. */
+    const qhx_grammar *grammar;
+    const char *grammar_after;
 } qhx_generate_opts;
 #define QHX_MAX_TOP_LOGPROBS 20
 

@@ -53,7 +53,7 @@ int tl_open(const char *dir, const char *kernels, qhx_runtime **rt, qhx_model **
 
 json_t *tl_json(const char *path) {
     char *text = tl_read(path, NULL);
-    json_t *root = text ? json_loads(text, 0, NULL) : NULL;
+    json_t *root = text ? json_loads(text, JSON_ALLOW_NUL, NULL) : NULL;
     free(text);
     CHECK(root != NULL, "cannot read or parse %s", path);
     return root;

@@ -5,6 +5,7 @@
  * memoised in a word cache, which is what makes repeated text cheap.
  */
 #include "tokenizer/tokenizer_internal.h"
+#include "grammar/grammar.h"
 #include "util/buf.h"
 #include "util/error.h"
 #include "util/mapfile.h"
@@ -487,6 +488,7 @@ void qhx_tokenizer_free(qhx_tokenizer *t) {
     free(t->cache_ids);
     if (t->split) pcre2_code_free(t->split);
     free(t->split_pattern);
+    qhx_trie_free(t->trie);
     pthread_mutex_destroy(&t->lock);
     free(t->blob);
     free(t);

@@ -42,6 +42,7 @@ struct qhx_tokenizer {
     qhx_strmap cache;
     int32_t *cache_ids;
     size_t cache_len, cache_cap;
+    struct qhx_trie *trie;    /* the pieces as a trie, for grammars: built on first use (under lock) */
 };
 
 /* GPT-2's byte <-> printable-unicode map used by byte-level BPE files. */

@@ -1,0 +1,507 @@
+/* Where a generation stands in its grammar, and which tokens may come next.
+ *
+ * The state is a set of stacks, as in llama.cpp's grammar sampler: each stack is a position
+ * waiting for a character (its top) over the positions to return to when the rules it is inside
+ * end. Stacks are hash-consed nodes (pos, parent), so equal stacks are one id, a state is a small
+ * set of ids, and a node's successors (the stacks after its character) are worked out once and
+ * kept. Bytes go in one at a time: a character split over tokens waits in a partial UTF-8 decode,
+ * checked against the ranges it could still become.
+ *
+ * The mask walks the tokenizer's pieces as a trie from the current state, dropping a whole subtree
+ * as soon as its prefix is refused, and is kept per state (the same state, e.g. inside the same
+ * string, gives the same mask). Callers check the sampled token first and ask for the mask only
+ * when it is refused. */
+#include "grammar/grammar.h"
+#include "tokenizer/tokenizer_internal.h"
+#include "util/buf.h"
+#include "util/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the tokenizer's pieces as a trie ---------------------------------------------------------- */
+
+typedef struct {
+    uint32_t child;     /* children lie at node[child .. child + n_child), by byte */
+    uint32_t tok;       /* the ids whose piece ends here: ids[tok .. tok + n_tok) */
+    uint16_t n_child, n_tok;
+    uint8_t byte;
+} tnode;
+
+struct qhx_trie {
+    tnode *node;
+    size_t n_node;
+    int32_t *ids;
+    int n_vocab;
+};
+
+typedef struct {
+    const char *p;
+    uint32_t len;
+    int32_t id;
+} piece_ref;
+
+static int cmp_piece(const void *a, const void *b) {
+    const piece_ref *x = a, *y = b;
+    uint32_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->p, y->p, n);
+    if (c) return c;
+    return x->len != y->len ? (x->len < y->len ? -1 : 1) : (x->id < y->id ? -1 : x->id > y->id);
+}
+
+void qhx_trie_free(qhx_trie *t) {
+    if (!t) return;
+    free(t->node);
+    free(t->ids);
+    free(t);
+}
+
+static qhx_trie *build_trie(const qhx_tokenizer *t) {
+    qhx_trie *tr = calloc(1, sizeof *tr);
+    piece_ref *r = malloc(sizeof *r * (size_t)(t->n_ids + 1));
+    uint8_t *special = calloc((size_t)t->n_ids + 1, 1);
+    size_t n = 0;
+    if (!tr || !r || !special) goto fail;
+    for (int i = 0; i < t->n_added; i++)
+        if (t->added[i].special && t->added[i].id >= 0 && t->added[i].id < t->n_ids) special[t->added[i].id] = 1;
+    for (int32_t id = 0; id < t->n_ids; id++)
+        if (t->piece[id] && t->piece_len[id] && !special[id]) r[n++] = (piece_ref){t->piece[id], t->piece_len[id], id};
+    qsort(r, n, sizeof *r, cmp_piece);
+    tr->n_vocab = t->n_ids;
+    if (!(tr->ids = malloc(sizeof *tr->ids * (n + 1)))) goto fail;
+    for (size_t i = 0; i < n; i++) tr->ids[i] = r[i].id;
+    /* breadth first: a node's children are made together, so they lie side by side */
+    typedef struct { uint32_t node, lo, hi, depth; } work;
+    size_t cap = 0, cap_w = 0, n_w = 0;
+    work *w = NULL;
+    if (qhx_reserve(&tr->node, &cap, 1, sizeof *tr->node) || qhx_reserve(&w, &cap_w, 1, sizeof *w)) { free(w); goto fail; }
+    memset(tr->node, 0, sizeof *tr->node);
+    tr->n_node = 1;
+    w[n_w++] = (work){0, 0, (uint32_t)n, 0};
+    for (size_t q = 0; q < n_w; q++) {
+        work k = w[q];
+        uint32_t i = k.lo;
+        while (i < k.hi && r[i].len == k.depth) i++;
+        tr->node[k.node].tok = k.lo;
+        tr->node[k.node].n_tok = (uint16_t)(i - k.lo);
+        uint32_t groups = 0;
+        for (uint32_t j = i; j < k.hi; groups++) {
+            uint8_t b = (uint8_t)r[j].p[k.depth];
+            while (j < k.hi && (uint8_t)r[j].p[k.depth] == b) j++;
+        }
+        if (!groups) continue;
+        if (qhx_reserve(&tr->node, &cap, tr->n_node + groups, sizeof *tr->node) ||
+            qhx_reserve(&w, &cap_w, n_w + groups, sizeof *w)) { free(w); goto fail; }
+        tr->node[k.node].child = (uint32_t)tr->n_node;
+        tr->node[k.node].n_child = (uint16_t)groups;
+        for (uint32_t j = i; j < k.hi;) {
+            uint8_t b = (uint8_t)r[j].p[k.depth];
+            uint32_t s = j;
+            while (j < k.hi && (uint8_t)r[j].p[k.depth] == b) j++;
+            tnode *c = &tr->node[tr->n_node];
+            memset(c, 0, sizeof *c);
+            c->byte = b;
+            w[n_w++] = (work){(uint32_t)tr->n_node++, s, j, k.depth + 1};
+        }
+    }
+    free(w);
+    free(r);
+    free(special);
+    return tr;
+fail:
+    qhx_trie_free(tr);
+    free(r);
+    free(special);
+    return NULL;
+}
+
+const qhx_trie *qhx_tokenizer_trie(const qhx_tokenizer *ct) {
+    qhx_tokenizer *t = (qhx_tokenizer *)ct; /* the trie is a cache: built once, under the lock */
+    pthread_mutex_lock(&t->lock);
+    if (!t->trie) t->trie = build_trie(t);
+    qhx_trie *tr = t->trie;
+    pthread_mutex_unlock(&t->lock);
+    return tr;
+}
+
+/* ---- the matcher ------------------------------------------------------------------------------- */
+
+enum { ACCEPT = 0 };    /* the empty stack: the grammar may end here */
+#define N_CACHED 32     /* masks kept, by state */
+
+typedef struct {
+    int32_t pos, parent;
+    int32_t succ, n_succ;    /* the stacks after this one's character, in pool[]; succ -1: not yet */
+} gnode;
+
+typedef struct {
+    uint32_t acc;            /* the bits so far */
+    uint8_t need;            /* continuation bytes still to come (0: none pending) */
+    uint32_t min;            /* the smallest code point of the sequence's length (overlongs) */
+} upart;
+
+typedef struct {
+    uint64_t hash;
+    int32_t *set;
+    int n;
+    upart u;
+    uint64_t *mask;
+} cached;
+
+struct qhx_gmatch {
+    const qhx_grammar *g;
+    gnode *node;
+    size_t n_node, cap_node;
+    uint64_t *hkey;          /* (pos, parent) -> id, open addressing; UINT64_MAX empty */
+    int32_t *hval;
+    size_t hcap;
+    int32_t *pool;
+    size_t n_pool, cap_pool;
+    uint32_t *seen, *seen2;  /* stamps per node: set building, successor building */
+    uint32_t epoch, epoch2;
+    size_t cap_seen;
+    int32_t *cur;            /* the state: a set of node ids */
+    size_t n_cur, cap_cur;
+    upart u;
+    int32_t *work;           /* scratch sets, stacked (the mask's walk keeps one per depth) */
+    size_t n_work, cap_work;
+    uint64_t *mask;
+    size_t n_words;
+    cached cache[N_CACHED];
+    int next_cache;
+    int oom;
+};
+
+static uint64_t node_key(int32_t pos, int32_t parent) { return (uint64_t)(uint32_t)pos << 32 | (uint32_t)parent; }
+
+static int grow_seen(qhx_gmatch *m) {
+    if (m->n_node <= m->cap_seen) return 0;
+    size_t cap = m->cap_seen ? 2 * m->cap_seen : 256;
+    while (cap < m->n_node) cap *= 2;
+    uint32_t *a = realloc(m->seen, sizeof *a * cap);
+    if (!a) return -1;
+    m->seen = a;
+    uint32_t *b = realloc(m->seen2, sizeof *b * cap);
+    if (!b) return -1;
+    m->seen2 = b;
+    memset(a + m->cap_seen, 0, sizeof *a * (cap - m->cap_seen));
+    memset(b + m->cap_seen, 0, sizeof *b * (cap - m->cap_seen));
+    m->cap_seen = cap;
+    return 0;
+}
+
+static int rehash(qhx_gmatch *m, size_t cap) {
+    uint64_t *k = malloc(sizeof *k * cap);
+    int32_t *v = malloc(sizeof *v * cap);
+    if (!k || !v) { free(k); free(v); return -1; }
+    memset(k, 0xff, sizeof *k * cap);
+    for (size_t id = 1; id < m->n_node; id++) {
+        uint64_t key = node_key(m->node[id].pos, m->node[id].parent);
+        size_t i = (size_t)((key * 0x9e3779b97f4a7c15ull) >> 20) & (cap - 1);
+        while (k[i] != UINT64_MAX) i = (i + 1) & (cap - 1);
+        k[i] = key, v[i] = (int32_t)id;
+    }
+    free(m->hkey);
+    free(m->hval);
+    m->hkey = k, m->hval = v, m->hcap = cap;
+    return 0;
+}
+
+/* The node (pos, parent), made when new; -1 when out of memory. */
+static int32_t intern(qhx_gmatch *m, int32_t pos, int32_t parent) {
+    uint64_t key = node_key(pos, parent);
+    size_t i = (size_t)((key * 0x9e3779b97f4a7c15ull) >> 20) & (m->hcap - 1);
+    for (; m->hkey[i] != UINT64_MAX; i = (i + 1) & (m->hcap - 1))
+        if (m->hkey[i] == key) return m->hval[i];
+    if (qhx_reserve(&m->node, &m->cap_node, m->n_node + 1, sizeof *m->node)) return -1;
+    int32_t id = (int32_t)m->n_node++;
+    m->node[id] = (gnode){pos, parent, -1, 0};
+    if (grow_seen(m)) return -1;
+    if (2 * m->n_node > m->hcap) return rehash(m, 2 * m->hcap) ? -1 : id;
+    m->hkey[i] = key, m->hval[i] = id;
+    return id;
+}
+
+/* Appends to work[] (deduplicated by the stamps `which` of epoch: 0 seen[], 1 seen2[]) the
+ * stacks that wait for a character at pos, or further up once pos's sequence ends. */
+static int expand(qhx_gmatch *m, int32_t pos, int32_t parent, int which, uint32_t epoch) {
+    const qhx_grammar *g = m->g;
+    for (;;) {
+        const qhx_gsym s = g->sym[pos];
+        int32_t id;
+        if (s.kind == G_END) {
+            if (parent >= 0) { /* the rule ends: go on where it was entered */
+                pos = m->node[parent].pos;
+                parent = m->node[parent].parent;
+                continue;
+            }
+            id = ACCEPT;
+        } else if (s.kind == G_CHARS) {
+            if ((id = intern(m, pos, parent)) < 0) return -1;
+        } else {
+            int32_t cont = parent;
+            if (g->sym[pos + 1].kind != G_END && (cont = intern(m, pos + 1, parent)) < 0) return -1;
+            for (uint32_t a = g->rule_alt[s.arg]; a < g->rule_alt[s.arg + 1]; a++)
+                if (expand(m, g->alt[a], cont, which, epoch)) return -1;
+            return 0;
+        }
+        uint32_t *st = which ? m->seen2 : m->seen; /* intern may have moved them */
+        if (st[id] == epoch) return 0;
+        st[id] = epoch;
+        if (qhx_reserve(&m->work, &m->cap_work, m->n_work + 1, sizeof *m->work)) return -1;
+        m->work[m->n_work++] = id;
+        return 0;
+    }
+}
+
+/* The stacks after node id's character (worked out once, then kept). */
+static int successors(qhx_gmatch *m, int32_t id) {
+    if (m->node[id].succ >= 0) return 0;
+    size_t from = m->n_work;
+    if (++m->epoch2 == 0) { memset(m->seen2, 0, sizeof *m->seen2 * m->cap_seen); m->epoch2 = 1; }
+    if (expand(m, m->node[id].pos + 1, m->node[id].parent, 1, m->epoch2)) return -1;
+    size_t n = m->n_work - from;
+    if (qhx_reserve(&m->pool, &m->cap_pool, m->n_pool + n, sizeof *m->pool)) return -1;
+    memcpy(m->pool + m->n_pool, m->work + from, sizeof *m->pool * n);
+    m->node[id].succ = (int32_t)m->n_pool;
+    m->node[id].n_succ = (int32_t)n;
+    m->n_pool += n;
+    m->n_work = from;
+    return 0;
+}
+
+static const qhx_gcharset *top(const qhx_gmatch *m, int32_t id) { return &m->g->cs[m->g->sym[m->node[id].pos].arg]; }
+
+/* A character still partial in v: the set, copied to the end of work[], when some stack may
+ * still take a code point it can become; its length, 0 when none can, -1 out of memory. */
+static long keep_partial(qhx_gmatch *m, size_t from, size_t n, upart *u, upart v) {
+    uint32_t lo = v.acc << (6 * v.need), hi = lo | ((1u << (6 * v.need)) - 1);
+    if (lo < v.min) lo = v.min;
+    if (hi > 0x10FFFF) hi = 0x10FFFF;
+    if (lo > hi) return 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = m->work[from + i];
+        if (id != ACCEPT && qhx_gcharset_any(m->g, top(m, id), lo, hi)) {
+            if (qhx_reserve(&m->work, &m->cap_work, m->n_work + n, sizeof *m->work)) return -1;
+            memmove(m->work + m->n_work, m->work + from, sizeof *m->work * n);
+            m->n_work += n;
+            *u = v;
+            return (long)n;
+        }
+    }
+    return 0;
+}
+
+/* The state after byte b from the set work[from .. from + n) and *u: appended to work[] (its
+ * length returned, 0 when refused, -1 out of memory); *u updated. */
+static long step(qhx_gmatch *m, size_t from, size_t n, upart *u, uint8_t b) {
+    uint32_t cp;
+    if (u->need == 0) {
+        if (b >= 0x80) {
+            int need = b >= 0xF5 ? -1 : b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : b >= 0xC2 ? 1 : -1;
+            if (need < 0) return 0;
+            upart v = {b & (0x3Fu >> need), (uint8_t)need, need == 1 ? 0x80 : need == 2 ? 0x800 : 0x10000};
+            return keep_partial(m, from, n, u, v);
+        }
+        cp = b;
+    } else {
+        if ((b & 0xC0) != 0x80) return 0;
+        upart v = {u->acc << 6 | (b & 0x3F), (uint8_t)(u->need - 1), u->min};
+        if (v.need) return keep_partial(m, from, n, u, v);
+        cp = v.acc;
+        if (cp < v.min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    }
+    size_t out = m->n_work;
+    if (++m->epoch == 0) { memset(m->seen, 0, sizeof *m->seen * m->cap_seen); m->epoch = 1; }
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = m->work[from + i];
+        if (id == ACCEPT || !qhx_gcharset_has(m->g, top(m, id), cp)) continue;
+        if (successors(m, id)) return -1;
+        const gnode *nd = &m->node[id];
+        if (qhx_reserve(&m->work, &m->cap_work, m->n_work + (size_t)nd->n_succ, sizeof *m->work)) return -1;
+        for (int32_t k = 0; k < nd->n_succ; k++) {
+            int32_t s = m->pool[nd->succ + k];
+            if (m->seen[s] == m->epoch) continue;
+            m->seen[s] = m->epoch;
+            m->work[m->n_work++] = s;
+        }
+    }
+    *u = (upart){0};
+    return (long)(m->n_work - out);
+}
+
+/* Runs bytes from the current state; the end state lies at work[*at .. *at + return). */
+static long run(qhx_gmatch *m, const char *bytes, size_t len, upart *u, size_t *at) {
+    m->n_work = 0;
+    if (qhx_reserve(&m->work, &m->cap_work, m->n_cur, sizeof *m->work)) return -1;
+    memcpy(m->work, m->cur, sizeof *m->work * m->n_cur);
+    m->n_work = m->n_cur;
+    size_t from = 0, n = m->n_cur;
+    *u = m->u;
+    for (size_t i = 0; i < len; i++) {
+        long k = step(m, from, n, u, (uint8_t)bytes[i]);
+        if (k <= 0) return k;
+        from = m->n_work - (size_t)k;
+        n = (size_t)k;
+        if (from > 4096) { /* keep the scratch short on long texts */
+            memmove(m->work, m->work + from, sizeof *m->work * n);
+            m->n_work = n;
+            from = 0;
+        }
+    }
+    *at = from;
+    return (long)n;
+}
+
+int qhx_gmatch_check(qhx_gmatch *m, const char *bytes, size_t n) {
+    upart u;
+    size_t at;
+    return run(m, bytes, n, &u, &at) > 0;
+}
+
+int qhx_gmatch_accept(qhx_gmatch *m, const char *bytes, size_t n) {
+    upart u;
+    size_t at;
+    long k = run(m, bytes, n, &u, &at);
+    if (k <= 0) return -1;
+    if (qhx_reserve(&m->cur, &m->cap_cur, (size_t)k, sizeof *m->cur)) return -1;
+    memcpy(m->cur, m->work + at, sizeof *m->cur * (size_t)k);
+    m->n_cur = (size_t)k;
+    m->u = u;
+    return 0;
+}
+
+int qhx_gmatch_can_end(const qhx_gmatch *m) {
+    if (m->u.need) return 0;
+    for (size_t i = 0; i < m->n_cur; i++)
+        if (m->cur[i] == ACCEPT) return 1;
+    return 0;
+}
+
+int qhx_gmatch_can_go_on(const qhx_gmatch *m) {
+    for (size_t i = 0; i < m->n_cur; i++)
+        if (m->cur[i] != ACCEPT) return 1;
+    return 0;
+}
+
+static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, size_t n, upart u) {
+    const tnode *nd = &tr->node[t];
+    for (uint32_t c = 0; c < nd->n_child && !m->oom; c++) {
+        const tnode *ch = &tr->node[nd->child + c];
+        upart v = u;
+        size_t mark = m->n_work;
+        long k = step(m, from, n, &v, ch->byte);
+        if (k < 0) { m->oom = 1; return; }
+        if (k > 0) {
+            for (uint32_t i = 0; i < ch->n_tok; i++) {
+                int32_t id = tr->ids[ch->tok + i];
+                m->mask[id >> 6] |= 1ull << (id & 63);
+            }
+            if (ch->n_child) walk(m, tr, nd->child + c, m->n_work - (size_t)k, (size_t)k, v);
+        }
+        m->n_work = mark;
+    }
+}
+
+static uint64_t state_hash(const qhx_gmatch *m) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ m->u.acc ^ (uint64_t)m->u.need << 32;
+    for (size_t i = 0; i < m->n_cur; i++) h = (h ^ (uint32_t)m->cur[i]) * 0xbf58476d1ce4e5b9ull, h ^= h >> 29;
+    return h;
+}
+
+const uint64_t *qhx_gmatch_mask(qhx_gmatch *m) {
+    const qhx_trie *tr = m->g->trie;
+    if (!tr) return NULL;
+    /* a state is a set: the same set in another order is the same state */
+    for (size_t i = 1; i < m->n_cur; i++)
+        for (size_t j = i; j > 0 && m->cur[j - 1] > m->cur[j]; j--) {
+            int32_t t = m->cur[j];
+            m->cur[j] = m->cur[j - 1], m->cur[j - 1] = t;
+        }
+    uint64_t h = state_hash(m);
+    for (int i = 0; i < N_CACHED; i++) {
+        cached *c = &m->cache[i];
+        if (c->mask && c->hash == h && c->n == (int)m->n_cur && !memcmp(&c->u, &m->u, sizeof c->u) &&
+            !memcmp(c->set, m->cur, sizeof *c->set * m->n_cur))
+            return c->mask;
+    }
+    cached *c = &m->cache[m->next_cache];
+    m->next_cache = (m->next_cache + 1) % N_CACHED;
+    free(c->set);
+    c->set = malloc(sizeof *c->set * (m->n_cur + 1));
+    if (!c->mask) c->mask = malloc(sizeof *c->mask * m->n_words);
+    if (!c->set || !c->mask) { free(c->set); c->set = NULL; c->mask = NULL; return NULL; }
+    m->mask = c->mask;
+    memset(m->mask, 0, sizeof *m->mask * m->n_words);
+    m->oom = 0;
+    m->n_work = 0;
+    if (qhx_reserve(&m->work, &m->cap_work, m->n_cur, sizeof *m->work)) return NULL;
+    memcpy(m->work, m->cur, sizeof *m->work * m->n_cur);
+    m->n_work = m->n_cur;
+    walk(m, tr, 0, 0, m->n_cur, m->u);
+    if (m->oom) { c->hash = 0, c->n = -1; return NULL; }
+    memcpy(c->set, m->cur, sizeof *c->set * m->n_cur);
+    c->n = (int)m->n_cur;
+    c->u = m->u;
+    c->hash = h;
+    return c->mask;
+}
+
+void qhx_gmatch_reset(qhx_gmatch *m) {
+    m->n_work = 0;
+    m->u = (upart){0};
+    if (++m->epoch == 0) { memset(m->seen, 0, sizeof *m->seen * m->cap_seen); m->epoch = 1; }
+    const qhx_grammar *g = m->g;
+    m->n_cur = 0;
+    for (uint32_t a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++)
+        if (expand(m, g->alt[a], -1, 0, m->epoch)) { m->oom = 1; return; }
+    if (!qhx_reserve(&m->cur, &m->cap_cur, m->n_work + 1, sizeof *m->cur)) {
+        memcpy(m->cur, m->work, sizeof *m->cur * m->n_work);
+        m->n_cur = m->n_work;
+    } else {
+        m->oom = 1;
+    }
+}
+
+void qhx_gmatch_free(qhx_gmatch *m) {
+    if (!m) return;
+    free(m->node);
+    free(m->hkey);
+    free(m->hval);
+    free(m->pool);
+    free(m->seen);
+    free(m->seen2);
+    free(m->cur);
+    free(m->work);
+    for (int i = 0; i < N_CACHED; i++) free(m->cache[i].set), free(m->cache[i].mask);
+    free(m);
+}
+
+qhx_status qhx_gmatch_new(const qhx_grammar *g, qhx_gmatch **out) {
+    *out = NULL;
+    qhx_gmatch *m = calloc(1, sizeof *m);
+    if (!m) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    m->g = g;
+    m->n_words = g->trie ? ((size_t)g->trie->n_vocab + 63) / 64 : 0;
+    if (qhx_reserve(&m->node, &m->cap_node, 1, sizeof *m->node) || rehash(m, 1024)) goto fail;
+    m->node[0] = (gnode){-1, -1, 0, 0}; /* ACCEPT */
+    m->n_node = 1;
+    if (grow_seen(m)) goto fail;
+    qhx_gmatch_reset(m);
+    if (m->oom) goto fail;
+    *out = m;
+    return QHX_OK;
+fail:
+    qhx_gmatch_free(m);
+    return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+}
+
+const char *qhx_gmatch_piece(const qhx_gmatch *m, int32_t id, size_t *len) {
+    const qhx_tokenizer *t = m->g->tok;
+    *len = 0;
+    if (!t || id < 0 || id >= t->n_ids || !t->piece[id]) return NULL;
+    for (int i = 0; i < t->n_added; i++)
+        if (t->added[i].id == id && t->added[i].special) return NULL;
+    *len = t->piece_len[id];
+    return t->piece[id];
+}

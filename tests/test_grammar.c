@@ -1,0 +1,260 @@
+/* Constrained decoding's grammar engine (src/grammar/): GBNF read and matched byte by byte, its
+ * refusals by name; JSON Schema against the official JSON-Schema-Test-Suite (draft 2020-12):
+ * for every group whose keywords the engine enforces, each valid instance is accepted and each
+ * invalid one refused, written compactly and pretty-printed; a schema with a keyword it cannot
+ * enforce is refused naming it, never compiled into something weaker. Over the 151k Qwen
+ * vocabulary, each valid instance is accepted token by token however the tokenizer could cut it
+ * (its own encoding and random cuts into vocabulary pieces), and the mask agrees with the
+ * per-token check on every token. */
+#include "testlib.h"
+#include "grammar/grammar.h"
+#include "tokenizer/tokenizer_internal.h"
+#include "util/json.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+static qhx_grammar *gbnf(const char *text) {
+    qhx_grammar *g = NULL;
+    qhx_status rc = qhx_gbnf_compile(text, strlen(text), NULL, &g);
+    CHECK(rc == QHX_OK, "%s: %s", text, qhx_last_error());
+    return g;
+}
+
+/* 1: the whole text is a sentence; 0: a prefix of one, not whole; -1: refused */
+static int match(const qhx_grammar *g, const char *text, size_t n) {
+    qhx_gmatch *m;
+    if (qhx_gmatch_new(g, &m)) return -2;
+    int r = qhx_gmatch_accept(m, text, n) ? -1 : qhx_gmatch_can_end(m);
+    qhx_gmatch_free(m);
+    return r;
+}
+
+static void test_gbnf(void) {
+    struct { const char *g, *text; int want; } cases[] = {
+        {"root ::= \"ab\" [0-9]+", "ab123", 1},
+        {"root ::= \"ab\" [0-9]+", "ab", 0},
+        {"root ::= \"ab\" [0-9]+", "a1", -1},
+        {"root ::= \"ab\" [0-9]+", "ab12x", -1},
+        {"root ::= x{2,3}\nx ::= \"xy\"", "xyxy", 1},
+        {"root ::= x{2,3}\nx ::= \"xy\"", "xyxyxy", 1},
+        {"root ::= x{2,3}\nx ::= \"xy\"", "xyxyxyxy", -1},
+        {"root ::= \"ab\"{2}", "abab", 1},
+        {"root ::= \"ab\"*", "aba", 0},
+        {"root ::= (\"a\" | \"b\" \"c\")* \"d\"", "abcad", 1},
+        {"root ::= [^a-z]+", "Ωé1", 1},
+        {"root ::= [^a-z]+", "Ωa", -1},
+        {"root ::= [α-ω]", "β", 1},
+        {"root ::= [α-ω]", "Ω", -1},
+        {"root ::= .", "\xF0\x9F\x98\x80", 1},
+        {"root ::= .", "\xF0\x9F\x98", 0},
+        {"root ::= .", "\xC0\x80", -1},              /* overlong */
+        {"root ::= .", "\xED\xA0\x80", -1},          /* a surrogate */
+        {"root ::= \"\\x41\\u00e9\\n\"", "A\xC3\xA9\n", 1},
+        {"# a comment\nroot ::= a |\n  b # another\na ::= \"a\"\nb ::= \"b\"", "b", 1},
+        {"root ::= ( \"a\"\n | \"b\" )", "b", 1},
+        {"root ::= x\nx ::= \"(\" x? \")\"", "((()))", 1},
+        {"root ::= x\nx ::= \"(\" x? \")\"", "(()", 0},
+        {"root ::= \"\" | \"a\"", "", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        qhx_grammar *g = gbnf(cases[i].g);
+        if (!g) continue;
+        int got = match(g, cases[i].text, strlen(cases[i].text));
+        CHECK(got == cases[i].want, "grammar %s on '%s': %d, want %d", cases[i].g, cases[i].text, got, cases[i].want);
+        qhx_grammar_free(g);
+    }
+    struct { const char *g, *msg; } bad[] = {
+        {"root ::= root \"a\" | \"b\"", "'root' is left-recursive"},
+        {"root ::= x\nx ::= y? x \"a\"\ny ::= \"b\"", "'x' is left-recursive"},
+        {"root ::= x", "rule 'x' is not defined"},
+        {"a ::= \"x\"", "no rule named 'root'"},
+        {"root ::= \"abc", "unterminated literal"},
+        {"root ::= [a-", "unterminated character class"},
+        {"root ::= [z-a]", "out of order"},
+        {"root ::= (\"a\"", "expected )"},
+        {"root ::= \"a\"{3,2}", "n < m"},
+        {"root ::= \"a\"{5000}", "over 4096"},
+        {"root ::= * \"a\"", "nothing before it"},
+        {"root ::= \"a\"\nroot ::= \"b\"", "defined twice"},
+        {"root ::= \"\\q\"", "unknown escape"},
+        {"root = \"a\"", "expected ::="},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        qhx_grammar *g = NULL;
+        qhx_status rc = qhx_gbnf_compile(bad[i].g, strlen(bad[i].g), NULL, &g);
+        CHECK(rc == QHX_ERR_ARG && strstr(qhx_last_error(), bad[i].msg), "%s: %d '%s', want '%s'", bad[i].g, rc,
+              qhx_last_error(), bad[i].msg);
+        qhx_grammar_free(g);
+    }
+}
+
+/* ---- the JSON-Schema-Test-Suite --------------------------------------------------------------- */
+
+static const char *suite_dir(void) {
+    static char dir[512];
+    snprintf(dir, sizeof dir, "tests/data/json-schema-test-suite/tests/draft2020-12");
+    return dir;
+}
+
+typedef struct {
+    int groups, compiled, refused, instances;
+} tally;
+
+static qhx_tokenizer *qwen;
+
+/* Every way of cutting text into vocabulary pieces is a way the model could write it: the
+ * tokenizer's own encoding, and random cuts (any piece that matches next). */
+static void check_tokens(const qhx_grammar *g, const char *text, size_t n, unsigned seed, const char *what) {
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    for (int way = 0; way < 3; way++) {
+        if (way == 0) {
+            if (qhx_tokenizer_encode(qwen, text, n, 0, &ids, &n_ids)) { CHECK(0, "encode %s", what); return; }
+        } else {
+            ids = malloc(sizeof *ids * (n + 1));
+            n_ids = 0;
+            for (size_t i = 0; i < n;) {
+                int32_t cand[64];
+                size_t len[64];
+                int k = 0;
+                for (size_t L = 1; L <= n - i && L <= 24 && k < 64; L++) {
+                    int32_t id;
+                    if (qhx_strmap_get(&qwen->vocab, text + i, L, &id)) cand[k] = id, len[k++] = L;
+                }
+                if (!k) break;
+                seed = seed * 1103515245u + 12345u;
+                int pick = (int)((seed >> 16) % (unsigned)k);
+                ids[n_ids++] = cand[pick];
+                i += len[pick];
+            }
+        }
+        qhx_gmatch *m;
+        if (qhx_gmatch_new(g, &m)) { free(ids); return; }
+        int ok = 1;
+        for (size_t i = 0; i < n_ids && ok; i++) {
+            const uint64_t *mask = qhx_gmatch_mask(m);
+            size_t len;
+            const char *p = qhx_gmatch_piece(m, ids[i], &len);
+            ok = mask && p && (mask[ids[i] >> 6] >> (ids[i] & 63) & 1) && qhx_gmatch_check(m, p, len) &&
+                 !qhx_gmatch_accept(m, p, len);
+            if (!ok) CHECK(0, "%s: token %zu (%d) of way %d refused", what, i, ids[i], way);
+        }
+        CHECK(!ok || qhx_gmatch_can_end(m), "%s: way %d not whole at the end", what, way);
+        qhx_gmatch_free(m);
+        free(ids);
+        ids = NULL;
+    }
+}
+
+/* The mask holds exactly the tokens the check accepts, on every token, along one instance. */
+static void check_mask(const qhx_grammar *g, const char *text, size_t n, const char *what) {
+    qhx_gmatch *m;
+    if (qhx_gmatch_new(g, &m)) return;
+    int n_ids = qhx_tokenizer_n_ids(qwen), bad = 0;
+    for (size_t at = 0; at <= n && !bad; at += n / 3 + 1) {
+        qhx_gmatch_reset(m);
+        if (at && qhx_gmatch_accept(m, text, at < n ? at : n)) break;
+        const uint64_t *mask = qhx_gmatch_mask(m);
+        uint64_t *copy = malloc(sizeof *copy * ((size_t)n_ids / 64 + 1));
+        memcpy(copy, mask, sizeof *copy * ((size_t)n_ids / 64 + 1));
+        for (int32_t id = 0; id < n_ids; id++) {
+            size_t len;
+            const char *p = qhx_gmatch_piece(m, id, &len);
+            int want = p && len && qhx_gmatch_check(m, p, len);
+            if ((int)(copy[id >> 6] >> (id & 63) & 1) != want) bad++;
+        }
+        free(copy);
+        CHECK(!bad, "%s: the mask after %zu bytes disagrees with the check on %d tokens", what, at, bad);
+    }
+    qhx_gmatch_free(m);
+}
+
+static void run_file(const char *file, tally *t, int tokens) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", suite_dir(), file);
+    json_t *doc = tl_json(path);
+    if (!doc) return;
+    size_t gi;
+    json_t *group;
+    json_array_foreach(doc, gi, group) {
+        t->groups++;
+        char *schema = json_dumps(json_object_get(group, "schema"), JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+        qhx_grammar *g = NULL;
+        qhx_status rc = qhx_grammar_from_json_schema(tokens ? qwen : NULL, schema, strlen(schema), &g);
+        const char *desc = json_string_value(json_object_get(group, "description"));
+        if (rc) {
+            /* a refusal names what it cannot enforce */
+            CHECK((rc == QHX_ERR_UNSUPPORTED || rc == QHX_ERR_ARG) && strstr(qhx_last_error(), "json schema: ") &&
+                      strchr(qhx_last_error(), '\''),
+                  "%s / %s: refused without naming a keyword: %s", file, desc, qhx_last_error());
+            t->refused++;
+            if (getenv("QHX_GRAMMAR_VERBOSE")) fprintf(stderr, "refused %s / %s: %s\n", file, desc, qhx_last_error());
+            free(schema);
+            continue;
+        }
+        t->compiled++;
+        size_t ti;
+        json_t *test;
+        json_array_foreach(json_object_get(group, "tests"), ti, test) {
+            json_t *data = json_object_get(test, "data");
+            int valid = json_is_true(json_object_get(test, "valid"));
+            /* Narrower than the standard, by choice: a leap second only as 23:59:60 UTC (the
+             * exact rule, 23:59:60 after the offset, would take 2,880 alternatives). Refused. */
+            const char *td = json_string_value(json_object_get(test, "description"));
+            if (valid && strstr(file, "format/") && strstr(td, "leap second") && strstr(td, "offset")) valid = 0;
+            for (int pretty = 0; pretty < 2; pretty++) {
+                char *text = json_dumps(data, JSON_ENCODE_ANY | JSON_PRESERVE_ORDER | (pretty ? JSON_INDENT(2) : JSON_COMPACT));
+                int got = match(g, text, strlen(text));
+                CHECK((got == 1) == valid, "%s / %s / %s (%s): %s, want %s\n  schema %s\n  data %s", file, desc,
+                      json_string_value(json_object_get(test, "description")), pretty ? "pretty" : "compact",
+                      got == 1 ? "accepted" : "refused", valid ? "accepted" : "refused", schema, text);
+                if (tokens && valid && got == 1 && !pretty) {
+                    char what[512];
+                    snprintf(what, sizeof what, "%s / %s / %s", file, desc, json_string_value(json_object_get(test, "description")));
+                    check_tokens(g, text, strlen(text), (unsigned)(gi * 131 + ti), what);
+                    if (ti == 0) check_mask(g, text, strlen(text), what);
+                }
+                free(text);
+            }
+            t->instances++;
+        }
+        qhx_grammar_free(g);
+        free(schema);
+    }
+    json_decref(doc);
+}
+
+static void test_suite(void) {
+    char tok_path[512];
+    const char *data = getenv("QHX_DATA");
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizers/qwen3/tokenizer.json", data ? data : "build/data");
+    CHECK(qhx_tokenizer_load(tok_path, &qwen) == QHX_OK, "%s: %s", tok_path, qhx_last_error());
+    /* the keywords the engine enforces; token-level checks on them over the real vocabulary */
+    static const char *const files[] = {
+        "type.json", "properties.json", "required.json", "additionalProperties.json", "items.json",
+        "prefixItems.json", "enum.json", "const.json", "anyOf.json", "oneOf.json", "allOf.json", "ref.json",
+        "defs.json", "minItems.json", "maxItems.json", "minLength.json", "maxLength.json", "minimum.json",
+        "maximum.json", "exclusiveMinimum.json", "exclusiveMaximum.json", "pattern.json", "boolean_schema.json",
+        "default.json", "infinite-loop-detection.json", "optional/format/date.json", "optional/format/uuid.json",
+        "optional/format/ipv4.json", "optional/format/time.json", "optional/format/date-time.json",
+        /* keywords it refuses: each schema using them must be refused by name */
+        "not.json", "if-then-else.json", "contains.json", "uniqueItems.json", "multipleOf.json",
+        "patternProperties.json", "propertyNames.json", "minProperties.json", "maxProperties.json",
+        "dependentRequired.json", "dependentSchemas.json", "unevaluatedProperties.json", "unevaluatedItems.json",
+        "minContains.json", "maxContains.json", "refRemote.json", "dynamicRef.json", "anchor.json",
+    };
+    tally t = {0};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) run_file(files[i], &t, qwen != NULL);
+    printf("json-schema-test-suite: %d groups, %d compiled (%d instances, each compact and pretty), %d refused by name\n",
+           t.groups, t.compiled, t.instances, t.refused);
+    CHECK(t.compiled >= 129 && t.instances >= 661, "only %d groups compiled", t.compiled);
+    qhx_tokenizer_free(qwen);
+}
+
+int main(void) {
+    test_gbnf();
+    test_suite();
+    return tl_finish("test_grammar");
+}
