@@ -252,6 +252,12 @@ qhx_status qhx_grammar_from_gbnf(const qhx_tokenizer *t, const char *gbnf, size_
 qhx_status qhx_grammar_from_json_schema(const qhx_tokenizer *t, const char *schema, size_t len, qhx_grammar **out);
 /* The GBNF a schema compiles to (malloc'd, NUL-terminated), to read or to edit. */
 qhx_status qhx_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf);
+/* Qwen3.5's tool-call format (<tool_call><function=NAME><parameter=K>...) as GBNF, for forcing a
+ * call: tools is the OpenAI "tools" array; name: only that function (NULL: any of them);
+ * max_calls 1 for one call, else one or more. Parameters come in any order (up to 8 per function;
+ * more in the order listed), the required ones present; strings as raw text (an enum's values
+ * when it has one), other types as JSON their schema accepts. */
+qhx_status qhx_tool_call_gbnf(const char *tools, size_t len, const char *name, int max_calls, char **gbnf);
 void qhx_grammar_free(qhx_grammar *g);
 
 /* ---- generation and sampling ------------------------------------------------------------- */

@@ -3,6 +3,7 @@
  * generation ends) or cannot become one (released), so a stop string split across tokens never
  * leaks out. Built on the public session API. */
 #include "qhexrt.h"
+#include "grammar/grammar.h"
 #include "model/mtp.h"
 #include "sample/sampler.h"
 #include "util/buf.h"
@@ -200,6 +201,100 @@ static qhx_status spec_advance(spec_state *sp, int32_t tok, float *logits) {
     return QHX_OK;
 }
 
+/* ---- constrained decoding (qhexrt.h: qhx_generate_opts.grammar) --------------------------------
+ * Greedy takes the best token when the grammar takes it, and masks only when it does not (the
+ * result is the best allowed token either way); sampling always draws from the masked logits.
+ * End-of-turn ids are allowed once the text is whole. */
+typedef struct {
+    qhx_gmatch *m;
+    int active;              /* grammar_after seen (or none asked for) */
+    qhx_buf tail;            /* the last bytes generated, to find grammar_after in */
+    float *adjusted, *saved; /* before grammar_after: the logits before the draw, and a scratch copy */
+} gram_state;
+
+static int is_stop_id(const qhx_generate_opts *o, const qhx_model_info *mi, int32_t tok);
+
+static int allowed(gram_state *g, const qhx_generate_opts *o, const qhx_model_info *mi, int32_t tok) {
+    if (is_stop_id(o, mi, tok)) return qhx_gmatch_can_end(g->m);
+    size_t len;
+    const char *p = qhx_gmatch_piece(g->m, tok, &len);
+    return p && len && qhx_gmatch_check(g->m, p, len);
+}
+
+/* The token to take, the grammar allowing it; -1 when it allows none (the grammar has no way on
+ * in this vocabulary), -2 out of memory. logits: adjusted, as the sampler takes them; masked
+ * when the best one is refused or when sampling. */
+static int32_t constrained_pick(gram_state *g, qhx_sampler *sp, const qhx_generate_opts *o, const qhx_model_info *mi,
+                                int n_ids, float *logits) {
+    if (o->temperature <= 0 || o->top_k == 1) {
+        int32_t best = 0;
+        for (int i = 1; i < mi->vocab_size; i++)
+            if (logits[i] > logits[best]) best = i;
+        if (allowed(g, o, mi, best)) return best;
+    }
+    const uint64_t *mask = qhx_gmatch_mask(g->m);
+    if (!mask) return -2;
+    /* the end-of-turn ids are special tokens, outside the mask: allowed once the text is whole */
+    const int can_end = qhx_gmatch_can_end(g->m);
+    const int n_end = o->n_stop_ids + (o->ignore_eos ? 0 : mi->n_eos);
+    float end_logit[1024 + 16];
+    for (int i = 0; i < n_end; i++) {
+        int32_t id = i < o->n_stop_ids ? o->stop_ids[i] : mi->eos[i - o->n_stop_ids];
+        end_logit[i] = id >= 0 && id < mi->vocab_size ? logits[id] : -INFINITY;
+    }
+    int any = 0;
+    for (int i = 0; i < mi->vocab_size; i++) {
+        if (i < n_ids && (mask[i >> 6] >> (i & 63) & 1)) any = 1;
+        else logits[i] = -INFINITY;
+    }
+    for (int i = 0; i < n_end && can_end; i++) {
+        int32_t id = i < o->n_stop_ids ? o->stop_ids[i] : mi->eos[i - o->n_stop_ids];
+        if (id >= 0 && id < mi->vocab_size) logits[id] = end_logit[i], any = 1;
+    }
+    return any ? qhx_sampler_pick(sp, logits) : -1;
+}
+
+/* Whether tok would complete grammar_after with a rest the grammar refuses (then it is not
+ * taken: the next best is, as if the grammar's first byte were part of the trigger). */
+static int trigger_refused(gram_state *g, const qhx_generate_opts *o, int32_t tok) {
+    size_t len, L = strlen(o->grammar_after);
+    const char *p = qhx_gmatch_piece(g->m, tok, &len);
+    if (!p || !len) return 0;
+    qhx_buf b = {0};
+    qhx_buf_append(&b, g->tail.s ? g->tail.s : "", g->tail.len);
+    qhx_buf_append(&b, p, len);
+    const char *hit = b.s ? memmem(b.s, b.len, o->grammar_after, L) : NULL;
+    int refused = hit && hit + L < b.s + b.len && !qhx_gmatch_check(g->m, hit + L, (size_t)(b.s + b.len - hit - L));
+    qhx_buf_free(&b);
+    return refused;
+}
+
+/* A token taken (sampled or forced): the grammar moves on, or starts once grammar_after has
+ * been generated (with whatever of the token follows it). */
+static qhx_status gram_take(gram_state *g, const qhx_generate_opts *o, int32_t tok) {
+    size_t len;
+    const char *p = qhx_gmatch_piece(g->m, tok, &len);
+    if (g->active) {
+        if (!p || qhx_gmatch_accept(g->m, p, len))
+            return qhx_fail(QHX_ERR_ARG, "generate: the grammar refuses forced token %d", tok);
+        return QHX_OK;
+    }
+    const size_t L = strlen(o->grammar_after);
+    if (qhx_buf_append(&g->tail, p ? p : "", len)) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    const char *hit = memmem(g->tail.s, g->tail.len, o->grammar_after, L);
+    if (hit) {
+        g->active = 1;
+        const char *rest = hit + L;
+        size_t n = g->tail.len - (size_t)(rest - g->tail.s);
+        if (n && qhx_gmatch_accept(g->m, rest, n))
+            return qhx_fail(QHX_ERR_ARG, "generate: the grammar refuses the text after '%s'", o->grammar_after);
+    } else if (g->tail.len >= L) { /* keep what could still start it */
+        memmove(g->tail.s, g->tail.s + g->tail.len - (L - 1), L - 1);
+        g->tail.len = L - 1;
+    }
+    return QHX_OK;
+}
+
 static qhx_status check_opts(const qhx_generate_opts *o) {
     if (o->max_tokens < 0) return qhx_fail(QHX_ERR_ARG, "generate: max_tokens %d is negative", o->max_tokens);
     if (o->n_stop < 0 || o->n_stop > QHX_MAX_STOP || (o->n_stop && !o->stop))
@@ -211,6 +306,8 @@ static qhx_status check_opts(const qhx_generate_opts *o) {
     }
     if (o->n_stop_ids < 0 || o->n_stop_ids > 1024 || (o->n_stop_ids && !o->stop_ids))
         return qhx_fail(QHX_ERR_ARG, "generate: %d stop ids (at most 1024)", o->n_stop_ids);
+    if (o->grammar_after && (!o->grammar || !*o->grammar_after || strlen(o->grammar_after) > QHX_MAX_STOP_BYTES))
+        return qhx_fail(QHX_ERR_ARG, "generate: grammar_after needs a grammar and 1 to %d bytes", QHX_MAX_STOP_BYTES);
     if (o->draft != QHX_DRAFT_NONE && o->draft != QHX_DRAFT_NGRAM && o->draft != QHX_DRAFT_MTP)
         return qhx_fail(QHX_ERR_ARG, "generate: draft %d is not a drafter (QHX_DRAFT_NONE, _NGRAM or _MTP)", o->draft);
     if (o->top_logprobs < 0 || o->top_logprobs > QHX_MAX_TOP_LOGPROBS)
@@ -284,11 +381,12 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
 
     text_state ts = {.o = o};
     logprob_state lp = {.cap = o->top_logprobs};
+    gram_state gs = {0};
     if (qhx_model_tokenizer(m, &ts.tok) != QHX_OK) {
         if (o->n_stop) return rc = qhx_fail(QHX_ERR_ARG, "generate: stop strings need a tokenizer: %s", qhx_last_error());
         ts.tok = NULL; /* ids only */
     }
-    qhx_sampler sp;
+    qhx_sampler sp = {0};
     float *logits = malloc(sizeof(float) * (size_t)mi.vocab_size);
     if (ts.tok) {
         ts.piece_cap = 3 * qhx_tokenizer_max_piece(ts.tok) + 16;
@@ -304,6 +402,14 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
     /* the head reads a verify pass's hidden states, which the session keeps for one decode piece */
     if (o->draft == QHX_DRAFT_MTP && spec.max > QHX_MAX_MTP_DRAFT) spec.max = QHX_MAX_MTP_DRAFT;
     spec.len = spec.max < 2 ? spec.max : 2; /* a failed window costs the pass: start short, double while kept */
+    if (o->grammar) {
+        if (!ts.tok || o->grammar->trie == NULL || qhx_tokenizer_n_ids(o->grammar->tok) != qhx_tokenizer_n_ids(ts.tok)) {
+            rc = qhx_fail(QHX_ERR_ARG, "generate: the grammar was compiled for another tokenizer than the model's");
+            goto done;
+        }
+        if ((rc = qhx_gmatch_new(o->grammar, &gs.m))) goto done;
+        gs.active = !o->grammar_after;
+    }
     if ((rc = qhx_sampler_init(&sp, o, mi.vocab_size))) goto done;
     for (int i = 0; i < n_prompt && !rc; i++) rc = qhx_sampler_accept(&sp, prompt[i]);
     if (!rc && o->draft == QHX_DRAFT_MTP) rc = qhx_mtp_new(s, &spec.mtp);
@@ -323,8 +429,30 @@ qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, con
         if (o->logprobs && (rc = logprobs_of(&lp, logits, mi.vocab_size))) goto done;
         const int32_t forced = o->force ? o->force(o->force_user) : -1;
         if (forced >= mi.vocab_size) { rc = qhx_fail(QHX_ERR_RANGE, "generate: forced token %d is not in [0, %d)", forced, mi.vocab_size); goto done; }
-        const int32_t tok = forced >= 0 ? forced : qhx_sampler_pick(&sp, logits);
+        if (gs.active && forced < 0 && !qhx_gmatch_can_go_on(gs.m)) { res.finish = QHX_FINISH_STOP; break; } /* whole */
+        if (gs.m && !gs.active) { /* the logits before the draw changes them, in case the trigger is refused */
+            if (!gs.adjusted && !(gs.adjusted = malloc(sizeof(float) * (size_t)mi.vocab_size))) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
+            memcpy(gs.adjusted, logits, sizeof(float) * (size_t)mi.vocab_size);
+        }
+        int32_t tok = forced >= 0 ? forced
+                            : gs.active ? constrained_pick(&gs, &sp, o, &mi, qhx_tokenizer_n_ids(ts.tok), logits)
+                                        : qhx_sampler_pick(&sp, logits);
+        if (gs.m && !gs.active && forced < 0 && trigger_refused(&gs, o, tok)) {
+            /* rare: pick again without it, from the logits as the sampler took them */
+            if (!gs.saved && !(gs.saved = malloc(sizeof(float) * (size_t)mi.vocab_size))) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
+            memcpy(gs.saved, gs.adjusted, sizeof(float) * (size_t)mi.vocab_size);
+            int32_t t = tok;
+            do {
+                gs.saved[t] = -INFINITY;
+                memcpy(logits, gs.saved, sizeof(float) * (size_t)mi.vocab_size);
+                t = qhx_sampler_pick(&sp, logits);
+            } while (trigger_refused(&gs, o, t) && isfinite(gs.saved[t]));
+            tok = t;
+        }
+        if (tok == -2) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
+        if (tok < 0) { rc = qhx_fail(QHX_ERR_ARG, "generate: no token of the vocabulary can continue the grammar here"); goto done; }
         if (is_stop_id(o, &mi, tok)) { res.finish = QHX_FINISH_STOP; break; }
+        if (gs.m && (rc = gram_take(&gs, o, tok))) goto done;
         int stopped = 0;
         if (ts.tok) {
             /* Padded vocabularies have lm-head rows past the tokenizer's ids: such a token is
@@ -362,6 +490,10 @@ done:
         if (!rc) rc = settled;
     }
     qhx_mtp_free(spec.mtp);
+    qhx_gmatch_free(gs.m);
+    qhx_buf_free(&gs.tail);
+    free(gs.adjusted);
+    free(gs.saved);
     free(spec.rows);
     if (result) *result = res;
     qhx_sampler_free(&sp);

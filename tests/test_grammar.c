@@ -250,11 +250,122 @@ static void test_suite(void) {
     printf("json-schema-test-suite: %d groups, %d compiled (%d instances, each compact and pretty), %d refused by name\n",
            t.groups, t.compiled, t.instances, t.refused);
     CHECK(t.compiled >= 129 && t.instances >= 661, "only %d groups compiled", t.compiled);
-    qhx_tokenizer_free(qwen);
+}
+
+/* ---- generation under a grammar, on the shipped model ----------------------------------------- */
+
+typedef struct {
+    char text[8192];
+    size_t n;
+    int32_t ids[512];
+    size_t end[512];    /* where each token's text ends */
+    int n_ids;
+} collected;
+
+static int collect(int32_t tok, const char *text, size_t len, void *user) {
+    collected *c = user;
+    if (tok >= 0 && c->n_ids < 512) c->ids[c->n_ids++] = tok;
+    if (text && c->n + len < sizeof c->text) memcpy(c->text + c->n, text, len), c->n += len, c->text[c->n] = 0;
+    if (tok >= 0 && c->n_ids <= 512) c->end[c->n_ids - 1] = c->n;
+    return 0;
+}
+
+static const char *SCHEMA = "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 10},"
+                            " \"n\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 99}, \"ok\": {\"type\": \"boolean\"}},"
+                            " \"required\": [\"name\", \"n\", \"ok\"], \"additionalProperties\": false}";
+
+/* The output is whole under the grammar and parses as JSON with the schema's members. */
+static void check_output(const qhx_grammar *g, const collected *c, const char *what) {
+    CHECK(match(g, c->text, c->n) == 1, "%s: the output is not whole under the grammar: '%s'", what, c->text);
+    json_error_t e;
+    json_t *j = json_loadb(c->text, c->n, 0, &e);
+    CHECK(json_is_object(j) && json_is_string(json_object_get(j, "name")) && json_string_length(json_object_get(j, "name")) <= 10 &&
+              json_is_integer(json_object_get(j, "n")) && json_integer_value(json_object_get(j, "n")) <= 99 &&
+              json_is_boolean(json_object_get(j, "ok")) && json_object_size(j) == 3,
+          "%s: not what the schema asks: '%s'", what, c->text);
+    json_decref(j);
+}
+
+static void test_generate(void) {
+    qhx_runtime *rt;
+    qhx_model *m;
+    qhx_session *s;
+    if (tl_open("models/q35-kjv", "auto", &rt, &m, &s)) return;
+    qhx_tokenizer *tok;
+    qhx_model_tokenizer(m, &tok);
+    qhx_grammar *g = NULL;
+    CHECK(qhx_grammar_from_json_schema(tok, SCHEMA, strlen(SCHEMA), &g) == QHX_OK, "%s", qhx_last_error());
+    int32_t *ids;
+    size_t n;
+    const char *prompt = "And God said, Let there be light";
+    qhx_tokenizer_encode(tok, prompt, strlen(prompt), 0, &ids, &n);
+    collected base[2] = {0};
+    for (int sampled = 0; sampled < 2 && g; sampled++) {
+        for (int draft = 0; draft < 2; draft++) {
+            collected c = {0};
+            qhx_generate_opts o = {.max_tokens = 300, .grammar = g, .draft = draft ? QHX_DRAFT_NGRAM : 0,
+                                   .temperature = sampled ? 0.9f : 0, .top_p = sampled ? 0.95f : 0, .seed = 7};
+            qhx_generate_result res;
+            qhx_session_reset(s);
+            qhx_status rc = qhx_generate(s, ids, (int)n, &o, collect, &c, &res);
+            char what[64];
+            snprintf(what, sizeof what, "%s%s", sampled ? "sampled" : "greedy", draft ? " with ngram drafts" : "");
+            CHECK(rc == QHX_OK && res.finish == QHX_FINISH_STOP, "%s: rc %d finish %d: %s", what, rc, res.finish, qhx_last_error());
+            check_output(g, &c, what);
+            if (!draft) base[sampled] = c;
+            else CHECK(c.n_ids == base[sampled].n_ids && !memcmp(c.ids, base[sampled].ids, sizeof(int32_t) * (size_t)c.n_ids),
+                       "%s: other tokens than without drafts", what);
+        }
+    }
+    /* grammar_after: free until the text appears, then the grammar; the free part is what an
+     * unconstrained run writes */
+    collected free_run = {0};
+    qhx_generate_opts o = {.max_tokens = 12};
+    qhx_session_reset(s);
+    qhx_generate(s, ids, (int)n, &o, collect, &free_run, NULL);
+    /* the trigger: the 2nd and 3rd tokens' text (it ends where a token does), then one ending
+     * inside a token (the token that would end it with a rest the grammar refuses is not taken) */
+    for (int mid = 0; mid < 2; mid++) {
+        char trigger[64] = "";
+        size_t from = free_run.end[0], to = free_run.end[2] - (size_t)mid;
+        if (free_run.n_ids >= 3 && to > from && to - from < sizeof trigger) memcpy(trigger, free_run.text + from, to - from);
+        CHECK(trigger[0], "the free run wrote too little: '%s'", free_run.text);
+        collected after = {0};
+        qhx_generate_opts oa = {.max_tokens = 300, .grammar = g, .grammar_after = trigger};
+        qhx_session_reset(s);
+        CHECK(qhx_generate(s, ids, (int)n, &oa, collect, &after, NULL) == QHX_OK, "grammar_after: %s", qhx_last_error());
+        const char *hit = strstr(after.text, trigger);
+        CHECK(mid || (hit && !strncmp(after.text, free_run.text, to)), "grammar_after '%s': the free part differs: '%s' / '%s'",
+              trigger, after.text, free_run.text);
+        if (hit) {
+            collected rest = {0};
+            rest.n = strlen(hit + strlen(trigger));
+            memcpy(rest.text, hit + strlen(trigger), rest.n);
+            check_output(g, &rest, "after the trigger");
+        }
+    }
+    /* refusals: a grammar for another vocabulary, grammar_after alone */
+    qhx_grammar *other = NULL;
+    if (qwen && !qhx_grammar_from_json_schema(qwen, SCHEMA, strlen(SCHEMA), &other)) {
+        qhx_generate_opts ob = {.max_tokens = 4, .grammar = other};
+        qhx_session_reset(s);
+        CHECK(qhx_generate(s, ids, (int)n, &ob, NULL, NULL, NULL) == QHX_ERR_ARG && strstr(qhx_last_error(), "another tokenizer"),
+              "a grammar for another tokenizer: %s", qhx_last_error());
+    }
+    qhx_grammar_free(other);
+    qhx_generate_opts oc = {.max_tokens = 4, .grammar_after = "x"};
+    CHECK(qhx_generate(s, ids, (int)n, &oc, NULL, NULL, NULL) == QHX_ERR_ARG, "grammar_after without a grammar");
+    free(ids);
+    qhx_grammar_free(g);
+    qhx_session_free(s);
+    qhx_model_close(m);
+    qhx_runtime_free(rt);
 }
 
 int main(void) {
     test_gbnf();
     test_suite();
+    test_generate();
+    qhx_tokenizer_free(qwen);
     return tl_finish("test_grammar");
 }

@@ -131,7 +131,8 @@ static const char all_flags[] =
     "-m -p --prompt -n --n-predict -t --threads --kernels --backend --mmap --tokens -o --out --ctx -c --ctx-size --chunks "
     "--decode --prompts --depth -f --file --prompt-cache --system --host --api-key --cors --port --cache-mb --parallel -np --think --no-think "
     "--verbose --temp --temperature --top-k --top-p --min-p --repeat-penalty --presence-penalty --frequency-penalty "
-    "--repeat-last-n --draft --draft-max --seed -s --stop --ignore-eos --json --greedy --ids --stepwise --second-half --special";
+    "--repeat-last-n --draft --draft-max --seed -s --stop --ignore-eos --json --greedy --ids --stepwise --second-half --special "
+    "--grammar --json-schema";
 
 int parse_common(int argc, char **argv, opts *o, const char *allowed) {
     for (int i = 1; i < argc; i++) {
@@ -167,6 +168,8 @@ int parse_common(int argc, char **argv, opts *o, const char *allowed) {
         else if (!strcmp(a, "--prompts")) { if (want_value(argc, argv, &i)) return -1; o->prompts = argv[i]; }
         else if (!strcmp(a, "--depth")) { if (want_value(argc, argv, &i)) return -1; o->depths = argv[i]; }
         else if (!strcmp(a, "--file") || !strcmp(a, "-f")) { if (want_value(argc, argv, &i)) return -1; o->file = argv[i]; }
+        else if (!strcmp(a, "--grammar")) { if (want_value(argc, argv, &i)) return -1; o->grammar = argv[i]; }
+        else if (!strcmp(a, "--json-schema")) { if (want_value(argc, argv, &i)) return -1; o->json_schema = argv[i]; }
         else if (!strcmp(a, "--prompt-cache")) { if (want_value(argc, argv, &i)) return -1; o->prompt_cache = argv[i]; }
         else if (!strcmp(a, "--system")) { if (want_value(argc, argv, &i)) return -1; o->system = argv[i]; }
         else if (!strcmp(a, "--host")) { if (want_value(argc, argv, &i)) return -1; o->host = argv[i]; }
@@ -357,4 +360,20 @@ void cli_progress(const char *what, uint64_t done, uint64_t total, void *user) {
     (void)user;
     if (done >= total) fprintf(stderr, "\r\033[K");
     else fprintf(stderr, "\r%s %5.1f%% of %.2f GB", what, 100.0 * (double)done / (double)total, total / 1e9);
+}
+
+int open_grammar(const opts *o, qhx_model *m, qhx_grammar **g) {
+    *g = NULL;
+    if (!o->grammar && !o->json_schema) return 0;
+    if (o->grammar && o->json_schema) return die("--grammar and --json-schema: choose one"), 1;
+    const char *path = o->grammar ? o->grammar : o->json_schema;
+    size_t len;
+    char *text = read_text(path, &len);
+    if (!text) return 1;
+    qhx_tokenizer *tok;
+    qhx_status rc = qhx_model_tokenizer(m, &tok);
+    if (!rc) rc = o->grammar ? qhx_grammar_from_gbnf(tok, text, len, g) : qhx_grammar_from_json_schema(tok, text, len, g);
+    free(text);
+    if (rc) return die("%s: %s", path, qhx_last_error()), 1;
+    return 0;
 }

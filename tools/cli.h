@@ -21,7 +21,7 @@ int want_value(int argc, char **argv, int *i);
 int write_atomic(const char *path, const void *data, size_t len);
 
 typedef struct {
-    const char *model, *tokens, *out, *prompt, *kernels, *prompts, *file, *system, *host, *prompt_cache, *api_key, *cors, *depths;
+    const char *model, *tokens, *out, *prompt, *kernels, *prompts, *file, *system, *host, *prompt_cache, *api_key, *cors, *depths, *grammar, *json_schema;
     long long n, threads, ctx, chunks, decode, port, parallel, cache_mb;
     int greedy, ids, stepwise, special, json, help, think, seed_set, mmap, verbose, second_half;
     qhx_generate_opts gen;                /* sampling flags */
@@ -43,6 +43,13 @@ void default_seed(opts *o);
 int open_model(const opts *o, qhx_runtime **rt, qhx_model **m);
 /* Frees a session, its model and their runtime, in that order (any may be NULL). */
 void close_model(qhx_runtime *rt, qhx_model *m, qhx_session *s);
+/* --grammar FILE (GBNF) or --json-schema FILE compiled for m's tokenizer into *g (NULL when
+ * neither was given); 1 on failure (reported, naming the file). */
+int open_grammar(const opts *o, qhx_model *m, qhx_grammar **g);
+#define GRAMMAR_HELP \
+    "  --grammar FILE         constrain the output to a grammar in llama.cpp's GBNF (start rule root)\n" \
+    "  --json-schema FILE     constrain the output to JSON a JSON Schema accepts (docs/usage.md lists\n" \
+    "                         the keywords; others are refused by name)\n"
 
 #define RUNTIME_HELP \
     "  -t N         threads (default: every core)\n" \

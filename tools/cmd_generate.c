@@ -29,7 +29,7 @@ static const char generate_help[] =
     "  --json        print one JSON object: text, ids, counts, finish reason, seed and timings\n"
     "  --prompt-cache FILE  resume from the session state in FILE where it holds the start of this\n"
     "                prompt, evaluate only the rest, and write the state after the prompt back to FILE\n"
-    "  --greedy      greedy decoding (the default; overrides --temp)\n" SAMPLING_HELP RUNTIME_HELP;
+    "  --greedy      greedy decoding (the default; overrides --temp)\n" SAMPLING_HELP GRAMMAR_HELP RUNTIME_HELP;
 
 typedef struct {
     int ids, json, count;
@@ -113,7 +113,7 @@ static int prompt_cache(qhx_session *s, qhx_model *m, const char *path, const in
 
 int cmd_generate(int argc, char **argv) {
     opts o = {.n = 64};
-    if (parse_common(argc, argv, &o, "-m -p --prompt -n --n-predict --tokens -f --file --prompt-cache --special --json --greedy --ids" SAMPLING_FLAGS RUNTIME_FLAGS)) return 2;
+    if (parse_common(argc, argv, &o, "-m -p --prompt -n --n-predict --tokens -f --file --prompt-cache --special --json --greedy --ids --grammar --json-schema" SAMPLING_FLAGS RUNTIME_FLAGS)) return 2;
     if (o.help) return fputs(generate_help, stdout), 0;
     if (!o.model || (!!o.tokens + !!o.prompt + !!o.file) != 1)
         return die("needs MODEL and one of PROMPT, --file or --tokens (see qhx generate --help)"), 2;
@@ -136,9 +136,12 @@ int cmd_generate(int argc, char **argv) {
     qhx_model *m = NULL;
     qhx_session *s = NULL;
     gen_out g = {.ids = o.ids, .json = o.json, .id_list = json_array()};
+    qhx_grammar *grammar = NULL;
     int rc = 1;
     if (open_model(&o, &rt, &m)) goto done;
     if (qhx_session_new(m, &s)) { api_error(); goto done; }
+    if (open_grammar(&o, m, &grammar)) goto done;
+    o.gen.grammar = grammar;
     if (prompt) {
         qhx_tokenizer *tok;
         if (qhx_model_tokenizer(m, &tok) ||
@@ -191,6 +194,7 @@ done:
     free(g.text);
     json_decref(g.id_list);
     close_model(rt, m, s);
+    qhx_grammar_free(grammar);
     return rc;
 }
 

@@ -53,6 +53,7 @@ typedef struct {
     int32_t *ids;
     int n_ids;
     json_t *history;            /* chat: the render request without its generation prompt, for the reply's snapshot */
+    qhx_grammar *grammar;       /* response_format json_object/json_schema, or a forced tool call */
     qhx_generate_opts gen;
     char *stop[QHX_MAX_STOP];
     char id[48];

@@ -20,6 +20,7 @@ void request_free(request *rq) {
     free(rq->bias_ids);
     free(rq->bias);
     free(rq->close_ids);
+    qhx_grammar_free(rq->grammar);
     for (int i = 0; i < rq->gen.n_stop; i++) free(rq->stop[i]);
     free(rq);
 }
@@ -172,11 +173,9 @@ static const char *unsupported(json_t *body, int chat, refusal *why) {
     OFF("echo", json_is_false(x), "echoing the prompt is not implemented");
     OFF("suffix", json_is_string(x) && !json_string_length(x), "insertion (a suffix) is not implemented");
     OFF("best_of", json_is_integer(x) && json_integer_value(x) == 1, "only best_of 1 is implemented");
-    OFF("response_format", json_is_object(x) && json_is_string(json_object_get(x, "type")) &&
-                               !strcmp(json_string_value(json_object_get(x, "type")), "text"),
-        "only {\"type\": \"text\"} is implemented yet: the server cannot yet guarantee JSON");
-    OFF("tool_choice", json_is_string(x) && (!strcmp(json_string_value(x), "auto") || !strcmp(json_string_value(x), "none")),
-        "only \"auto\" and \"none\" are implemented yet: the server cannot yet force a call");
+    OFF("response_format", json_is_object(x) && json_is_string(json_object_get(x, "type")),
+        "must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}");
+    OFF("tool_choice", json_is_string(x) || json_is_object(x), "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", ...}");
     OFF("parallel_tool_calls", json_is_boolean(x), "must be a boolean");
 #undef OFF
     json_t *msgs = json_object_get(body, "messages");
@@ -191,6 +190,55 @@ static const char *unsupported(json_t *body, int chat, refusal *why) {
                        "messages";
         }
     }
+    return NULL;
+}
+
+/* response_format json_object / json_schema, or tool_choice "required" / a named function, as the
+ * grammar the answer must follow (after the reasoning block, when thinking). The field at fault,
+ * or NULL. */
+static const char *constrain(server *sv, json_t *j, request *rq, char *err, size_t cap) {
+    json_t *rf = json_object_get(j, "response_format"), *choice = json_object_get(j, "tool_choice");
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    const char *forced = NULL; /* tool_choice: "" any tool, else the function's name */
+    if (json_is_string(choice)) {
+        const char *c = json_string_value(choice);
+        if (!strcmp(c, "required")) forced = "";
+        else if (strcmp(c, "auto") && strcmp(c, "none"))
+            return snprintf(err, cap, "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", ...}"), "tool_choice";
+    } else if (json_is_object(choice)) {
+        json_t *fn = json_object_get(choice, "function");
+        forced = json_string_value(json_object_get(fn ? fn : choice, "name"));
+        if (!forced || strcmp(json_string_value(json_object_get(choice, "type")) ? json_string_value(json_object_get(choice, "type")) : "", "function"))
+            return snprintf(err, cap, "'tool_choice' must name a function: {\"type\": \"function\", \"function\": {\"name\": ...}}"), "tool_choice";
+    }
+    char *gbnf = NULL;
+    qhx_status rc = QHX_OK;
+    const char *field = NULL;
+    if (forced) {
+        field = "tool_choice";
+        if (!rq->tools) return snprintf(err, cap, "'tool_choice' forces a call but the request has no tools"), "tool_choice";
+        char *tools = json_dumps(rq->tools, JSON_COMPACT);
+        rc = tools ? qhx_tool_call_gbnf(tools, strlen(tools), *forced ? forced : NULL, *forced || rq->one_call ? 1 : 0, &gbnf)
+                   : QHX_ERR_NOMEM;
+        free(tools);
+    } else if (type && !strcmp(type, "json_object")) {
+        field = "response_format";
+        rc = qhx_json_schema_to_gbnf("{\"type\": \"object\"}", 18, &gbnf);
+    } else if (type && !strcmp(type, "json_schema")) {
+        field = "response_format";
+        json_t *schema = json_object_get(json_object_get(rf, "json_schema"), "schema");
+        if (!schema) return snprintf(err, cap, "'response_format': json_schema needs {\"json_schema\": {\"schema\": ...}}"), field;
+        char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+        rc = text ? qhx_json_schema_to_gbnf(text, strlen(text), &gbnf) : QHX_ERR_NOMEM;
+        free(text);
+    } else if (type && strcmp(type, "text")) {
+        return snprintf(err, cap, "'response_format': type '%.40s' is not text, json_object or json_schema", type), "response_format";
+    }
+    if (!rc && gbnf) rc = qhx_grammar_from_gbnf(sv->tok, gbnf, strlen(gbnf), &rq->grammar);
+    free(gbnf);
+    if (rc) return snprintf(err, cap, "'%s': %s", field, qhx_last_error()), field;
+    rq->gen.grammar = rq->grammar;
+    rq->gen.grammar_after = rq->grammar && rq->thinking ? "</think>" : NULL;
     return NULL;
 }
 
@@ -263,6 +311,7 @@ static request *parse_body(server *sv, json_t *j, int chat, refusal *why) {
             goto fail;
         }
         rq->n_close = (int)nc;
+        if ((param = constrain(sv, j, rq, err, cap))) goto fail;
         json_t *req = json_pack("{s:O, s:b, s:b}", "messages", msgs, "add_generation_prompt", 1, "enable_thinking", rq->thinking);
         if (rq->tools) json_object_set(req, "tools", tools);
         char *rj = req ? json_dumps(req, JSON_COMPACT) : NULL;
@@ -401,9 +450,9 @@ request *parse_responses(server *sv, const char *body, size_t len, refusal *why)
         }
     }
     const json_t *fmt = json_object_get(json_object_get(j, "text"), "format"), *inc = json_object_get(j, "include");
-    if (fmt && !(json_is_string(json_object_get(fmt, "type")) && !strcmp(json_string_value(json_object_get(fmt, "type")), "text"))) {
+    if (fmt && !json_is_string(json_object_get(fmt, "type"))) {
         param = "text";
-        snprintf(err, cap, "'text.format': only {\"type\": \"text\"} is implemented yet: the server cannot yet guarantee JSON");
+        snprintf(err, cap, "'text.format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}");
         goto fail;
     }
     if (inc && !json_is_null(inc) && !(json_is_array(inc) && !json_array_size(inc))) {
@@ -481,6 +530,12 @@ request *parse_responses(server *sv, const char *body, size_t len, refusal *why)
     for (int i = 0; same[i]; i++)
         if (json_object_get(j, same[i])) json_object_set(chat, same[i], json_object_get(j, same[i]));
     if (json_object_get(j, "max_output_tokens")) json_object_set(chat, "max_tokens", json_object_get(j, "max_output_tokens"));
+    if (fmt) { /* text.format {type, name, schema, strict} -> response_format {type, json_schema: {name, schema, strict}} */
+        json_t *rf = json_pack("{s:O}", "type", json_object_get(fmt, "type"));
+        if (json_object_get(fmt, "schema"))
+            json_object_set_new(rf, "json_schema", json_pack("{s:O}", "schema", json_object_get(fmt, "schema")));
+        json_object_set_new(chat, "response_format", rf);
+    }
     if (json_object_get(j, "top_logprobs")) {
         json_object_set(chat, "top_logprobs", json_object_get(j, "top_logprobs"));
         json_object_set_new(chat, "logprobs", json_true());
@@ -490,6 +545,7 @@ request *parse_responses(server *sv, const char *body, size_t len, refusal *why)
     if (!rq) { /* name the Responses API's fields */
         if (why->param && !strcmp(why->param, "max_tokens")) why->param = "max_output_tokens";
         if (why->param && !strcmp(why->param, "messages")) why->param = "input";
+        if (why->param && !strcmp(why->param, "response_format")) why->param = "text";
         return NULL;
     }
     rq->responses = 1;

@@ -1,7 +1,8 @@
 /* JSON Schema (draft 2020-12) -> GBNF, so a constrained reply always parses and validates.
  *
  * Each schema becomes one rule matching exactly the JSON values it accepts (no surrounding
- * space); containers put `ws` (at most 40 spaces, tabs or newlines) around their punctuation.
+ * space); containers allow `ws` (a space, or a newline and up to 20 spaces or tabs of indent) around
+ * their punctuation, and the value up to 8 spaces or newlines before it.
  * Keywords apply per type, as the standard says: {"minimum": 3} still accepts "a string".
  * Enforced: type, properties, required, additionalProperties, items, prefixItems, minItems,
  * maxItems, enum, const, anyOf, oneOf (as anyOf: exclusivity is not enforced), allOf (merged),
@@ -100,7 +101,7 @@ static int lit_json(gen *g, qhx_buf *b, const json_t *v) {
 }
 
 static const char *PRELUDE =
-    "ws ::= [ \\t\\n\\r]{0,40}\n"
+    "ws ::= \" \"? | \"\\n\" [ \\t]{0,20}\n"
     "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
     "string ::= \"\\\"\" char* \"\\\"\"\n"
     "int ::= \"-\"? (\"0\" | [1-9] [0-9]*)\n"
@@ -992,7 +993,7 @@ qhx_status qhx_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf) 
     gen g = {.root = root};
     qhx_buf_puts(&g.out, PRELUDE);
     int r = schema_rule(&g, root);
-    if (r >= 0) outf(&g, "root ::= ws r%d ws\n", r);
+    if (r >= 0) outf(&g, "root ::= [ \\t\\n]{0,8} r%d ws\n", r);
     for (size_t i = 0; i < g.n_refs; i++) free(g.refs[i].ptr);
     free(g.refs);
     json_decref(root);
@@ -1014,4 +1015,157 @@ qhx_status qhx_grammar_from_json_schema(const qhx_tokenizer *t, const char *sche
 
 qhx_status qhx_grammar_from_gbnf(const qhx_tokenizer *t, const char *gbnf, size_t len, qhx_grammar **out) {
     return qhx_gbnf_compile(gbnf, len, t, out);
+}
+
+/* ---- forced tool calls ---------------------------------------------------------------------------- */
+
+/* A parameter's value as Qwen3.5 writes it between <parameter=K>\n and \n</parameter>: strings
+ * as raw text (one of the enum's, when it has one; never holding "</", nor any '<' when its length
+ * is bounded), anything else as JSON the parameter's schema accepts. */
+static int param_rule(gen *g, json_t *p) {
+    json_t *t = json_object_get(p, "type"), *en = json_object_get(p, "enum");
+    int r = new_rule(g);
+    if (r < 0) return -1;
+    if (json_is_string(t) && !strcmp(json_string_value(t), "string")) {
+        if (json_is_array(en)) {
+            qhx_buf b = {0};
+            size_t i;
+            json_t *e;
+            json_array_foreach(en, i, e) {
+                if (!json_is_string(e)) continue;
+                if (b.len) qhx_buf_puts(&b, " | ");
+                lit(&b, json_string_value(e), json_string_length(e));
+            }
+            outf(g, "r%d ::= %s\n", r, b.len ? b.s : "never");
+            qhx_buf_free(&b);
+        } else {
+            long min = 0, max = -1;
+            if (count(g, p, "minLength", &min) < 0 || count(g, p, "maxLength", &max) < 0) return -1;
+            if (json_object_get(p, "pattern") || json_object_get(p, "format"))
+                return fail(g, QHX_ERR_UNSUPPORTED, "'pattern' and 'format' on a tool's string parameter cannot be enforced");
+            if (min || max >= 0) /* counted in characters, none of them '<' */
+                outf(g, max >= 0 ? "r%d ::= [^<]{%ld,%ld}\n" : "r%d ::= [^<]{%ld,}\n", r, min, max);
+            else
+                outf(g, "r%d ::= ([^<] | \"<\" [^/])*\n", r);
+        }
+        return r;
+    }
+    int v = schema_rule(g, p);
+    if (v < 0) return -1;
+    outf(g, "r%d ::= r%d\n", r, v);
+    return r;
+}
+
+/* One function's <function=NAME> block: its parameters in any order (at most 8; else as listed),
+ * the required ones present. */
+static int function_rule(gen *g, json_t *fn) {
+    const char *name = json_string_value(json_object_get(fn, "name"));
+    json_t *params = json_object_get(fn, "parameters");
+    json_t *props = json_object_get(params, "properties"), *req = json_object_get(params, "required");
+    size_t n = json_object_size(props);
+    if (n > 64) return fail(g, QHX_ERR_UNSUPPORTED, "function '%s' has over 64 parameters", name);
+    int val[64], must[64] = {0};
+    const char *key[64];
+    size_t k = 0;
+    const char *pk;
+    json_t *pv;
+    json_object_foreach(props, pk, pv) {
+        key[k] = pk;
+        snprintf(g->where, sizeof g->where, "tool '%.60s' parameter '%.60s'", name, pk);
+        if ((val[k] = param_rule(g, pv)) < 0) return -1;
+        size_t i;
+        json_t *e;
+        json_array_foreach(req, i, e) must[k] |= json_is_string(e) && !strcmp(json_string_value(e), pk);
+        k++;
+    }
+    g->where[0] = 0;
+    int r = new_rule(g);
+    if (r < 0) return -1;
+    qhx_buf head = {0};
+    qhx_buf_puts(&head, "<function=");
+    qhx_buf_puts(&head, name);
+    qhx_buf_puts(&head, ">\n");
+    qhx_buf lb = {0};
+    lit(&lb, head.s, head.len);
+    int base = g->n_rules;
+    if (n <= MAX_ANY_ORDER) {
+        g->n_rules += 1 << n;
+        for (unsigned left = 0; left < 1u << n; left++) {
+            int ends = 1;
+            outf(g, "r%d ::=", base + (int)left);
+            for (size_t i = 0; i < n; i++) {
+                if (!(left >> i & 1)) continue;
+                if (must[i]) ends = 0;
+                qhx_buf pl = {0}, pq = {0};
+                qhx_buf_puts(&pl, "<parameter=");
+                qhx_buf_puts(&pl, key[i]);
+                qhx_buf_puts(&pl, ">\n");
+                lit(&pq, pl.s, pl.len);
+                outf(g, " %s r%d \"\\n</parameter>\\n\" r%d |", pq.s, val[i], base + (int)(left & ~(1u << i)));
+                qhx_buf_free(&pl), qhx_buf_free(&pq);
+            }
+            outf(g, ends ? " \"</function>\"\n" : " never\n");
+        }
+        outf(g, "r%d ::= %s r%d\n", r, lb.s, base + (int)((1u << n) - 1));
+    } else {
+        g->n_rules += (int)n + 1;
+        for (size_t i = 0; i <= n; i++) {
+            outf(g, "r%d ::=", base + (int)i);
+            if (i == n) { outf(g, " \"</function>\"\n"); continue; }
+            qhx_buf pl = {0}, pq = {0};
+            qhx_buf_puts(&pl, "<parameter=");
+            qhx_buf_puts(&pl, key[i]);
+            qhx_buf_puts(&pl, ">\n");
+            lit(&pq, pl.s, pl.len);
+            outf(g, " %s r%d \"\\n</parameter>\\n\" r%d", pq.s, val[i], base + (int)i + 1);
+            if (!must[i]) outf(g, " | r%d", base + (int)i + 1);
+            outf(g, "\n");
+            qhx_buf_free(&pl), qhx_buf_free(&pq);
+        }
+        outf(g, "r%d ::= %s r%d\n", r, lb.s, base);
+    }
+    qhx_buf_free(&head), qhx_buf_free(&lb);
+    return r;
+}
+
+qhx_status qhx_tool_call_gbnf(const char *tools, size_t len, const char *name, int max_calls, char **gbnf) {
+    *gbnf = NULL;
+    json_error_t je;
+    json_t *root = json_loadb(tools, len, 0, &je);
+    if (!json_is_array(root) || !json_array_size(root)) {
+        json_decref(root);
+        return qhx_fail(QHX_ERR_ARG, "tool calls: the tools must be a non-empty JSON array");
+    }
+    gen g = {.root = root};
+    qhx_buf_puts(&g.out, PRELUDE);
+    qhx_buf fns = {0};
+    size_t i;
+    json_t *t;
+    int found = 0;
+    json_array_foreach(root, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        if (!fn) fn = t; /* the Responses API's flat form */
+        const char *fname = json_string_value(json_object_get(fn, "name"));
+        if (!fname) { fail(&g, QHX_ERR_ARG, "tools[%zu] has no function name", i); break; }
+        if (name && strcmp(name, fname)) continue;
+        if (strpbrk(fname, "<>\n")) { fail(&g, QHX_ERR_ARG, "tool name '%.60s' holds < > or a newline", fname); break; }
+        g.root = json_object_get(fn, "parameters") ? json_object_get(fn, "parameters") : fn; /* where its $refs point */
+        int r = function_rule(&g, fn);
+        if (r < 0) break;
+        char tmp[32];
+        snprintf(tmp, sizeof tmp, "%sr%d", found++ ? " | " : "", r);
+        qhx_buf_puts(&fns, tmp);
+    }
+    if (!g.err && !found) fail(&g, QHX_ERR_ARG, "no tool is named '%.100s'", name ? name : "");
+    if (!g.err) {
+        outf(&g, "call ::= \"<tool_call>\\n\" (%s) \"\\n</tool_call>\"\n", fns.s);
+        if (max_calls == 1) outf(&g, "root ::= [ \\t\\n]{0,8} call\n");
+        else outf(&g, "root ::= [ \\t\\n]{0,8} call (\"\\n\"{1,2} call)*\n");
+    }
+    qhx_buf_free(&fns);
+    json_decref(root);
+    if (!g.err && g.out.oom) g.err = qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    if (g.err) { qhx_buf_free(&g.out); return g.err; }
+    *gbnf = g.out.s;
+    return QHX_OK;
 }
