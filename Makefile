@@ -192,6 +192,9 @@ check:
 $(BUILD)/tok_bench: $(BUILD)/bench/tok_bench.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/grammar_bench: $(BUILD)/bench/grammar_bench.o $(BUILD)/libqhexrt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/quant_error: $(BUILD)/bench/quant_error.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -323,8 +323,10 @@ typedef struct {
     void *force_user;
     /* Constrained decoding: every token sampled keeps the text a prefix of a sentence of the
      * grammar (the end-of-turn ids only once it is whole; generation stops when nothing more may
-     * follow). Greedy checks the best token first and masks only when the grammar refuses it;
-     * sampling draws from the tokens the grammar allows. Logprobs are those before the mask. With
+     * follow): the draw is from the distribution restricted to the tokens the grammar allows
+     * (greedy: the best of them), top-k/top-p/min-p applied after the restriction. The sampled
+     * token is checked first and the full mask built only when it is refused (or, sampling with
+     * top-k/top-p/min-p, always). Logprobs are those before the restriction. With
      * grammar_after, tokens are free until that text has been generated (a reasoning block's
      * "</think>"), and the grammar starts right after it. */
     const qhx_grammar *grammar;

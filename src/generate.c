@@ -203,13 +203,15 @@ static qhx_status spec_advance(spec_state *sp, int32_t tok, float *logits) {
 
 /* ---- constrained decoding (qhexrt.h: qhx_generate_opts.grammar) --------------------------------
  * Greedy takes the best token when the grammar takes it, and masks only when it does not (the
- * result is the best allowed token either way); sampling always draws from the masked logits.
+ * result is the best allowed token either way). Sampling draws from the masked distribution: first
+ * a plain draw kept when allowed (exact when nothing truncates the distribution), else the mask.
  * End-of-turn ids are allowed once the text is whole. */
 typedef struct {
     qhx_gmatch *m;
     int active;              /* grammar_after seen (or none asked for) */
     qhx_buf tail;            /* the last bytes generated, to find grammar_after in */
     float *adjusted, *saved; /* before grammar_after: the logits before the draw, and a scratch copy */
+    float *scratch;          /* a draw's copy of the logits */
 } gram_state;
 
 static int is_stop_id(const qhx_generate_opts *o, const qhx_model_info *mi, int32_t tok);
@@ -231,6 +233,13 @@ static int32_t constrained_pick(gram_state *g, qhx_sampler *sp, const qhx_genera
         for (int i = 1; i < mi->vocab_size; i++)
             if (logits[i] > logits[best]) best = i;
         if (allowed(g, o, mi, best)) return best;
+    } else if (o->top_k == 0 && (o->top_p <= 0 || o->top_p >= 1) && o->min_p <= 0) {
+        /* Without truncation a draw the grammar allows is a draw from the masked distribution:
+         * p(t) + (1 - A) p(t) / A = p(t) / A with the masked draw below as the fallback. */
+        if (!g->scratch && !(g->scratch = malloc(sizeof(float) * (size_t)mi->vocab_size))) return -2;
+        memcpy(g->scratch, logits, sizeof(float) * (size_t)mi->vocab_size);
+        int32_t t = qhx_sampler_pick(sp, g->scratch);
+        if (allowed(g, o, mi, t)) return t;
     }
     const uint64_t *mask = qhx_gmatch_mask(g->m);
     if (!mask) return -2;
@@ -494,6 +503,7 @@ done:
     qhx_buf_free(&gs.tail);
     free(gs.adjusted);
     free(gs.saved);
+    free(gs.scratch);
     free(spec.rows);
     if (result) *result = res;
     qhx_sampler_free(&sp);

@@ -12,6 +12,7 @@
 #include "util/json.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -299,23 +300,58 @@ static void test_generate(void) {
     size_t n;
     const char *prompt = "And God said, Let there be light";
     qhx_tokenizer_encode(tok, prompt, strlen(prompt), 0, &ids, &n);
-    collected base[2] = {0};
-    for (int sampled = 0; sampled < 2 && g; sampled++) {
+    /* greedy; sampled with top-p (always masked); sampled plainly (a draw kept when allowed) */
+    collected base[3] = {0};
+    for (int sampled = 0; sampled < 3 && g; sampled++) {
         for (int draft = 0; draft < 2; draft++) {
             collected c = {0};
             qhx_generate_opts o = {.max_tokens = 300, .grammar = g, .draft = draft ? QHX_DRAFT_NGRAM : 0,
-                                   .temperature = sampled ? 0.9f : 0, .top_p = sampled ? 0.95f : 0, .seed = 7};
+                                   .temperature = sampled ? 0.9f : 0, .top_p = sampled == 1 ? 0.95f : 0, .seed = 7};
             qhx_generate_result res;
             qhx_session_reset(s);
             qhx_status rc = qhx_generate(s, ids, (int)n, &o, collect, &c, &res);
             char what[64];
-            snprintf(what, sizeof what, "%s%s", sampled ? "sampled" : "greedy", draft ? " with ngram drafts" : "");
+            snprintf(what, sizeof what, "%s%s", sampled == 2 ? "sampled" : sampled ? "sampled top-p" : "greedy",
+                     draft ? " with ngram drafts" : "");
             CHECK(rc == QHX_OK && res.finish == QHX_FINISH_STOP, "%s: rc %d finish %d: %s", what, rc, res.finish, qhx_last_error());
             check_output(g, &c, what);
             if (!draft) base[sampled] = c;
             else CHECK(c.n_ids == base[sampled].n_ids && !memcmp(c.ids, base[sampled].ids, sizeof(int32_t) * (size_t)c.n_ids),
                        "%s: other tokens than without drafts", what);
         }
+    }
+    /* The draw kept when allowed is a draw from the masked distribution: its first token over
+     * 1,500 seeds against the always-masked path (top_k = the vocabulary truncates nothing) */
+    {
+        const char *gb = "root ::= [A-Z] [a-z]*";
+        qhx_grammar *cap = NULL;
+        CHECK(qhx_grammar_from_gbnf(tok, gb, strlen(gb), &cap) == QHX_OK, "%s", qhx_last_error());
+        qhx_model_info mi;
+        qhx_model_get_info(m, &mi);
+        enum { RUNS = 1500 };
+        int *hist[2] = {calloc((size_t)mi.vocab_size, sizeof(int)), calloc((size_t)mi.vocab_size, sizeof(int))};
+        for (int path = 0; path < 2 && cap; path++)
+            for (int r = 0; r < RUNS; r++) {
+                collected c = {0};
+                qhx_generate_opts o = {.max_tokens = 1, .grammar = cap, .temperature = 1.5f, .seed = (uint64_t)r + 1,
+                                       .top_k = path ? mi.vocab_size : 0};
+                qhx_session_reset(s);
+                if (qhx_generate(s, ids, (int)n, &o, collect, &c, NULL) == QHX_OK && c.n_ids == 1) hist[path][c.ids[0]]++;
+            }
+        /* two-sample chi-square over the tokens drawn: about its degrees of freedom when both
+         * paths draw from one distribution; 4 standard deviations above fails */
+        double chi2 = 0;
+        int cells = 0;
+        for (int i = 0; i < mi.vocab_size; i++) {
+            int a = hist[0][i], b = hist[1][i];
+            if (a + b) chi2 += (double)(a - b) * (a - b) / (a + b), cells++;
+        }
+        const double df = cells - 1, limit = df + 4 * sqrt(2 * df);
+        CHECK(cells > 5 && chi2 < limit, "the kept draw and the masked draw differ: chi-square %.1f over %d tokens (limit %.1f)", chi2,
+              cells, limit);
+        printf("first capitalised word, 2 x %d draws: chi-square %.1f on %.0f degrees of freedom (limit %.1f)\n", RUNS, chi2, df, limit);
+        free(hist[0]), free(hist[1]);
+        qhx_grammar_free(cap);
     }
     /* grammar_after: free until the text appears, then the grammar; the free part is what an
      * unconstrained run writes */

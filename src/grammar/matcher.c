@@ -24,16 +24,72 @@
 typedef struct {
     uint32_t child;     /* children lie at node[child .. child + n_child), by byte */
     uint32_t tok;       /* the ids whose piece ends here: ids[tok .. tok + n_tok) */
+    uint32_t end;       /* the subtree's ids: ids[tok .. end) */
     uint16_t n_child, n_tok;
     uint8_t byte;
+    uint8_t utf8_ok;    /* bit s: from UTF-8 decoder state s, this edge and every path below are valid */
+    uint8_t high;       /* a byte >= 0x80 on this edge or below */
 } tnode;
 
 struct qhx_trie {
     tnode *node;
+    uint64_t (*ascii)[2]; /* the ASCII bytes on each node's edge and below */
     size_t n_node;
     int32_t *ids;
     int n_vocab;
 };
+
+/* UTF-8 validity as an 8-state automaton: 0 between characters, 1-3 continuation bytes still
+ * due, 4-7 the second byte's narrower ranges (E0, ED, F0, F4: no overlongs, surrogates or code
+ * points past U+10FFFF); -1 invalid. */
+static int utf8_next(int s, uint8_t b) {
+    switch (s) {
+    case 0:
+        if (b < 0x80) return 0;
+        if (b >= 0xC2 && b <= 0xDF) return 1;
+        if (b == 0xE0) return 4;
+        if (b == 0xED) return 5;
+        if (b >= 0xE1 && b <= 0xEF) return 2;
+        if (b == 0xF0) return 6;
+        if (b >= 0xF1 && b <= 0xF3) return 3;
+        if (b == 0xF4) return 7;
+        return -1;
+    case 4: return b >= 0xA0 && b <= 0xBF ? 1 : -1;
+    case 5: return b >= 0x80 && b <= 0x9F ? 1 : -1;
+    case 6: return b >= 0x90 && b <= 0xBF ? 2 : -1;
+    case 7: return b >= 0x80 && b <= 0x8F ? 2 : -1;
+    default: return b >= 0x80 && b <= 0xBF ? s - 1 : -1;
+    }
+}
+
+/* What each subtree holds, children before parents (they lie after them). */
+static void summarize(qhx_trie *tr) {
+    for (size_t i = tr->n_node; i-- > 0;) {
+        tnode *nd = &tr->node[i];
+        uint64_t a0 = 0, a1 = 0;
+        int high = 0;
+        uint8_t below = 0xFF; /* the states every child takes from */
+        for (uint32_t c = 0; c < nd->n_child; c++) {
+            const tnode *ch = &tr->node[nd->child + c];
+            a0 |= tr->ascii[nd->child + c][0], a1 |= tr->ascii[nd->child + c][1];
+            high |= ch->high;
+            below &= ch->utf8_ok;
+        }
+        if (i) { /* the root has no edge */
+            if (nd->byte < 64) a0 |= 1ull << nd->byte;
+            else if (nd->byte < 128) a1 |= 1ull << (nd->byte - 64);
+            else high = 1;
+            uint8_t ok = 0;
+            for (int st = 0; st < 8; st++) {
+                int nx = utf8_next(st, nd->byte);
+                if (nx >= 0 && (below >> nx & 1)) ok |= (uint8_t)(1u << st);
+            }
+            nd->utf8_ok = ok;
+        }
+        tr->ascii[i][0] = a0, tr->ascii[i][1] = a1;
+        nd->high = (uint8_t)high;
+    }
+}
 
 typedef struct {
     const char *p;
@@ -52,6 +108,7 @@ static int cmp_piece(const void *a, const void *b) {
 void qhx_trie_free(qhx_trie *t) {
     if (!t) return;
     free(t->node);
+    free(t->ascii);
     free(t->ids);
     free(t);
 }
@@ -83,6 +140,7 @@ static qhx_trie *build_trie(const qhx_tokenizer *t) {
         uint32_t i = k.lo;
         while (i < k.hi && r[i].len == k.depth) i++;
         tr->node[k.node].tok = k.lo;
+        tr->node[k.node].end = k.hi;
         tr->node[k.node].n_tok = (uint16_t)(i - k.lo);
         uint32_t groups = 0;
         for (uint32_t j = i; j < k.hi; groups++) {
@@ -107,6 +165,8 @@ static qhx_trie *build_trie(const qhx_tokenizer *t) {
     free(w);
     free(r);
     free(special);
+    if (!(tr->ascii = malloc(sizeof *tr->ascii * tr->n_node))) { qhx_trie_free(tr); return NULL; }
+    summarize(tr);
     return tr;
 fail:
     qhx_trie_free(tr);
@@ -148,8 +208,23 @@ typedef struct {
     uint64_t *mask;
 } cached;
 
+/* What loops_of says of a state (looked: computed yet); shared down the bytes that keep the
+ * state as it is, which need no step at all, and kept per state. */
+typedef struct {
+    uint64_t bits[2];
+    int high, looked;
+} loop_info;
+
+#define N_LOOPS 256
+typedef struct {
+    int n;            /* 0: empty */
+    int32_t set[16];  /* sorted */
+    loop_info li;
+} loop_entry;
+
 struct qhx_gmatch {
     const qhx_grammar *g;
+    loop_entry *loops;       /* [N_LOOPS], by the state's hash */
     gnode *node;
     size_t n_node, cap_node;
     uint64_t *hkey;          /* (pos, parent) -> id, open addressing; UINT64_MAX empty */
@@ -384,10 +459,97 @@ int qhx_gmatch_can_go_on(const qhx_gmatch *m) {
     return 0;
 }
 
-static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, size_t n, upart u) {
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* whether work[a..a+n) and work[b..b+n) hold the same ids (a set's order is not fixed) */
+static int same_set(qhx_gmatch *m, size_t a, size_t b, size_t n) {
+    int32_t x[16], y[16];
+    if (n > 16) return 0;
+    memcpy(x, m->work + a, sizeof(int32_t) * n), memcpy(y, m->work + b, sizeof(int32_t) * n);
+    qsort(x, n, sizeof *x, cmp_i32), qsort(y, n, sizeof *y, cmp_i32);
+    return !memcmp(x, y, sizeof(int32_t) * n);
+}
+
+static int covers(const qhx_grammar *g, const qhx_gcharset *c, uint32_t lo, uint32_t hi) {
+    for (uint32_t i = 0; i < c->n; i++)
+        if (g->ranges[c->off + i][0] <= lo && g->ranges[c->off + i][1] >= hi) return 1;
+    return 0;
+}
+
+/* The bytes that lead the state work[from..from+n) back to itself: ASCII ones as bits, and
+ * whether every non-ASCII character does (inside a JSON string, all but " \ and controls). Only
+ * through such bytes can a whole subtree of pieces be allowed without walking it. */
+static void loops_of(qhx_gmatch *m, size_t from, size_t n, uint64_t loop[2], int *high) {
+    loop[0] = loop[1] = 0;
+    *high = 0;
+    if (n > 16) return;
+    for (int b = 'e', first = 1; b < 128; b = first ? 0 : b + 1, first = 0) { /* 'e' first: most states do not loop */
+        if (!first && b == 'e') continue;
+        size_t mark = m->n_work;
+        upart v = {0};
+        long k = step(m, from, n, &v, (uint8_t)b);
+        int same = k == (long)n && same_set(m, from, m->n_work - (size_t)k, n);
+        m->n_work = mark;
+        if (k < 0 || (first && !same)) return;
+        if (same) loop[b >> 6] |= 1ull << (b & 63);
+    }
+    for (size_t i = 0; i < n; i++) { /* all of them or none take every non-ASCII character */
+        int32_t id = m->work[from + i];
+        if (id == ACCEPT) continue;
+        const qhx_gcharset *c = top(m, id);
+        int all = covers(m->g, c, 0x80, 0xD7FF) && covers(m->g, c, 0xE000, 0x10FFFF);
+        if (!all && qhx_gcharset_any(m->g, c, 0x80, 0x10FFFF)) return;
+    }
+    size_t mark = m->n_work;
+    upart v = {0};
+    long k = step(m, from, n, &v, 0xC2); /* U+0080 stands for them all */
+    if (k > 0) {
+        size_t at = m->n_work - (size_t)k;
+        k = step(m, at, (size_t)k, &v, 0x80);
+        *high = k == (long)n && same_set(m, from, m->n_work - (size_t)k, n);
+    }
+    m->n_work = mark;
+}
+
+
+/* loops_of through the matcher's table of states seen */
+static void loops_kept(qhx_gmatch *m, size_t from, size_t n, loop_info *lp) {
+    lp->looked = 1;
+    if (n > 16) { lp->bits[0] = lp->bits[1] = 0, lp->high = 0; return; }
+    int32_t key[16];
+    memcpy(key, m->work + from, sizeof(int32_t) * n);
+    qsort(key, n, sizeof *key, cmp_i32);
+    uint64_t h = n;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint32_t)key[i]) * 0x9e3779b97f4a7c15ull;
+    loop_entry *e = m->loops ? &m->loops[(h >> 40) % N_LOOPS] : NULL;
+    if (e && e->n == (int)n && !memcmp(e->set, key, sizeof(int32_t) * n)) { *lp = e->li; return; }
+    loops_of(m, from, n, lp->bits, &lp->high);
+    if (e) e->n = (int)n, memcpy(e->set, key, sizeof(int32_t) * n), e->li = *lp;
+}
+
+static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, size_t n, upart u, loop_info *lp) {
     const tnode *nd = &tr->node[t];
     for (uint32_t c = 0; c < nd->n_child && !m->oom; c++) {
-        const tnode *ch = &tr->node[nd->child + c];
+        const uint32_t ci = nd->child + c;
+        const tnode *ch = &tr->node[ci];
+        if (u.need == 0 && ch->end - ch->tok >= 8) {
+            if (!lp->looked) loops_kept(m, from, n, lp);
+            if (!(tr->ascii[ci][0] & ~lp->bits[0]) && !(tr->ascii[ci][1] & ~lp->bits[1]) && (!ch->high || (lp->high && (ch->utf8_ok & 1)))) {
+                for (uint32_t i = ch->tok; i < ch->end; i++) m->mask[tr->ids[i] >> 6] |= 1ull << (tr->ids[i] & 63);
+                continue; /* every piece below keeps the state where it is */
+            }
+        }
+        if (u.need == 0 && lp->looked && ch->byte < 128 && (lp->bits[ch->byte >> 6] >> (ch->byte & 63) & 1)) {
+            for (uint32_t i = 0; i < ch->n_tok; i++) { /* the same state: no step */
+                int32_t id = tr->ids[ch->tok + i];
+                m->mask[id >> 6] |= 1ull << (id & 63);
+            }
+            if (ch->n_child) walk(m, tr, ci, from, n, u, lp);
+            continue;
+        }
         upart v = u;
         size_t mark = m->n_work;
         long k = step(m, from, n, &v, ch->byte);
@@ -397,7 +559,8 @@ static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, siz
                 int32_t id = tr->ids[ch->tok + i];
                 m->mask[id >> 6] |= 1ull << (id & 63);
             }
-            if (ch->n_child) walk(m, tr, nd->child + c, m->n_work - (size_t)k, (size_t)k, v);
+            loop_info sub = {0};
+            if (ch->n_child) walk(m, tr, ci, m->n_work - (size_t)k, (size_t)k, v, &sub);
         }
         m->n_work = mark;
     }
@@ -438,7 +601,8 @@ const uint64_t *qhx_gmatch_mask(qhx_gmatch *m) {
     if (qhx_reserve(&m->work, &m->cap_work, m->n_cur, sizeof *m->work)) return NULL;
     memcpy(m->work, m->cur, sizeof *m->work * m->n_cur);
     m->n_work = m->n_cur;
-    walk(m, tr, 0, 0, m->n_cur, m->u);
+    loop_info top_loop = {0};
+    walk(m, tr, 0, 0, m->n_cur, m->u, &top_loop);
     if (m->oom) { c->hash = 0, c->n = -1; return NULL; }
     memcpy(c->set, m->cur, sizeof *c->set * m->n_cur);
     c->n = (int)m->n_cur;
@@ -473,6 +637,7 @@ void qhx_gmatch_free(qhx_gmatch *m) {
     free(m->seen2);
     free(m->cur);
     free(m->work);
+    free(m->loops);
     for (int i = 0; i < N_CACHED; i++) free(m->cache[i].set), free(m->cache[i].mask);
     free(m);
 }
@@ -483,6 +648,7 @@ qhx_status qhx_gmatch_new(const qhx_grammar *g, qhx_gmatch **out) {
     if (!m) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     m->g = g;
     m->n_words = g->trie ? ((size_t)g->trie->n_vocab + 63) / 64 : 0;
+    if (g->trie && !(m->loops = calloc(N_LOOPS, sizeof *m->loops))) goto fail;
     if (qhx_reserve(&m->node, &m->cap_node, 1, sizeof *m->node) || rehash(m, 1024)) goto fail;
     m->node[0] = (gnode){-1, -1, 0, 0}; /* ACCEPT */
     m->n_node = 1;
