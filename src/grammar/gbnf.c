@@ -128,9 +128,9 @@ static int cmp_range(const void *a, const void *b) {
 /* Closes the character set whose ranges start at `from`: sorted, merged, complemented when
  * negated. Its index, or -1. */
 static int end_charset(parser *ps, size_t from, int negate) {
-    uint32_t (*r)[2] = ps->ranges + from;
+    uint32_t (*r)[2] = ps->ranges ? ps->ranges + from : NULL; /* an empty [^...] has none */
     size_t n = ps->n_ranges - from, k = 0;
-    qsort(r, n, sizeof *r, cmp_range);
+    if (n) qsort(r, n, sizeof *r, cmp_range);
     for (size_t i = 0; i < n; i++) {
         if (k && r[i][0] <= r[k - 1][1] + 1) {
             if (r[i][1] > r[k - 1][1]) r[k - 1][1] = r[i][1];
@@ -142,7 +142,7 @@ static int end_charset(parser *ps, size_t from, int negate) {
     if (negate) {
         uint32_t tmp[64][2], (*src)[2] = tmp;
         if (k > 64 && !(src = malloc(sizeof *src * k))) return oom(ps), -1;
-        memcpy(src, ps->ranges + from, sizeof *src * k);
+        if (k) memcpy(src, ps->ranges + from, sizeof *src * k);
         ps->n_ranges = from;
         uint32_t next = 0;
         int rc = 0;
@@ -511,7 +511,7 @@ qhx_status qhx_gbnf_compile(const char *text, size_t len, const qhx_tokenizer *t
         g->rule_alt[r] = (uint32_t)ka;
         for (size_t a = 0; a < ps.rules[r].n_alts; a++) {
             g->alt[ka++] = (int32_t)k;
-            memcpy(g->sym + k, ps.rules[r].alts[a].s, sizeof *g->sym * ps.rules[r].alts[a].n);
+            if (ps.rules[r].alts[a].n) memcpy(g->sym + k, ps.rules[r].alts[a].s, sizeof *g->sym * ps.rules[r].alts[a].n);
             k += ps.rules[r].alts[a].n;
             g->sym[k++] = (qhx_gsym){G_END, 0};
         }

@@ -148,22 +148,29 @@ static int is_annotation(const char *k) {
 static const char *const TYPES[] = {"null", "boolean", "object", "array", "number", "string", "integer"};
 enum { T_NULL = 1, T_BOOL = 2, T_OBJECT = 4, T_ARRAY = 8, T_NUMBER = 16, T_STRING = 32, T_INTEGER = 64, T_ALL = 127 };
 
+static int type_bit(const json_t *one) {
+    for (int k = 0; k < 7; k++)
+        if (json_is_string(one) && !strcmp(json_string_value(one), TYPES[k])) return 1 << k;
+    return 0;
+}
+
 /* The types a schema's "type" allows, as bits (T_ALL when absent); -1 when malformed. */
 static int type_bits(gen *g, const json_t *t) {
     if (!t) return T_ALL;
     int bits = 0;
-    const json_t *one;
-    size_t i;
-    if (json_is_string(t)) t = json_pack("[O]", t), one = NULL;
-    else json_incref((json_t *)t);
-    json_array_foreach(t, i, one) {
-        int k = 0;
-        while (k < 7 && !(json_is_string(one) && !strcmp(json_string_value(one), TYPES[k]))) k++;
-        if (k == 7) { json_decref((json_t *)t); return fail(g, QHX_ERR_ARG, "'type' names no JSON type"); }
-        bits |= 1 << k;
+    if (json_is_string(t)) {
+        if (!(bits = type_bit(t))) return fail(g, QHX_ERR_ARG, "'type' names no JSON type");
+    } else if (json_is_array(t)) {
+        size_t i;
+        const json_t *one;
+        json_array_foreach(t, i, one) {
+            int b = type_bit(one);
+            if (!b) return fail(g, QHX_ERR_ARG, "'type' names no JSON type");
+            bits |= b;
+        }
+    } else {
+        return fail(g, QHX_ERR_ARG, "'type' must be a string or an array of them");
     }
-    json_decref((json_t *)t);
-    if (!json_is_array(t) && !bits) return fail(g, QHX_ERR_ARG, "'type' must be a string or an array of them");
     if (bits & T_NUMBER) bits |= T_INTEGER; /* a number type holds the integers */
     return bits;
 }

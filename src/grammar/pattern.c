@@ -37,7 +37,7 @@ static int cmp_r(const void *a, const void *b) {
 }
 
 static void normalize(cset *s) {
-    qsort(s->r, s->n, sizeof *s->r, cmp_r);
+    if (s->n) qsort(s->r, s->n, sizeof *s->r, cmp_r);
     size_t k = 0;
     for (size_t i = 0; i < s->n; i++) {
         if (k && s->r[i][0] <= s->r[k - 1][1] + 1) {
