@@ -76,6 +76,11 @@ curl_status 400 "'logprobs'" "$(post completions)" -d '{"prompt":"x","logprobs":
 out=$(cd tests/oracle && node client_tools.js "$url" 2>&1)
 line=$(grep -E '^tool-clients: [0-9]+ passed, [0-9]+ failed$' <<<"$out")
 [[ -n $line && $line == *" 0 failed" ]] && ok || bad "client_tools.js: $(grep -m3 FAIL <<<"$out")"
+# structured output and forced tool calls through the openai client, the AI SDK and LangChain,
+# validated by ajv and zod (tests/oracle/structured.js)
+out=$(cd tests/oracle && node structured.js "$url" 2>&1)
+line=$(grep -E '^structured: [0-9]+ passed' <<<"$out")
+[[ -n $line && $line == *" 0 failed" ]] && ok || bad "structured.js: $(grep -m3 FAIL <<<"$out")"
 # thinking_budget: with </think> banned the model reasons to max_tokens; with a budget of 5 its
 # reasoning is the first 5 tokens of that, then the block closes and an answer follows
 curl_status 400 "'thinking_budget'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"thinking_budget":-1}'
@@ -103,8 +108,12 @@ node -e 'const fs=require("fs"), a=JSON.parse(fs.readFileSync(process.argv[1])),
 curl_status 400 "'echo'" "$(post completions)" -d '{"prompt":"x","echo":true}'
 curl_status 400 "'suffix'" "$(post completions)" -d '{"prompt":"x","suffix":"end"}'
 curl_status 400 "'best_of'" "$(post completions)" -d '{"prompt":"x","best_of":3}'
-curl_status 400 "'response_format'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}}'
+curl_status 400 "'response_format'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema"}}'
+curl_status 400 "keyword 'not'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"schema":{"not":{"type":"string"}}}}}'
+curl_status 400 "'uniqueItems'" "$(post responses)" -d '{"input":"hi","text":{"format":{"type":"json_schema","name":"x","schema":{"type":"array","uniqueItems":true}}}}'
+curl_status 400 "'response_format'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"yaml"}}'
 curl_status 400 "'tool_choice'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"tool_choice":"required"}'
+curl_status 400 "no tool is named" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}'
 curl_status 400 "'messages' is not a field" "$(post completions)" -d '{"prompt":"x","messages":[]}'
 curl_status 400 "tools[0]" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}]}'
 # tools: tool_choice "none" hides them, so the reply is the one without tools, token for token;

@@ -66,6 +66,10 @@ int main(void) {
            "<parameter=opts>\n{\"a\": [1, 2]}\n</parameter>\n<parameter=tags>\n[\"x\"]\n</parameter>\n<parameter=ratio>\n0.5\n"
            "</parameter>\n<parameter=days>\nthree\n</parameter>\n</function>\n</tool_call>",
            "", "get_weather{\"zip\":\"75001\",\"metric\":true,\"opts\":{\"a\":[1,2]},\"tags\":[\"x\"],\"ratio\":0.5,\"days\":\"three\"}");
+    expect("an integer written 2.0 is the integer 2 (JSON Schema counts it integral); 2.5 stays text",
+           "<tool_call>\n<function=get_weather>\n<parameter=days>\n2.0\n</parameter>\n</function>\n</tool_call>"
+           "<tool_call>\n<function=get_weather>\n<parameter=days>\n2.5\n</parameter>\n</function>\n</tool_call>",
+           "", "get_weather{\"days\":2}get_weather{\"days\":\"2.5\"}");
     expect("two calls, arguments in the model's order",
            "<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n<parameter=city>\nOslo\n</parameter>\n</function>\n"
            "</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>",

@@ -4,6 +4,7 @@
 #include "tool_calls.h"
 
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #define OPEN_CALL "<tool_call>"
@@ -56,8 +57,13 @@ static const json_t *param_schema(const json_t *tools, const char *name, const c
     return NULL;
 }
 
+/* 2.0 is an integer, as JSON Schema counts them */
+static int integral(const json_t *v) {
+    return json_is_integer(v) || (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9.007199254740992e15);
+}
+
 static int type_fits(const char *type, const json_t *v) {
-    return (!strcmp(type, "integer") && json_is_integer(v)) || (!strcmp(type, "number") && json_is_number(v)) ||
+    return (!strcmp(type, "integer") && integral(v)) || (!strcmp(type, "number") && json_is_number(v)) ||
            (!strcmp(type, "boolean") && json_is_boolean(v)) || (!strcmp(type, "null") && json_is_null(v)) ||
            (!strcmp(type, "object") && json_is_object(v)) || (!strcmp(type, "array") && json_is_array(v));
 }
@@ -75,6 +81,11 @@ static json_t *typed(const char *v, size_t n, const json_t *schema) {
         json_array_foreach(type, i, t) if (json_is_string(t) && type_fits(json_string_value(t), parsed)) out = parsed;
     } else if (parsed && !json_is_string(parsed)) {
         out = parsed;
+    }
+    if (out && json_is_real(out) && integral(out) && json_is_string(type) && !strcmp(json_string_value(type), "integer")) {
+        json_t *i = json_integer((json_int_t)json_real_value(out)); /* written as 2, as the schema's type says */
+        json_decref(out);
+        return i;
     }
     if (out) return out;
     json_decref(parsed);

@@ -105,7 +105,7 @@ static const char *PRELUDE =
     "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
     "string ::= \"\\\"\" char* \"\\\"\"\n"
     "int ::= \"-\"? (\"0\" | [1-9] [0-9]*)\n"
-    "integer ::= int (\".\" \"0\"+)?\n"
+    "integer ::= int (\".0\")?\n"
     "frac ::= (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?\n"
     "number ::= int frac\n"
     "boolean ::= \"true\" | \"false\"\n"
@@ -402,7 +402,8 @@ static int bound(gen *g, const json_t *s, const char *k, double *v) {
     return 1;
 }
 
-/* The integers the schema's bounds allow (with the (.0+)? JSON Schema counts as integral) */
+/* The integers the schema's bounds allow (and N.0, which JSON Schema counts as integral; not N.00: a
+ * model that starts on zeros must not be able to write them forever) */
 static int integer_rule(gen *g, const json_t *s) {
     double lo = -INFINITY, hi = INFINITY, v = 0;
     int k;
@@ -432,7 +433,7 @@ static int integer_rule(gen *g, const json_t *s) {
         nonneg_range(&b, lo > 0 ? (long long)lo : 0, hi == INFINITY ? -1 : (long long)hi);
     }
     if (b.oom) { qhx_buf_free(&b); return fail(g, QHX_ERR_NOMEM, "out of memory"); }
-    outf(g, "r%d ::= (%s) (\".\" \"0\"+)?\n", r, b.s);
+    outf(g, "r%d ::= (%s) (\".0\")?\n", r, b.s);
     qhx_buf_free(&b);
     return r;
 }
@@ -825,7 +826,7 @@ static int literal(gen *g, qhx_buf *b, json_t *v) {
         snprintf(name, sizeof name, "%lld", (long long)json_number_value(v));
         qhx_buf_puts(b, "(");
         lit(b, name, strlen(name));
-        qhx_buf_puts(b, " (\".\" \"0\"+)?)");
+        qhx_buf_puts(b, " (\".0\")?)");
         return 0;
     }
     return lit_json(g, b, v);
