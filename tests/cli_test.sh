@@ -27,6 +27,21 @@ expect_err 2 "--json does not apply to qhx inspect" "$qhx" inspect models/q35-kj
 expect_err 2 "-n does not apply to qhx bench" "$qhx" bench models/q35-kjv -n 5
 expect_err 1 "--ctx 300000: models/q35-kjv holds at most 262144 positions" "$qhx" serve models/q35-kjv --ctx 300000 --port 0
 expect_err 2 "help: one command at a time" "$qhx" help generate serve
+# constrained decoding: a schema's or grammar's file and fault named; the output parses
+printf '{"type":"object","properties":{"n":{"type":"integer","minimum":1,"maximum":9},"w":{"enum":["a","b"]}},"required":["n","w"],"additionalProperties":false}' >"$tmp/schema.json"
+printf '{"not":{"type":"string"}}' >"$tmp/not.json"
+printf 'root ::= root "a" | "b"\n' >"$tmp/left.gbnf"
+printf 'root ::= "In " [A-Z] [a-z]{2,6} "."\n' >"$tmp/ok.gbnf"
+expect_err 1 "$tmp/none.json: " "$qhx" generate models/q35-kjv "x" --json-schema "$tmp/none.json"
+expect_err 1 "$tmp/not.json: json schema: keyword 'not' cannot be enforced" "$qhx" generate models/q35-kjv "x" --json-schema "$tmp/not.json"
+expect_err 1 "$tmp/left.gbnf: grammar: rule 'root' is left-recursive" "$qhx" generate models/q35-kjv "x" --grammar "$tmp/left.gbnf"
+expect_err 1 "--grammar and --json-schema: choose one" "$qhx" generate models/q35-kjv "x" --grammar "$tmp/ok.gbnf" --json-schema "$tmp/schema.json"
+if "$qhx" generate models/q35-kjv "And God said" -n 60 --json-schema "$tmp/schema.json" --json 2>/dev/null >"$tmp/out" &&
+   python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["text"]; v=json.loads(t); assert set(v)=={"n","w"} and 1<=v["n"]<=9 and v["w"] in "ab"' "$tmp/out"; then ok
+else bad "generate --json-schema: $(head -c 300 "$tmp/out")"; fi
+if "$qhx" generate models/q35-kjv "And God said" -n 20 --grammar "$tmp/ok.gbnf" --temp 1 --seed 3 --json 2>/dev/null >"$tmp/out" &&
+   python3 -c 'import json,re,sys; t=json.load(open(sys.argv[1])); assert re.fullmatch(r"In [A-Z][a-z]{2,6}\.", t["text"]) and t["finish_reason"]=="stop"' "$tmp/out"; then ok
+else bad "generate --grammar: $(head -c 300 "$tmp/out")"; fi
 # llama.cpp's spellings where the meaning is the same: -m, -p, -n, -s (and -c, -np for serve)
 a=$("$qhx" generate -m models/q35-kjv -p "And God said" -n 8 -s 5 --temp 0.7 --ids 2>/dev/null)
 b=$("$qhx" generate models/q35-kjv "And God said" --n-predict 8 --seed 5 --temp 0.7 --ids 2>/dev/null)
