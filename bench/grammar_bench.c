@@ -1,4 +1,4 @@
-/* Constrained decoding's cost on a real vocabulary: for each schema (bench/schemas/*.json: a
+/* Constrained decoding's cost on a real vocabulary: for each schema (a JSON file in bench/schemas: a
  * schema and an instance of it), the compile time, then along the instance's tokens the time to
  * check one token (what greedy pays when the model's choice is allowed) and to build the full mask
  * (what sampling pays every token, and greedy when its choice is refused), mean and p99. One JSON

@@ -347,9 +347,9 @@ static int successors(qhx_gmatch *m, int32_t id) {
 
 static const qhx_gcharset *top(const qhx_gmatch *m, int32_t id) { return &m->g->cs[m->g->sym[m->node[id].pos].arg]; }
 
-/* A character still partial in v: the set, copied to the end of work[], when some stack may
- * still take a code point it can become; its length, 0 when none can, -1 out of memory. */
-static long keep_partial(qhx_gmatch *m, size_t from, size_t n, upart *u, upart v) {
+/* A character still partial in v: the set stays as it is (*at = from) when some stack may still
+ * take a code point it can become; its length, 0 when none can. */
+static long keep_partial(qhx_gmatch *m, size_t from, size_t n, upart *u, upart v, size_t *at) {
     uint32_t lo = v.acc << (6 * v.need), hi = lo | ((1u << (6 * v.need)) - 1);
     if (lo < v.min) lo = v.min;
     if (hi > 0x10FFFF) hi = 0x10FFFF;
@@ -357,32 +357,31 @@ static long keep_partial(qhx_gmatch *m, size_t from, size_t n, upart *u, upart v
     for (size_t i = 0; i < n; i++) {
         int32_t id = m->work[from + i];
         if (id != ACCEPT && qhx_gcharset_any(m->g, top(m, id), lo, hi)) {
-            if (qhx_reserve(&m->work, &m->cap_work, m->n_work + n, sizeof *m->work)) return -1;
-            memmove(m->work + m->n_work, m->work + from, sizeof *m->work * n);
-            m->n_work += n;
             *u = v;
+            *at = from;
             return (long)n;
         }
     }
     return 0;
 }
 
-/* The state after byte b from the set work[from .. from + n) and *u: appended to work[] (its
- * length returned, 0 when refused, -1 out of memory); *u updated. */
-static long step(qhx_gmatch *m, size_t from, size_t n, upart *u, uint8_t b) {
+/* The state after byte b from the set work[from .. from + n) and *u: at work[*at ..] (appended,
+ * or the same set while a character is partial), its length returned (0 when refused, -1 out of
+ * memory); *u updated. */
+static long step(qhx_gmatch *m, size_t from, size_t n, upart *u, uint8_t b, size_t *at) {
     uint32_t cp;
     if (u->need == 0) {
         if (b >= 0x80) {
             int need = b >= 0xF5 ? -1 : b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : b >= 0xC2 ? 1 : -1;
             if (need < 0) return 0;
             upart v = {b & (0x3Fu >> need), (uint8_t)need, need == 1 ? 0x80 : need == 2 ? 0x800 : 0x10000};
-            return keep_partial(m, from, n, u, v);
+            return keep_partial(m, from, n, u, v, at);
         }
         cp = b;
     } else {
         if ((b & 0xC0) != 0x80) return 0;
         upart v = {u->acc << 6 | (b & 0x3F), (uint8_t)(u->need - 1), u->min};
-        if (v.need) return keep_partial(m, from, n, u, v);
+        if (v.need) return keep_partial(m, from, n, u, v, at);
         cp = v.acc;
         if (cp < v.min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
     }
@@ -402,6 +401,7 @@ static long step(qhx_gmatch *m, size_t from, size_t n, upart *u, uint8_t b) {
         }
     }
     *u = (upart){0};
+    *at = out;
     return (long)(m->n_work - out);
 }
 
@@ -414,9 +414,8 @@ static long run(qhx_gmatch *m, const char *bytes, size_t len, upart *u, size_t *
     size_t from = 0, n = m->n_cur;
     *u = m->u;
     for (size_t i = 0; i < len; i++) {
-        long k = step(m, from, n, u, (uint8_t)bytes[i]);
+        long k = step(m, from, n, u, (uint8_t)bytes[i], &from);
         if (k <= 0) return k;
-        from = m->n_work - (size_t)k;
         n = (size_t)k;
         if (from > 4096) { /* keep the scratch short on long texts */
             memmove(m->work, m->work + from, sizeof *m->work * n);
@@ -490,8 +489,9 @@ static void loops_of(qhx_gmatch *m, size_t from, size_t n, uint64_t loop[2], int
         if (!first && b == 'e') continue;
         size_t mark = m->n_work;
         upart v = {0};
-        long k = step(m, from, n, &v, (uint8_t)b);
-        int same = k == (long)n && same_set(m, from, m->n_work - (size_t)k, n);
+        size_t at;
+        long k = step(m, from, n, &v, (uint8_t)b, &at);
+        int same = k == (long)n && same_set(m, from, at, n);
         m->n_work = mark;
         if (k < 0 || (first && !same)) return;
         if (same) loop[b >> 6] |= 1ull << (b & 63);
@@ -505,11 +505,11 @@ static void loops_of(qhx_gmatch *m, size_t from, size_t n, uint64_t loop[2], int
     }
     size_t mark = m->n_work;
     upart v = {0};
-    long k = step(m, from, n, &v, 0xC2); /* U+0080 stands for them all */
+    size_t at;
+    long k = step(m, from, n, &v, 0xC2, &at); /* U+0080 stands for them all */
     if (k > 0) {
-        size_t at = m->n_work - (size_t)k;
-        k = step(m, at, (size_t)k, &v, 0x80);
-        *high = k == (long)n && same_set(m, from, m->n_work - (size_t)k, n);
+        k = step(m, at, (size_t)k, &v, 0x80, &at);
+        *high = k == (long)n && same_set(m, from, at, n);
     }
     m->n_work = mark;
 }
@@ -552,7 +552,8 @@ static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, siz
         }
         upart v = u;
         size_t mark = m->n_work;
-        long k = step(m, from, n, &v, ch->byte);
+        size_t at;
+        long k = step(m, from, n, &v, ch->byte, &at);
         if (k < 0) { m->oom = 1; return; }
         if (k > 0) {
             for (uint32_t i = 0; i < ch->n_tok; i++) {
@@ -560,7 +561,7 @@ static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, siz
                 m->mask[id >> 6] |= 1ull << (id & 63);
             }
             loop_info sub = {0};
-            if (ch->n_child) walk(m, tr, ci, m->n_work - (size_t)k, (size_t)k, v, &sub);
+            if (ch->n_child) walk(m, tr, ci, at, (size_t)k, v, &sub);
         }
         m->n_work = mark;
     }
