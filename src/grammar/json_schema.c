@@ -899,7 +899,11 @@ static int schema_body(gen *g, json_t *s) {
     if (!f) return -1;
     if (!json_is_object(f)) { r = schema_body(g, f); json_decref(f); return r; }
     json_object_foreach(f, k, v)
-        if (!keyword_known(k)) { json_decref(f); return fail(g, QHX_ERR_UNSUPPORTED, "keyword '%s' cannot be enforced", k); }
+        if (!keyword_known(k)) { /* k lives in f */
+            fail(g, QHX_ERR_UNSUPPORTED, "keyword '%s' cannot be enforced", k);
+            json_decref(f);
+            return -1;
+        }
     const char *alts_key = json_object_get(f, "anyOf") ? "anyOf" : json_object_get(f, "oneOf") ? "oneOf" : NULL;
     if (alts_key) {
         json_t *alts = json_incref(json_object_get(f, alts_key));
