@@ -208,8 +208,7 @@ $(BUILD)/gguf_synth: $(BUILD)/bench/gguf_synth.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # the prefix cache as qhx serve and qhx chat run it
-$(BUILD)/bench/prefix_bench.o: CFLAGS += -Itools
-$(BUILD)/prefix_bench: $(BUILD)/bench/prefix_bench.o $(BUILD)/libqhxcli.a $(BUILD)/libqhexrt.a
+$(BUILD)/prefix_bench: $(BUILD)/bench/prefix_bench.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/moe_quality: $(BUILD)/bench/moe_quality.o $(BUILD)/libqhexrt.a

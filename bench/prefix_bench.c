@@ -1,11 +1,12 @@
-/* The prefix cache on a long conversation (tools/prefix_cache.h, as qhx serve runs it): a system
+/* The prefix cache on a long conversation (qhexrt.h: qhx_prefix_cache, as qhx serve runs it): a system
  * prompt of SYS tokens, then TURNS turns, each a user message of MSG tokens, the generation
  * prompt, the first reply token (time to first token), and the reply (MSG tokens) cached as the
  * server caches it after the answer. The same conversation runs uncached, then cached, in one
  * process; it reports each turn's time to first token both ways, their ratio, and the cache's
- * memory. Token ids are seeded random (timing does not depend on them); one id plays <|im_start|>.
+ * memory. Token ids are seeded random (timing does not depend on them) but for the chat markers,
+ * which the model's tokenizer gives (a synthetic bundle has none: copy the Qwen tokenizer.json
+ * beside it).
  *   build/prefix_bench MODEL [SYS [MSG [TURNS [THREADS]]]]   (defaults 2000 100 5, every core) */
-#include "prefix_cache.h"
 #include "qhexrt.h"
 
 #include <stdio.h>
@@ -19,12 +20,13 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-#define IM_START 7
-#define ASSISTANT 77
+static int32_t IM_START, ASSISTANT[8];
+static int N_ASSISTANT;
 static uint64_t rng = 0x853c49e6748fea9bull;
 static int32_t next_id(int vocab) {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (int32_t)((rng >> 33) % (uint64_t)(vocab - 100)) + 100;
+    int32_t id = (int32_t)((rng >> 33) % (uint64_t)(vocab - 100)) + 100;
+    return id == IM_START ? id + 1 : id;
 }
 
 /* writes an <|im_start|> message of n tokens, its body from body, at ids + at; returns its end */
@@ -45,7 +47,17 @@ int main(int argc, char **argv) {
         return fprintf(stderr, "prefix_bench: %s\n", qhx_last_error()), 1;
     qhx_model_info mi;
     qhx_model_get_info(m, &mi);
-    const int cap = sys + turns * (2 * msg + 3) + 8;
+    qhx_tokenizer *tok;
+    int32_t *a = NULL;
+    size_t na = 0;
+    if (qhx_model_tokenizer(m, &tok) || (IM_START = qhx_tokenizer_find_added(tok, "<|im_start|>")) < 0 ||
+        qhx_tokenizer_encode(tok, "assistant", 9, 0, &a, &na) || na > 8 || msg <= (int)na + 2)
+        return fprintf(stderr, "prefix_bench: %s needs a tokenizer with <|im_start|> (and MSG over the header)\n", argv[1]), 1;
+    memcpy(ASSISTANT, a, sizeof(int32_t) * na);
+    N_ASSISTANT = (int)na;
+    free(a);
+    const int head = 2 + N_ASSISTANT; /* <|im_start|>assistant\n */
+    const int cap = sys + turns * (2 * msg + 10) + 8;
     int32_t *conv = malloc(sizeof(int32_t) * cap);
     int32_t *replies = malloc(sizeof(int32_t) * turns * msg), *users = malloc(sizeof(int32_t) * turns * msg);
     int32_t *system = malloc(sizeof(int32_t) * sys);
@@ -58,38 +70,40 @@ int main(int argc, char **argv) {
     uint64_t mem = 0;
     int resumed[64] = {0};
     for (int cached = 0; cached < 2; cached++) {
-        prefix_cache pc;
-        pc_init(&pc, cached ? (uint64_t)1 << 40 : 0);
-        pc.im_start = IM_START, pc.assistant[0] = ASSISTANT, pc.n_assistant = 1;
+        qhx_prefix_cache *pc;
+        if (qhx_prefix_cache_new(m, cached ? (uint64_t)1 << 40 : 0, &pc)) return fprintf(stderr, "prefix_bench: %s\n", qhx_last_error()), 1;
         int len = n;
         for (int t = 0; t < turns && t < 64; t++) {
             const int user = len;
             const int at = message(conv, len, msg, users + t * msg);
-            conv[at] = IM_START, conv[at + 1] = ASSISTANT, conv[at + 2] = 78; /* the generation prompt */
-            const int prompt = at + 3;
+            conv[at] = IM_START; /* the generation prompt */
+            memcpy(conv + at + 1, ASSISTANT, sizeof(int32_t) * N_ASSISTANT);
+            conv[at + 1 + N_ASSISTANT] = 78;
+            const int prompt = at + head;
             qhx_generate_opts go = {.max_tokens = 1, .ignore_eos = 1};
             int got = 0;
             const double t0 = now();
-            qhx_status st = pc_prefill(&pc, s, conv, prompt, &got, NULL, NULL);
+            qhx_status st = qhx_prefix_cache_prefill(pc, s, conv, prompt, &got, NULL, NULL);
             const int p = qhx_session_pos(s);
             if (!st) st = qhx_generate(s, conv + p, prompt - p, &go, NULL, NULL, NULL);
             ttft[cached][t] = now() - t0;
             if (st) return fprintf(stderr, "prefix_bench: %s\n", qhx_last_error()), 1;
             if (cached) resumed[t] = got;
             /* the assistant message as the next prompt holds it: the generation prompt, the reply */
-            memcpy(conv + prompt, replies + t * msg, sizeof(int32_t) * (msg - 3));
+            memcpy(conv + prompt, replies + t * msg, sizeof(int32_t) * (msg - head));
             len = at + msg;
-            if (cached) { /* what qhx serve's pc_cache_reply does after the answer */
-                const int split[1] = {user};
-                if (pc_resume(&pc, s, conv, split, 1) == user && !qhx_session_eval(s, conv + user, len - user, QHX_EVAL_SEQUENCE, NULL, NULL))
-                    pc_insert(&pc, s);
+            if (cached) { /* what qhx_prefix_cache_add_reply does after the answer */
+                if (qhx_prefix_cache_lookup(pc, s, conv, len) == user && !qhx_session_eval(s, conv + user, len - user, QHX_EVAL_SEQUENCE, NULL, NULL))
+                    qhx_prefix_cache_insert(pc, s);
             }
             printf("  turn %d (%s): prompt %d tokens, %d resumed, time to first token %.0f ms\n", t + 1,
                    cached ? "cached" : "uncached", prompt, got, ttft[cached][t] * 1e3);
             fflush(stdout);
         }
-        if (cached) mem = pc.bytes;
-        pc_free(&pc);
+        qhx_prefix_cache_stats st;
+        qhx_prefix_cache_get_stats(pc, &st);
+        if (cached) mem = st.bytes;
+        qhx_prefix_cache_free(pc);
     }
     printf("turn | uncached ms | cached ms | cached / uncached\n");
     for (int t = 0; t < turns && t < 64; t++)

@@ -374,6 +374,47 @@ typedef struct {
 qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, const qhx_generate_opts *opts,
                         qhx_token_cb cb, void *user, qhx_generate_result *result);
 
+/* ---- prefix cache: what earlier requests evaluated, resumed ------------------------------------
+ * Session snapshots at the split points of earlier prompts and replies: a prompt that starts as
+ * an earlier one did (the same system prompt, a conversation's history, a regenerated answer)
+ * resumes at the deepest such point instead of evaluating it again. The split points are where
+ * the chat's system and user messages start (or, without chat markers, before a prompt's last
+ * token); prompts are evaluated in pieces that end there and every QHX_PREFIX_PIECE tokens after,
+ * cache or no cache, so a resumed request gives the logits a cold one gives, bit for bit.
+ * Thread-safe; entries are copied out, never lent. Eviction weighs the tokens an entry saves
+ * against the bytes it holds, and how recently it served. */
+typedef struct qhx_prefix_cache qhx_prefix_cache;
+#define QHX_PREFIX_PIECE 256
+
+/* A cache of at most budget_bytes (0: off: nothing is kept, prefill evaluates everything) for
+ * sessions on m, whose tokenizer gives the chat markers. */
+qhx_status qhx_prefix_cache_new(qhx_model *m, uint64_t budget_bytes, qhx_prefix_cache **out);
+void qhx_prefix_cache_free(qhx_prefix_cache *pc);
+/* Resets s and evaluates a prompt of n ids into it from the deepest cached split point on,
+ * keeping the state at each split point reached, up to the last piece end before the prompt's
+ * last token: qhx_generate then takes ids + qhx_session_pos(s). *cached: the tokens resumed.
+ * yield (may be NULL), called after each piece, may let others use the model; nonzero cancels
+ * (QHX_ERR_CANCELLED). */
+qhx_status qhx_prefix_cache_prefill(qhx_prefix_cache *pc, qhx_session *s, const int32_t *ids, int n, int *cached,
+                                    int (*yield)(void *user), void *user);
+/* The lower-level steps: resets s and restores the deepest cached split point of ids (returns
+ * its position, 0 when none); keeps s's state at its position. */
+int qhx_prefix_cache_lookup(qhx_prefix_cache *pc, qhx_session *s, const int32_t *ids, int n);
+void qhx_prefix_cache_insert(qhx_prefix_cache *pc, qhx_session *s);
+/* After a chat reply: keeps the state the next turn's prompt will resume from. conversation: the
+ * qhx_chat_render request whose last message is the reply; prompt: the ids the reply was
+ * generated from. The template drops a reply's reasoning from history, so this renders the
+ * conversation with an empty user message after the reply and evaluates from the prompt's last
+ * split point to that message's start (s is left anywhere). What fails only costs a later hit. */
+qhx_status qhx_prefix_cache_add_reply(qhx_prefix_cache *pc, qhx_session *s, const char *conversation, size_t len,
+                                      const int32_t *prompt, int n_prompt);
+typedef struct {
+    uint64_t budget, bytes;
+    int entries;
+    unsigned long hits, misses, evictions;
+} qhx_prefix_cache_stats;
+void qhx_prefix_cache_get_stats(qhx_prefix_cache *pc, qhx_prefix_cache_stats *st);
+
 /* ---- tokenizer: byte-level BPE from a Hugging Face tokenizer.json --------------------------- */
 
 /* Loads a tokenizer.json, a compact tokenizer (qhx_tokenizer_save_compact; told apart by its

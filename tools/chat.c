@@ -2,7 +2,7 @@
  * qhx chat: multi-turn chat in a terminal, in the model's chat format.
  *
  * Every turn renders the whole conversation with the chat template and resumes from the prefix
- * cache (tools/prefix_cache.h) at the last message boundary the rendering shares with an earlier
+ * cache (qhexrt.h: qhx_prefix_cache) at the last message boundary the rendering shares with an earlier
  * one: a recurrent state cannot be rolled back, and the template does rewrite history (it drops
  * the reasoning of earlier turns), so the session is snapshotted at every message boundary on the
  * way. Resumed turns answer exactly as if the whole rendering were evaluated afresh. When the
@@ -10,7 +10,6 @@
  */
 #include "util/buf.h"
 #include "cli.h"
-#include "prefix_cache.h"
 
 #include <jansson.h>
 
@@ -136,8 +135,7 @@ int cmd_chat(int argc, char **argv) {
     json_t *msgs = json_array();
     int32_t *ids = NULL; /* the latest rendering */
     size_t n_ids = 0;
-    prefix_cache cache;
-    pc_init(&cache, (uint64_t)o.cache_mb << 20);
+    qhx_prefix_cache *cache = NULL;
     int thinking = 0;
     char line[1 << 16];
     int rc = 1;
@@ -145,7 +143,7 @@ int cmd_chat(int argc, char **argv) {
         if (m && !s) api_error();
         goto done;
     }
-    pc_markers(&cache, tok);
+    if (qhx_prefix_cache_new(m, (uint64_t)o.cache_mb << 20, &cache)) { api_error(); goto done; }
     qhx_model_info mi;
     qhx_model_get_info(m, &mi);
     const int ctx = o.ctx && o.ctx < mi.max_context ? (int)o.ctx : mi.max_context;
@@ -198,7 +196,7 @@ int cmd_chat(int argc, char **argv) {
         o.gen.max_tokens = (int)o.n;
         int resumed = 0;
         const double t0 = now_s();
-        qhx_status st = pc_prefill(&cache, s, ids, (int)n_ids, &resumed, NULL, NULL);
+        qhx_status st = qhx_prefix_cache_prefill(cache, s, ids, (int)n_ids, &resumed, NULL, NULL);
         const int at = qhx_session_pos(s);
         if (!st) st = qhx_generate(s, ids + at, (int)n_ids - at, &o.gen, chat_on_token, &r, &res);
         if (st == QHX_ERR_CANCELLED) fputs(" [stopped]", stdout);
@@ -210,7 +208,9 @@ int cmd_chat(int argc, char **argv) {
         if (st == QHX_OK) { /* the next turn then resumes at its own message */
             json_t *conv = json_pack("{s:O}", "messages", msgs);
             if (o.think >= 0) json_object_set_new(conv, "enable_thinking", json_boolean(o.think));
-            pc_cache_reply(&cache, s, tok, conv, ids, (int)n_ids);
+            char *cj = json_dumps(conv, JSON_COMPACT);
+            if (cj) qhx_prefix_cache_add_reply(cache, s, cj, strlen(cj), ids, (int)n_ids);
+            free(cj);
             json_decref(conv);
         }
         free(r.reasoning);
@@ -218,7 +218,7 @@ int cmd_chat(int argc, char **argv) {
     }
     rc = 0;
 done:
-    pc_free(&cache);
+    qhx_prefix_cache_free(cache);
     free(ids);
     json_decref(msgs);
     close_model(rt, m, s);

@@ -69,14 +69,14 @@ int cmd_serve(int argc, char **argv) {
     struct MHD_Daemon *d = NULL;
     pthread_mutex_init(&sv.lock, NULL);
     pthread_cond_init(&sv.cv, NULL);
-    pc_init(&sv.cache, (uint64_t)o.cache_mb << 20);
     sv.slot = calloc((size_t)sv.n_slots, sizeof *sv.slot);
     sv.slot_busy = calloc((size_t)sv.n_slots, sizeof *sv.slot_busy);
     if (!sv.slot || !sv.slot_busy) { die("out of memory"); goto done; }
     if (open_model(&o, &rt, &sv.m)) goto done;
     qhx_model_get_info(sv.m, &sv.mi);
     if (qhx_model_tokenizer(sv.m, &sv.tok)) { api_error(); goto done; }
-    pc_markers(&sv.cache, sv.tok);
+    sv.cache_budget = (uint64_t)o.cache_mb << 20;
+    if (qhx_prefix_cache_new(sv.m, sv.cache_budget, &sv.cache)) { api_error(); goto done; }
     for (int i = 0; i < sv.n_slots; i++)
         if (qhx_session_new(sv.m, &sv.slot[i])) { api_error(); goto done; }
     sv.posted = calloc((size_t)sv.n_slots, sizeof *sv.posted);
@@ -129,11 +129,13 @@ int cmd_serve(int argc, char **argv) {
         if (!busy) break;
         usleep(10000);
     }
-    fprintf(stderr, "qhx serve: prefix cache: %lu hits, %lu misses, %lu evictions, %d snapshots in %.1f MB\n", sv.cache.hits,
-            sv.cache.misses, sv.cache.evictions, sv.cache.n, sv.cache.bytes / 1048576.0);
+    qhx_prefix_cache_stats cs;
+    qhx_prefix_cache_get_stats(sv.cache, &cs);
+    fprintf(stderr, "qhx serve: prefix cache: %lu hits, %lu misses, %lu evictions, %d snapshots in %.1f MB\n", cs.hits, cs.misses,
+            cs.evictions, cs.entries, cs.bytes / 1048576.0);
     rc = 0;
 done:
-    pc_free(&sv.cache);
+    qhx_prefix_cache_free(sv.cache);
     for (int i = 0; sv.slot && i < sv.n_slots; i++) qhx_session_free(sv.slot[i]);
     free(sv.slot);
     free(sv.slot_busy);

@@ -438,7 +438,7 @@ static qhx_status serve_step(qhx_session *s, int32_t tok, float *logits, void *u
     return sched_step(jb->sv, s, tok, logits, &jb->decoding);
 }
 
-/* pc_prefill's yield between the pieces of a long prompt: the streams decoding meanwhile get as
+/* qhx_prefix_cache_prefill's yield between the pieces of a long prompt: the streams decoding meanwhile get as
  * much time on the model as the piece took (or the piece's time passes), new requests get their
  * turn, and a client gone (a stream's keep-alive comment fails to write) or a server stopping
  * cancels the prefill there. */
@@ -465,7 +465,7 @@ static qhx_status run_job(job *jb, qhx_generate_result *res) {
     qhx_session *s = sv->slot[jb->slot];
     jb->ts.in_reasoning = jb->rq->chat && jb->rq->thinking;
     jb->t_piece = jb->t_start;
-    qhx_status st = pc_prefill(&sv->cache, s, jb->rq->ids, jb->rq->n_ids, &jb->cached, serve_yield, jb);
+    qhx_status st = qhx_prefix_cache_prefill(sv->cache, s, jb->rq->ids, jb->rq->n_ids, &jb->cached, serve_yield, jb);
     const int at = qhx_session_pos(s);
     jb->rq->gen.step = serve_step, jb->rq->gen.step_user = jb;
     jb->calls = jb->rq->tools ? json_array() : NULL;
@@ -480,7 +480,7 @@ static qhx_status run_job(job *jb, qhx_generate_result *res) {
     if (!st && jb->rq->tools) read_calls(jb, 1);
     sched_step_done(sv, &jb->decoding); /* the others' passes no longer wait for this slot */
     res->n_prompt = jb->rq->n_ids;
-    jb->reply_cacheable = !st && jb->rq->history && !jb->failed && sv->cache.budget;
+    jb->reply_cacheable = !st && jb->rq->history && !jb->failed && sv->cache_budget;
     jb->t_end = now_s();
     turn_end(sv);
     slot_give(sv, jb->slot);
@@ -503,7 +503,9 @@ static void *reply_worker(void *arg) {
         json_t *h = json_deep_copy(r->rq->history);
         json_array_append_new(json_object_get(h, "messages"),
                               json_pack("{s:s, s:s%}", "role", "assistant", "content", r->content ? r->content : "", r->n_content));
-        pc_cache_reply(&sv->cache, sv->slot[k], sv->tok, h, r->rq->ids, r->rq->n_ids);
+        char *conv = json_dumps(h, JSON_COMPACT);
+        if (conv) qhx_prefix_cache_add_reply(sv->cache, sv->slot[k], conv, strlen(conv), r->rq->ids, r->rq->n_ids);
+        free(conv);
         json_decref(h);
         turn_end(sv);
         slot_give(sv, k);
@@ -514,7 +516,7 @@ static void *reply_worker(void *arg) {
     return NULL;
 }
 
-/* After the answer is out: the reply's snapshot (pc_cache_reply) on a slot of its own, in the
+/* After the answer is out: the reply's snapshot (qhx_prefix_cache_add_reply) on a slot of its own, in the
  * background, taking the request and the reply text from the job. */
 static void schedule_reply(job *jb) {
     if (!jb->reply_cacheable) return;

@@ -3,7 +3,6 @@
  * (tools/serve_routes.c) and the server itself (tools/serve.c). */
 #ifndef QHX_SERVE_H
 #define QHX_SERVE_H
-#include "prefix_cache.h"
 #include "qhexrt.h"
 
 #include <jansson.h>
@@ -24,7 +23,8 @@ typedef struct {
     unsigned long turn_next, turn_now;  /* a ticket lock: whose turn on the model it is */
     volatile sig_atomic_t stopping;
     unsigned long n_requests;
-    prefix_cache cache;         /* snapshots at the split points of earlier prompts and replies */
+    qhx_prefix_cache *cache;    /* snapshots at the split points of earlier prompts and replies */
+    uint64_t cache_budget;
     int draft, draft_max;       /* speculative decoding for every request (--draft): the same answers */
     struct step_req **posted;   /* batched decode (tools/serve.c): the steps waiting for the next pass */
     int n_posted, n_decoding, leading;

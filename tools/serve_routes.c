@@ -27,6 +27,8 @@ static enum MHD_Result metrics(server *sv, struct MHD_Connection *c) {
     fprintf(f, "# HELP qhx_requests_total HTTP responses by status code.\n# TYPE qhx_requests_total counter\n");
     for (unsigned s = 100; s < sizeof sv->stats.by_status / sizeof *sv->stats.by_status; s++)
         if (sv->stats.by_status[s]) fprintf(f, "qhx_requests_total{status=\"%u\"} %lu\n", s, sv->stats.by_status[s]);
+    qhx_prefix_cache_stats cs;
+    qhx_prefix_cache_get_stats(sv->cache, &cs);
     const struct {
         const char *name, *type, *help;
         double v;
@@ -43,8 +45,8 @@ static enum MHD_Result metrics(server *sv, struct MHD_Connection *c) {
         {"qhx_queue_depth", "gauge", "Requests waiting for a slot.", (double)sv->n_waiting},
         {"qhx_slots_busy", "gauge", "Slots generating.", (double)sv->n_running},
         {"qhx_slots", "gauge", "Slots (--parallel).", (double)sv->n_slots},
-        {"qhx_prefix_cache_bytes", "gauge", "Memory held by the prefix cache.", (double)sv->cache.bytes},
-        {"qhx_prefix_cache_hits_total", "counter", "Requests that resumed from the prefix cache.", (double)sv->cache.hits},
+        {"qhx_prefix_cache_bytes", "gauge", "Memory held by the prefix cache.", (double)cs.bytes},
+        {"qhx_prefix_cache_hits_total", "counter", "Requests that resumed from the prefix cache.", (double)cs.hits},
     };
     pthread_mutex_unlock(&sv->lock);
     for (size_t i = 0; i < sizeof m / sizeof *m; i++)
