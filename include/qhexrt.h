@@ -31,18 +31,25 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define QHX_VERSION "0.1.0"
+#define QHX_VERSION "1.0.0"
 
+/* The values are fixed: new statuses only ever come after these. */
 typedef enum {
     QHX_OK = 0,
-    QHX_ERR_ARG,          /* a bad argument from the caller */
-    QHX_ERR_IO,           /* a file could not be opened, read, mapped or written */
-    QHX_ERR_FORMAT,       /* a file is malformed: bad header, wrong shape or dtype, truncated */
-    QHX_ERR_UNSUPPORTED,  /* well-formed but not something qhexrt runs (model type, activation, ...) */
-    QHX_ERR_RANGE,        /* a token id, length or position outside what the model allows */
-    QHX_ERR_NOMEM,        /* an allocation failed or a size would overflow */
-    QHX_ERR_CANCELLED     /* the caller's callback asked to stop */
+    QHX_ERR_ARG = 1,          /* a bad argument from the caller */
+    QHX_ERR_IO = 2,           /* a file could not be opened, read, mapped or written */
+    QHX_ERR_FORMAT = 3,       /* a file is malformed: bad header, wrong shape or dtype, truncated */
+    QHX_ERR_UNSUPPORTED = 4,  /* well-formed but not something qhexrt runs (model type, activation, ...) */
+    QHX_ERR_RANGE = 5,        /* a token id, length or position outside what the model allows */
+    QHX_ERR_NOMEM = 6,        /* an allocation failed or a size would overflow */
+    QHX_ERR_CANCELLED = 7     /* the caller's callback asked to stop */
 } qhx_status;
+
+/* Growing without breaking compiled programs: the option and info structs only ever gain fields at
+ * their end, and each call that takes one is an inline function passing the size of the struct
+ * the caller was compiled with to the function the library exports (qhx_*_sized). An older program's
+ * options lack the newer fields, which read as zero (their defaults); its info structs get the
+ * fields it knows and nothing past them. */
 
 /* A short constant name for a status ("format error", ...). */
 const char *qhx_status_str(qhx_status st);
@@ -75,7 +82,10 @@ typedef struct {
 } qhx_runtime_opts;
 
 /* opts may be NULL for the defaults. Fails on unknown kernels or ones this CPU cannot run. */
-qhx_status qhx_runtime_new(const qhx_runtime_opts *opts, qhx_runtime **out);
+qhx_status qhx_runtime_new_sized(const qhx_runtime_opts *opts, size_t opts_size, qhx_runtime **out);
+static inline qhx_status qhx_runtime_new(const qhx_runtime_opts *opts, qhx_runtime **out) {
+    return qhx_runtime_new_sized(opts, sizeof(qhx_runtime_opts), out);
+}
 /* Stops the runtime's threads and frees it (NULL is fine). Models on it must be closed first. */
 void qhx_runtime_free(qhx_runtime *rt);
 /* The kernel set chosen ("avx2", "ref", ...): what "auto" resolved to on this CPU. */
@@ -131,7 +141,8 @@ typedef struct {
 } qhx_model_info;
 
 /* Sizes, layer counts and end-of-generation ids of an open model. */
-void qhx_model_get_info(const qhx_model *m, qhx_model_info *info);
+void qhx_model_get_info_sized(const qhx_model *m, qhx_model_info *info, size_t info_size);
+static inline void qhx_model_get_info(const qhx_model *m, qhx_model_info *info) { qhx_model_get_info_sized(m, info, sizeof *info); }
 
 /* A bundle's manifest JSON text (owned by the model), or NULL for a checkpoint. */
 const char *qhx_model_manifest(const qhx_model *m);
@@ -223,7 +234,10 @@ typedef struct {
     uint64_t kv_bytes;        /* KV rows it added (since the previous snapshot of its session) */
     uint64_t kv_shared_bytes; /* KV rows it shares with earlier snapshots */
 } qhx_snapshot_info;
-void qhx_snapshot_get_info(const qhx_snapshot *snap, qhx_snapshot_info *info);
+void qhx_snapshot_get_info_sized(const qhx_snapshot *snap, qhx_snapshot_info *info, size_t info_size);
+static inline void qhx_snapshot_get_info(const qhx_snapshot *snap, qhx_snapshot_info *info) {
+    qhx_snapshot_get_info_sized(snap, info, sizeof *info);
+}
 /* The token ids of positions [0, pos): copies min(pos, cap) of them to out (may be NULL) and
  * returns pos. */
 int qhx_snapshot_tokens(const qhx_snapshot *snap, int32_t *out, int cap);
@@ -371,8 +385,12 @@ typedef struct {
 /* Evaluates the prompt (after whatever the session already holds), then samples up to max_tokens
  * tokens, reporting each through cb (may be NULL). result may be NULL. The prompt plus max_tokens
  * must fit in the context left; this is checked before anything runs. */
-qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, const qhx_generate_opts *opts,
-                        qhx_token_cb cb, void *user, qhx_generate_result *result);
+qhx_status qhx_generate_sized(qhx_session *s, const int32_t *prompt, int n_prompt, const qhx_generate_opts *opts,
+                              size_t opts_size, qhx_token_cb cb, void *user, qhx_generate_result *result, size_t result_size);
+static inline qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, const qhx_generate_opts *opts,
+                                      qhx_token_cb cb, void *user, qhx_generate_result *result) {
+    return qhx_generate_sized(s, prompt, n_prompt, opts, sizeof *opts, cb, user, result, sizeof *result);
+}
 
 /* ---- prefix cache: what earlier requests evaluated, resumed ------------------------------------
  * Session snapshots at the split points of earlier prompts and replies: a prompt that starts as
@@ -413,7 +431,10 @@ typedef struct {
     int entries;
     unsigned long hits, misses, evictions;
 } qhx_prefix_cache_stats;
-void qhx_prefix_cache_get_stats(qhx_prefix_cache *pc, qhx_prefix_cache_stats *st);
+void qhx_prefix_cache_get_stats_sized(qhx_prefix_cache *pc, qhx_prefix_cache_stats *st, size_t st_size);
+static inline void qhx_prefix_cache_get_stats(qhx_prefix_cache *pc, qhx_prefix_cache_stats *st) {
+    qhx_prefix_cache_get_stats_sized(pc, st, sizeof *st);
+}
 
 /* ---- tokenizer: byte-level BPE from a Hugging Face tokenizer.json --------------------------- */
 

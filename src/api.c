@@ -23,8 +23,10 @@
 
 /* ---- runtime ---- */
 
-qhx_status qhx_runtime_new(const qhx_runtime_opts *opts, qhx_runtime **out) {
+qhx_status qhx_runtime_new_sized(const qhx_runtime_opts *given, size_t size, qhx_runtime **out) {
     *out = NULL;
+    qhx_runtime_opts all = {0}, *opts = given ? &all : NULL; /* an older caller's lacks the newer fields: zero */
+    if (given) memcpy(&all, given, size < sizeof all ? size : sizeof all);
     const qhx_kernel_set *ks = qhx_kernels_find(opts && opts->kernels ? opts->kernels : "auto");
     if (!ks) return QHX_ERR_ARG;
     int n = opts ? opts->n_threads : 0;
@@ -211,8 +213,9 @@ void qhx_model_close(qhx_model *m) {
     free(m);
 }
 
-void qhx_model_get_info(const qhx_model *m, qhx_model_info *info) {
+void qhx_model_get_info_sized(const qhx_model *m, qhx_model_info *out, size_t size) {
     const qhx_config *c = &m->cfg;
+    qhx_model_info full, *info = &full; /* an older caller's struct gets the fields it knows */
     memset(info, 0, sizeof *info);
     info->vocab_size = c->vocab_size;
     info->hidden_size = c->hidden;
@@ -236,6 +239,7 @@ void qhx_model_get_info(const qhx_model *m, qhx_model_info *info) {
         info->expert_size = c->moe_ffn;
         info->shared_expert_size = c->ffn;
     }
+    memcpy(out, &full, size < sizeof full ? size : sizeof full);
 }
 
 const char *qhx_model_manifest(const qhx_model *m) { return m->manifest; }

@@ -369,8 +369,23 @@ static int is_stop_id(const qhx_generate_opts *o, const qhx_model_info *mi, int3
     return 0;
 }
 
-qhx_status qhx_generate(qhx_session *s, const int32_t *prompt, int n_prompt, const qhx_generate_opts *o,
-                        qhx_token_cb cb, void *user, qhx_generate_result *result) {
+static qhx_status generate(qhx_session *s, const int32_t *prompt, int n_prompt, const qhx_generate_opts *o,
+                           qhx_token_cb cb, void *user, qhx_generate_result *result);
+
+qhx_status qhx_generate_sized(qhx_session *s, const int32_t *prompt, int n_prompt, const qhx_generate_opts *given,
+                              size_t opts_size, qhx_token_cb cb, void *user, qhx_generate_result *out, size_t result_size) {
+    /* an older caller's options lack the newer fields (zero: defaults); its result gets the fields it knows */
+    qhx_generate_opts all = {0};
+    const qhx_generate_opts *o = given ? &all : NULL;
+    if (given) memcpy(&all, given, opts_size < sizeof all ? opts_size : sizeof all);
+    qhx_generate_result full, *result = out ? &full : NULL;
+    qhx_status rc = generate(s, prompt, n_prompt, o, cb, user, result);
+    if (out) memcpy(out, &full, result_size < sizeof full ? result_size : sizeof full);
+    return rc;
+}
+
+static qhx_status generate(qhx_session *s, const int32_t *prompt, int n_prompt, const qhx_generate_opts *o,
+                           qhx_token_cb cb, void *user, qhx_generate_result *result) {
     qhx_generate_result res = {0};
     if (result) *result = res;
     if (!s || !o || !prompt) return qhx_fail(QHX_ERR_ARG, "generate: needs a session, a prompt and options");

@@ -83,11 +83,12 @@ void qhx_prefix_cache_free(qhx_prefix_cache *pc) {
     free(pc);
 }
 
-void qhx_prefix_cache_get_stats(qhx_prefix_cache *pc, qhx_prefix_cache_stats *st) {
+void qhx_prefix_cache_get_stats_sized(qhx_prefix_cache *pc, qhx_prefix_cache_stats *st, size_t size) {
     pthread_mutex_lock(&pc->lock);
-    *st = (qhx_prefix_cache_stats){.budget = pc->budget, .bytes = pc->bytes, .entries = pc->n, .hits = pc->hits,
+    qhx_prefix_cache_stats full = {.budget = pc->budget, .bytes = pc->bytes, .entries = pc->n, .hits = pc->hits,
                                    .misses = pc->misses, .evictions = pc->evictions};
     pthread_mutex_unlock(&pc->lock);
+    memcpy(st, &full, size < sizeof full ? size : sizeof full);
 }
 
 /* The split points of a prompt of n ids (ascending, each in (0, n)). Returns the count; *out is

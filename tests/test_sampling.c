@@ -405,7 +405,52 @@ static void bias_and_logprobs_tests(const char *model) {
     qhx_model_close(m);
 }
 
+/* The header's promise to compiled programs: a program built against an older header passes
+ * smaller option and info structs. Options: the fields past its size are never read (filled here
+ * with garbage, generation is still the default's). Info: nothing past its size is written. */
+typedef struct { int32_t ids[16]; int n; } got;
+
+static int collect_ids(int32_t tok, const char *text, size_t len, void *user) {
+    got *g = user;
+    if (tok >= 0 && g->n < 16) g->ids[g->n++] = tok;
+    return 0;
+}
+
+static void abi_tests(const char *dir) {
+    qhx_runtime *rt;
+    qhx_model *m;
+    qhx_session *s;
+    if (tl_open(dir, "auto", &rt, &m, &s)) return;
+    const int32_t prompt[] = {1, 2, 3};
+    got a = {0}, b = {0};
+    qhx_generate_opts plain = {.max_tokens = 8};
+    qhx_generate_result ra, rb;
+    CHECK(qhx_generate(s, prompt, 3, &plain, collect_ids, &a, &ra) == QHX_OK, "%s", qhx_last_error());
+    union { qhx_generate_opts o; unsigned char bytes[sizeof(qhx_generate_opts)]; } old;
+    memset(old.bytes, 0xA5, sizeof old.bytes); /* the fields an older program does not have: garbage */
+    const size_t old_size = offsetof(qhx_generate_opts, force);
+    memset(old.bytes, 0, old_size);
+    old.o.max_tokens = 8;
+    unsigned char res[sizeof(qhx_generate_result) + 8];
+    memset(res, 0x5A, sizeof res);
+    qhx_session_reset(s);
+    CHECK(qhx_generate_sized(s, prompt, 3, &old.o, old_size, collect_ids, &b, (qhx_generate_result *)res,
+                             offsetof(qhx_generate_result, n_drafted)) == QHX_OK, "older options: %s", qhx_last_error());
+    CHECK(a.n == b.n && !memcmp(a.ids, b.ids, sizeof(int32_t) * (size_t)a.n), "older options: another output");
+    memcpy(&rb, res, sizeof rb);
+    CHECK(rb.n_generated == ra.n_generated && res[offsetof(qhx_generate_result, n_drafted)] == 0x5A,
+          "an older result struct: written past its size, or not filled");
+    unsigned char info[sizeof(qhx_model_info) + 8];
+    memset(info, 0x5A, sizeof info);
+    qhx_model_get_info_sized(m, (qhx_model_info *)info, 8);
+    CHECK(info[8] == 0x5A && info[sizeof info - 1] == 0x5A, "an older info struct: written past its size");
+    qhx_session_free(s);
+    qhx_model_close(m);
+    qhx_runtime_free(rt);
+}
+
 int main(void) {
+    abi_tests("models/q35-kjv");
     sampler_tests();
     generate_tests("models/q35-kjv");
     bias_and_logprobs_tests("models/q35-kjv");

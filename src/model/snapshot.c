@@ -160,8 +160,9 @@ void qhx_snapshot_free(qhx_snapshot *snap) {
     free(snap);
 }
 
-void qhx_snapshot_get_info(const qhx_snapshot *snap, qhx_snapshot_info *info) {
+void qhx_snapshot_get_info_sized(const qhx_snapshot *snap, qhx_snapshot_info *out, size_t size) {
     const qhx_config *c = &snap->model->cfg;
+    qhx_snapshot_info full, *info = &full;
     const uint64_t row = qhx_snapshot_row_floats(c) * sizeof(float);
     memset(info, 0, sizeof *info);
     info->pos = snap->pos;
@@ -169,6 +170,7 @@ void qhx_snapshot_get_info(const qhx_snapshot *snap, qhx_snapshot_info *info) {
     const int own = snap->own_kv ? snap->kv->row1 - snap->kv->row0 : 0;
     info->kv_bytes = (uint64_t)own * row;
     info->kv_shared_bytes = (uint64_t)(snap->pos - own) * row;
+    memcpy(out, &full, size < sizeof full ? size : sizeof full);
 }
 
 int qhx_snapshot_tokens(const qhx_snapshot *snap, int32_t *out, int cap) {
