@@ -35,7 +35,7 @@ VERSION := $(shell sed -n 's/^\#define QHX_VERSION "\(.*\)"/\1/p' include/qhexrt
 # the soname carries the major version alone: it moves only when the ABI breaks
 SONAME  := libqhexrt.so.$(firstword $(subst ., ,$(VERSION)))
 LIB_LIBS := -lcjson -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread
-LDLIBS  += -lmicrohttpd $(LIB_LIBS)
+LDLIBS  += -lmicrohttpd -ledit $(LIB_LIBS)
 LDFLAGS += $(SAN)
 
 LIB_SRC  := $(wildcard src/*.c src/*/*.c)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages qhexrt builds and tests with, when they are missing.
 set -eu
-pkgs=(gcc make libcjson-dev libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev)
+pkgs=(gcc make libcjson-dev libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev libedit-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 [[ ${QHX_TEST_DEPS:-0} == 1 ]] && ! command -v npm >/dev/null && missing+=(npm)

@@ -66,4 +66,39 @@ read -r n1 r1 <<<"${res[0]:-0 0}"; read -r n2 r2 <<<"${res[1]:-0 0}"; read -r n3
 (( ${#res[@]} == 3 && r1 == 0 && r2 >= n1 && r2 < n2 && r3 >= n2 && r3 < n3 )) && ok || bad "resumed tokens per turn: $(cat "$tmp/r1e")"
 [[ $(grep -c ', 0 resumed' "$tmp/r2e") -eq 3 ]] && ok || bad "--cache-mb 0 resumed: $(cat "$tmp/r2e")"
 
+# line editing on a terminal (libedit): arrow keys move in the line and never reach the model (the
+# edited line gives the reply and prompt length the plainly typed one gives); up recalls the last
+# line; a line ending in \ goes on on the next; /help lists the commands
+cat >"$tmp/plain" <<S
+expect $P
+send Who made the heaven?\n
+expect $P
+send /exit\n
+exit 0
+S
+cat >"$tmp/edited" <<S
+expect $P
+send Who made heaven?\x1b[D\x1b[D\x1b[D\x1b[D\x1b[D\x1b[D\x1b[Dthe \x1b[C\x1b[C\x1b[C\x1b[C\x1b[C\x1b[C\x1b[C\n
+expect $P
+send /help\n
+expect /reset  start
+expect $P
+send \x1b[A\n
+expect /reset  start
+expect $P
+send And the \\\n
+send earth?\n
+expect $P
+send /exit\n
+exit 0
+S
+"$build/pty_drive" "$tmp/plain" "$qhx" chat models/q35-kjv -n 24 --seed 5 --temp 0 --no-think --verbose >"$tmp/e1" 2>&1 &&
+"$build/pty_drive" "$tmp/edited" "$qhx" chat models/q35-kjv -n 24 --seed 5 --temp 0 --no-think --verbose >"$tmp/e2" 2>&1 \
+    && ok || bad "line editing on a terminal: $(tail -c 600 "$tmp/e2")"
+p1=$(grep -o '\[prompt [0-9]* tokens' "$tmp/e1" | head -1); p2=$(grep -o '\[prompt [0-9]* tokens' "$tmp/e2" | head -1)
+[[ -n $p1 && $p1 == "$p2" ]] && ok || bad "an edited line is not the typed one: '$p1' / '$p2'"
+[[ $(grep -c '/reset  start' "$tmp/e2") -ge 2 && $(grep -c '\[prompt' "$tmp/e2") -eq 2 ]] && ok || bad "history recall or a continued line: $(tail -c 800 "$tmp/e2")"
+printf 'And the \\\nearth?\n/help\n' | "$qhx" chat models/q35-kjv -n 8 --seed 3 >"$tmp/p4" 2>&1
+[[ $(grep -c '^> ' "$tmp/p4") -eq 3 && $(grep -c '^> \. ' "$tmp/p4") -eq 1 ]] && grep -q '/exit   leave' "$tmp/p4" && ok || bad "piped continued line and /help: $(cat "$tmp/p4")"
+
 finish chat

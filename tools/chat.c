@@ -7,6 +7,8 @@
  * the reasoning of earlier turns), so the session is snapshotted at every message boundary on the
  * way. Resumed turns answer exactly as if the whole rendering were evaluated afresh. When the
  * conversation no longer fits the context, the oldest turns go first, and the user is told.
+ * On a terminal, lines are edited with Debian's libedit (BSD-licensed): arrow keys move and recall
+ * history and never reach the model as escape codes; a line ending in \ goes on on the next.
  */
 #include "util/buf.h"
 #include "cli.h"
@@ -14,6 +16,7 @@
 #include <jansson.h>
 
 #include <errno.h>
+#include <histedit.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -45,6 +48,79 @@ static int read_line(char *buf, size_t cap, size_t *len) {
         if (*len + 1 < cap) buf[(*len)++] = c;
     }
 }
+
+/* ---- line editing on a terminal (libedit) -------------------------------------------------- */
+
+static EditLine *el;
+static History *hist;
+
+/* \1 marks the prompt's escape codes as taking no columns */
+static const char *el_prompt(EditLine *e) { (void)e; return "\1\033[1m\1>\1\033[0m\1 "; }
+static const char *el_prompt_more(EditLine *e) { (void)e; return "\1\033[1m\1.\1\033[0m\1 "; }
+
+static void edit_open(const char *argv0) {
+    el = el_init(argv0, stdin, stdout, stderr);
+    hist = history_init();
+    HistEvent ev;
+    if (!el || !hist) return;
+    history(hist, &ev, H_SETSIZE, 500);
+    el_set(el, EL_HIST, history, hist);
+    el_set(el, EL_EDITOR, "emacs");
+    el_set(el, EL_PROMPT_ESC, el_prompt, '\1');
+}
+
+static void edit_close(void) {
+    if (el) el_end(el);
+    if (hist) history_end(hist);
+    el = NULL, hist = NULL;
+}
+
+/* One line through libedit: as read_line, the line kept in history. */
+static int edit_line(char *buf, size_t cap, size_t *len, int more) {
+    *len = 0;
+    el_set(el, EL_PROMPT_ESC, more ? el_prompt_more : el_prompt, '\1');
+    int n = 0;
+    const char *s = el_gets(el, &n);
+    if (interrupted || (!s && n < 0)) return -1;
+    if (!s || n == 0) return 0;
+    size_t k = (size_t)n;
+    if (k && s[k - 1] == '\n') k--;
+    if (k >= cap) k = cap - 1;
+    memcpy(buf, s, k);
+    *len = k;
+    if (k) {
+        HistEvent ev;
+        char *h = strndup(s, k);
+        if (h) history(hist, &ev, H_ENTER, h);
+        free(h);
+    }
+    return 1;
+}
+
+/* A message: lines joined while they end in a backslash. */
+static int read_message(char *buf, size_t cap, size_t *len, int tty_in) {
+    size_t have = 0;
+    for (int more = 0;; more = 1) {
+        size_t k;
+        if (!tty_in && more) fputs(". ", stdout), fflush(stdout);
+        int got = tty_in && el ? edit_line(buf + have, cap - have, &k, more) : read_line(buf + have, cap - have, &k);
+        if (got <= 0) {
+            *len = have;
+            return got == 0 && have ? 1 : got;
+        }
+        have += k;
+        if (!k || buf[have - 1] != '\\' || have + 1 >= cap) break;
+        buf[have - 1] = '\n'; /* the backslash becomes the line break */
+    }
+    *len = have;
+    return 1;
+}
+
+static const char chat_commands[] =
+    "/help   this list\n"
+    "/reset  start the conversation over (the system prompt stays)\n"
+    "/exit   leave (or Ctrl-D on an empty line); Ctrl-C stops a reply\n"
+    "End a line with \\ to go on on the next; arrow keys edit the line and recall earlier ones.\n";
 
 typedef struct {
     think_split split;
@@ -152,18 +228,20 @@ int cmd_chat(int argc, char **argv) {
     const size_t n_fixed = json_array_size(msgs);
     struct sigaction sa = {.sa_handler = on_sigint}; /* no SA_RESTART: Ctrl-C must interrupt read() */
     sigaction(SIGINT, &sa, NULL);
-    const int tty = isatty(1);
-    fprintf(stderr, "qhx chat: %s, context %d; /reset starts over, /exit leaves, Ctrl-C stops a reply\n", o.model, ctx);
+    const int tty = isatty(1), tty_in = tty && isatty(0);
+    if (tty_in) edit_open("qhx");
+    fprintf(stderr, "qhx chat: %s, context %d; /help lists the commands, /exit leaves, Ctrl-C stops a reply\n", o.model, ctx);
     for (;;) {
         interrupted = 0; /* before the prompt shows: a Ctrl-C after it counts */
-        fputs(tty ? "\033[1m>\033[0m " : "> ", stdout);
+        if (!tty_in || !el) fputs(tty ? "\033[1m>\033[0m " : "> ", stdout);
         fflush(stdout);
         size_t len;
-        int got = read_line(line, sizeof line, &len);
+        int got = read_message(line, sizeof line, &len, tty_in);
         if (got == 0) { fputs("\n", stdout); break; }
         if (got < 0) { fputs("\n(Ctrl-C stops a reply; /exit or Ctrl-D leaves)\n", stdout); continue; }
         line[len] = 0;
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+        if (!strcmp(line, "/help")) { fputs(chat_commands, stdout); continue; }
         if (!strcmp(line, "/reset")) {
             while (json_array_size(msgs) > n_fixed) json_array_remove(msgs, n_fixed);
             qhx_session_reset(s);
@@ -218,6 +296,7 @@ int cmd_chat(int argc, char **argv) {
     }
     rc = 0;
 done:
+    edit_close();
     qhx_prefix_cache_free(cache);
     free(ids);
     json_decref(msgs);
