@@ -26,9 +26,13 @@ static void expect_error(const char *req, const char *needle) {
     free(out);
 }
 
-int main(void) {
-    char *text = tl_read("tests/data/chat/qwen3.5-chat.jsonl", NULL);
-    CHECK(text != NULL, "no golden chat data");
+/* Each line's conversation rendered as its "rendered" says: qwen3.5-chat.jsonl by @huggingface/jinja,
+ * qwen3.5-chat-tools.jsonl (tools, calls with text before them, several calls and responses,
+ * nested arguments, reasoning kept in a tool loop) by Jinja2 as Hugging Face runs it
+ * (tests/oracle/chat_render_jinja.py). */
+static void goldens(const char *path) {
+    char *text = tl_read(path, NULL);
+    CHECK(text != NULL, "no golden chat data in %s", path);
     int lines = 0, same = 0;
     for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
         json_t *j = json_loads(line, 0, NULL);
@@ -42,8 +46,13 @@ int main(void) {
         json_decref(j);
     }
     free(text);
-    printf("  golden renderings: %d/%d\n", same, lines);
-    CHECK(lines > 0 && same == lines, "%d of %d renderings differ", lines - same, lines);
+    printf("  golden renderings (%s): %d/%d\n", path, same, lines);
+    CHECK(lines > 0 && same == lines, "%s: %d of %d renderings differ", path, lines - same, lines);
+}
+
+int main(void) {
+    goldens("tests/data/chat/qwen3.5-chat.jsonl");
+    goldens("tests/data/chat/qwen3.5-chat-tools.jsonl");
 
     /* tools, tool calls and tool responses, written out from the template by hand */
     expect_render("{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
