@@ -229,6 +229,41 @@ static void run_file(const char *file, tally *t, int tokens) {
     json_decref(doc);
 }
 
+/* The mask's shortcuts (a looping string state, a bounded string's runway) against the per-token
+ * check at every position of strings with and without a maxLength, and of a key with other keys
+ * allowed beside the named ones. */
+static void test_mask_shortcuts(void) {
+    static const struct { const char *schema, *text; } cases[] = {
+        {"{\"type\": \"string\", \"maxLength\": 12}", "\"ab c\u00e9\u4e2d\\\"d ef\""},
+        {"{\"type\": \"string\", \"minLength\": 3, \"maxLength\": 40}", "\"Hello there, general Kenobi\""},
+        {"{\"type\": \"string\"}", "\"a string that loops \u00e9\""},
+        {"{\"type\": \"object\", \"properties\": {\"title\": {\"type\": \"string\", \"maxLength\": 5}}}", "{\"tix\": 1, \"title\": \"abcde\"}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases && qwen; i++) {
+        qhx_grammar *g = NULL;
+        if (qhx_grammar_from_json_schema(qwen, cases[i].schema, strlen(cases[i].schema), &g)) { CHECK(0, "%s", qhx_last_error()); continue; }
+        const size_t n = strlen(cases[i].text);
+        CHECK(match(g, cases[i].text, n) == 1, "%s does not take %s", cases[i].schema, cases[i].text);
+        qhx_gmatch *m;
+        qhx_gmatch_new(g, &m);
+        const int n_ids = qhx_tokenizer_n_ids(qwen);
+        int bad = 0;
+        for (size_t at = 0; at <= n && !bad; at++) {
+            qhx_gmatch_reset(m);
+            if (qhx_gmatch_accept(m, cases[i].text, at)) continue; /* inside a character */
+            const uint64_t *mask = qhx_gmatch_mask(m);
+            for (int32_t id = 0; id < n_ids && mask; id++) {
+                size_t len;
+                const char *p = qhx_gmatch_piece(m, id, &len);
+                if ((int)(mask[id >> 6] >> (id & 63) & 1) != (p && len && qhx_gmatch_check(m, p, len))) bad++;
+            }
+            CHECK(!bad, "%s after %zu bytes of %s: the mask disagrees with the check on %d tokens", cases[i].schema, at, cases[i].text, bad);
+        }
+        qhx_gmatch_free(m);
+        qhx_grammar_free(g);
+    }
+}
+
 static void test_suite(void) {
     char tok_path[512];
     const char *data = getenv("QHX_DATA");
@@ -407,6 +442,7 @@ static void test_generate(void) {
 int main(void) {
     test_gbnf();
     test_suite();
+    test_mask_shortcuts();
     test_generate();
     qhx_tokenizer_free(qwen);
     return tl_finish("test_grammar");

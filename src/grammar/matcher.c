@@ -29,6 +29,7 @@ typedef struct {
     uint8_t byte;
     uint8_t utf8_ok;    /* bit s: from UTF-8 decoder state s, this edge and every path below are valid */
     uint8_t high;       /* a byte >= 0x80 on this edge or below */
+    uint8_t chars;      /* the most characters on a path from this edge down (at most 255) */
 } tnode;
 
 struct qhx_trie {
@@ -69,12 +70,16 @@ static void summarize(qhx_trie *tr) {
         uint64_t a0 = 0, a1 = 0;
         int high = 0;
         uint8_t below = 0xFF; /* the states every child takes from */
+        unsigned chars = 0;
         for (uint32_t c = 0; c < nd->n_child; c++) {
             const tnode *ch = &tr->node[nd->child + c];
             a0 |= tr->ascii[nd->child + c][0], a1 |= tr->ascii[nd->child + c][1];
             high |= ch->high;
             below &= ch->utf8_ok;
+            if (ch->chars > chars) chars = ch->chars;
         }
+        if (i && (nd->byte & 0xC0) != 0x80) chars++; /* a continuation byte starts no character */
+        nd->chars = (uint8_t)(chars < 255 ? chars : 255);
         if (i) { /* the root has no edge */
             if (nd->byte < 64) a0 |= 1ull << nd->byte;
             else if (nd->byte < 128) a1 |= 1ull << (nd->byte - 64);
@@ -213,6 +218,7 @@ typedef struct {
 typedef struct {
     uint64_t bits[2];
     int high, looked;
+    int runway;              /* string characters the state takes in a row (runway()), -1: not yet */
 } loop_info;
 
 #define N_LOOPS 256
@@ -515,19 +521,72 @@ static void loops_of(qhx_gmatch *m, size_t from, size_t n, uint64_t loop[2], int
 }
 
 
-/* loops_of through the matcher's table of states seen */
-static void loops_kept(qhx_gmatch *m, size_t from, size_t n, loop_info *lp) {
-    lp->looked = 1;
-    if (n > 16) { lp->bits[0] = lp->bits[1] = 0, lp->high = 0; return; }
+/* The table's entry for a state (made, its fields unknown, when new); NULL for large states. */
+static loop_entry *entry_of(qhx_gmatch *m, size_t from, size_t n) {
+    if (n > 16 || !m->loops) return NULL;
     int32_t key[16];
     memcpy(key, m->work + from, sizeof(int32_t) * n);
     qsort(key, n, sizeof *key, cmp_i32);
     uint64_t h = n;
     for (size_t i = 0; i < n; i++) h = (h ^ (uint32_t)key[i]) * 0x9e3779b97f4a7c15ull;
-    loop_entry *e = m->loops ? &m->loops[(h >> 40) % N_LOOPS] : NULL;
-    if (e && e->n == (int)n && !memcmp(e->set, key, sizeof(int32_t) * n)) { *lp = e->li; return; }
+    loop_entry *e = &m->loops[(h >> 40) % N_LOOPS];
+    if (e->n != (int)n || memcmp(e->set, key, sizeof(int32_t) * n)) {
+        e->n = (int)n;
+        memcpy(e->set, key, sizeof(int32_t) * n);
+        e->li = (loop_info){.runway = -1};
+    }
+    return e;
+}
+
+/* loops_of through the matcher's table of states seen */
+static void loops_kept(qhx_gmatch *m, size_t from, size_t n, loop_info *lp) {
+    lp->looked = 1;
+    loop_entry *e = entry_of(m, from, n);
+    if (!e) { lp->bits[0] = lp->bits[1] = 0, lp->high = 0; return; }
+    if (e->li.looked) { lp->bits[0] = e->li.bits[0], lp->bits[1] = e->li.bits[1], lp->high = e->li.high; return; }
     loops_of(m, from, n, lp->bits, &lp->high);
-    if (e) e->n = (int)n, memcpy(e->set, key, sizeof(int32_t) * n), e->li = *lp;
+    e = entry_of(m, from, n);
+    e->li.bits[0] = lp->bits[0], e->li.bits[1] = lp->bits[1], e->li.high = lp->high, e->li.looked = 1;
+}
+
+/* The bytes a JSON string may hold unescaped: not '"', '\\' or a control (and all of >= 0x80). */
+static const uint64_t STRING_ASCII[2] = {0xFFFFFFFB00000000ull, 0xFFFFFFFFEFFFFFFFull};
+
+/* How many string characters in a row the state takes where every such character leads to the
+ * same state ('e' stands for them): inside a string with a maxLength, what is left of it (255: no
+ * end). Kept per state (each step along the way is the next position's state). 0 when the state
+ * is no such. Every string character goes where 'e' goes when each stack takes all of them or
+ * none of them: a character's successors are those of the stacks that take it. */
+static int runway(qhx_gmatch *m, size_t from, size_t n, int depth) {
+    loop_entry *e = entry_of(m, from, n);
+    if (e && e->li.runway >= 0) return e->li.runway;
+    int r = 0;
+    if (depth < 300 && n <= 16) {
+        int same = 1;
+        for (size_t i = 0; i < n && same; i++) {
+            int32_t id = m->work[from + i];
+            if (id == ACCEPT) continue;
+            const qhx_gcharset *c = top(m, id);
+            const int takes_e = (int)(c->ascii[1] >> ('e' - 64) & 1);
+            const uint64_t a0 = c->ascii[0] & STRING_ASCII[0], a1 = c->ascii[1] & STRING_ASCII[1];
+            if (takes_e)
+                same = a0 == STRING_ASCII[0] && a1 == STRING_ASCII[1] && covers(m->g, c, 0x80, 0xD7FF) && covers(m->g, c, 0xE000, 0x10FFFF);
+            else
+                same = !a0 && !a1 && !qhx_gcharset_any(m->g, c, 0x80, 0x10FFFF);
+        }
+        size_t at_e = 0, mark = m->n_work;
+        upart v = {0};
+        long k = same ? step(m, from, n, &v, 'e', &at_e) : 0;
+        if (k > 0) {
+            if (k == (long)n && same_set(m, from, at_e, n)) r = 255; /* it loops */
+            else r = 1 + runway(m, at_e, (size_t)k, depth + 1);
+            if (r > 255) r = 255;
+        }
+        m->n_work = mark;
+        e = entry_of(m, from, n); /* the table may have been written on the way */
+    }
+    if (e) e->li.runway = r;
+    return r;
 }
 
 static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, size_t n, upart u, loop_info *lp) {
@@ -540,6 +599,14 @@ static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, siz
             if (!(tr->ascii[ci][0] & ~lp->bits[0]) && !(tr->ascii[ci][1] & ~lp->bits[1]) && (!ch->high || (lp->high && (ch->utf8_ok & 1)))) {
                 for (uint32_t i = ch->tok; i < ch->end; i++) m->mask[tr->ids[i] >> 6] |= 1ull << (tr->ids[i] & 63);
                 continue; /* every piece below keeps the state where it is */
+            }
+            /* a string with room for every piece below, all of them string characters */
+            if (!(tr->ascii[ci][0] & ~STRING_ASCII[0]) && !(tr->ascii[ci][1] & ~STRING_ASCII[1]) && (!ch->high || (ch->utf8_ok & 1))) {
+                if (lp->runway < 0) lp->runway = runway(m, from, n, 0);
+                if (ch->chars <= lp->runway) {
+                    for (uint32_t i = ch->tok; i < ch->end; i++) m->mask[tr->ids[i] >> 6] |= 1ull << (tr->ids[i] & 63);
+                    continue;
+                }
             }
         }
         if (u.need == 0 && lp->looked && ch->byte < 128 && (lp->bits[ch->byte >> 6] >> (ch->byte & 63) & 1)) {
@@ -560,7 +627,7 @@ static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, siz
                 int32_t id = tr->ids[ch->tok + i];
                 m->mask[id >> 6] |= 1ull << (id & 63);
             }
-            loop_info sub = {0};
+            loop_info sub = {.runway = -1};
             if (ch->n_child) walk(m, tr, ci, at, (size_t)k, v, &sub);
         }
         m->n_work = mark;
@@ -602,7 +669,7 @@ const uint64_t *qhx_gmatch_mask(qhx_gmatch *m) {
     if (qhx_reserve(&m->work, &m->cap_work, m->n_cur, sizeof *m->work)) return NULL;
     memcpy(m->work, m->cur, sizeof *m->work * m->n_cur);
     m->n_work = m->n_cur;
-    loop_info top_loop = {0};
+    loop_info top_loop = {.runway = -1};
     walk(m, tr, 0, 0, m->n_cur, m->u, &top_loop);
     if (m->oom) { c->hash = 0, c->n = -1; return NULL; }
     memcpy(c->set, m->cur, sizeof *c->set * m->n_cur);
