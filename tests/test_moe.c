@@ -241,6 +241,10 @@ static void families_of(const char *ck, int trained) {
     char b[2][420];
     const char *wt[2] = {"w8", "w4"};
     for (int w = 0; w < 2; w++) {
+        if (trained) { /* bundles() forged these */
+            snprintf(b[w], sizeof b[w], "%s/moe-%s", root, wt[w]);
+            continue;
+        }
         snprintf(b[w], sizeof b[w], "%s/fam-%s-%s", root, strrchr(ck, '/') + 1, wt[w]);
         qhx_forge_opts fo = {.checkpoint = ck, .out = b[w], .weights = wt[w]};
         CHECK(qhx_forge(&fo) == QHX_OK, "forge %s: %s", wt[w], qhx_last_error());
