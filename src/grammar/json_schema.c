@@ -91,6 +91,17 @@ static void lit(qhx_buf *b, const char *s, size_t n) {
     qhx_buf_puts(b, "\"");
 }
 
+/* The GBNF literal for the text pre + mid + post (malloc'd; NULL when out of memory): a key with its
+ * quotes, a tool call's tags. */
+static char *lit_of(const char *pre, const char *mid, const char *post) {
+    qhx_buf t = {0}, b = {0};
+    qhx_buf_puts(&t, pre), qhx_buf_puts(&t, mid), qhx_buf_puts(&t, post);
+    if (!t.oom) lit(&b, t.s, t.len);
+    qhx_buf_free(&t);
+    if (b.oom) qhx_buf_free(&b);
+    return b.s;
+}
+
 /* A value's compact JSON text as a GBNF literal, keys in the order written. */
 static int lit_json(gen *g, qhx_buf *b, const json_t *v) {
     char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
@@ -705,7 +716,6 @@ static int object_rule(gen *g, const json_t *s) {
         else snprintf(addrule, sizeof addrule, "r%d ws \":\" ws r%d ws", ok, addv);
     }
     if ((r = new_rule(g)) < 0) goto out;
-    qhx_buf kl = {0};
     if (n <= MAX_ANY_ORDER) { /* state: the members still possible (bits) and whether one came */
         int base = g->n_rules;
         g->n_rules += 2 << n;
@@ -718,15 +728,9 @@ static int object_rule(gen *g, const json_t *s) {
                 for (size_t k = 0; k < n; k++) {
                     if (!(left >> k & 1)) continue;
                     if (must[k]) ends = 0;
-                    kl.len = 0;
-                    if (kl.s) kl.s[0] = 0;
-                    qhx_buf_puts(&kl, "\"");
-                    qhx_buf_puts(&kl, key[k]);
-                    qhx_buf_puts(&kl, "\"");
-                    qhx_buf lb = {0};
-                    lit(&lb, kl.s, kl.len);
-                    outf(g, " %s%s ws \":\" ws %s ws r%d |", sep, lb.s ? lb.s : "\"\"", vname(vn, val[k]), base + (int)((left & ~(1u << k)) * 2));
-                    qhx_buf_free(&lb);
+                    char *kl = lit_of("\"", key[k], "\"");
+                    outf(g, " %s%s ws \":\" ws %s ws r%d |", sep, kl ? kl : "never", vname(vn, val[k]), base + (int)((left & ~(1u << k)) * 2));
+                    free(kl);
                 }
                 if (addrule[0]) outf(g, " %s%s r%d |", sep, addrule, base + (int)(left * 2));
                 if (ends) outf(g, " \"}\"\n");
@@ -745,20 +749,14 @@ static int object_rule(gen *g, const json_t *s) {
                     outf(g, " \"}\"\n");
                     continue;
                 }
-                kl.len = 0;
-                qhx_buf_puts(&kl, "\"");
-                qhx_buf_puts(&kl, key[k]);
-                qhx_buf_puts(&kl, "\"");
-                qhx_buf lb = {0};
-                lit(&lb, kl.s, kl.len);
-                outf(g, " %s%s ws \":\" ws %s ws r%d", sep, lb.s ? lb.s : "\"\"", vname(vn, val[k]), base + (int)((k + 1) * 2));
-                qhx_buf_free(&lb);
+                char *kl = lit_of("\"", key[k], "\"");
+                outf(g, " %s%s ws \":\" ws %s ws r%d", sep, kl ? kl : "never", vname(vn, val[k]), base + (int)((k + 1) * 2));
+                free(kl);
                 if (!must[k]) outf(g, " | r%d", base + (int)((k + 1) * 2 + first));
                 outf(g, "\n");
             }
         outf(g, "r%d ::= \"{\" ws r%d\n", r, base + 1);
     }
-    qhx_buf_free(&kl);
 out:
     for (size_t k = 0; k < cap; k++) free(key ? key[k] : NULL);
     free(key);
@@ -1093,12 +1091,8 @@ static int function_rule(gen *g, json_t *fn) {
     g->where[0] = 0;
     int r = new_rule(g);
     if (r < 0) return -1;
-    qhx_buf head = {0};
-    qhx_buf_puts(&head, "<function=");
-    qhx_buf_puts(&head, name);
-    qhx_buf_puts(&head, ">\n");
-    qhx_buf lb = {0};
-    lit(&lb, head.s, head.len);
+    char *head = lit_of("<function=", name, ">\n");
+    if (!head) return fail(g, QHX_ERR_NOMEM, "out of memory");
     int base = g->n_rules;
     if (n <= MAX_ANY_ORDER) {
         g->n_rules += 1 << n;
@@ -1108,35 +1102,27 @@ static int function_rule(gen *g, json_t *fn) {
             for (size_t i = 0; i < n; i++) {
                 if (!(left >> i & 1)) continue;
                 if (must[i]) ends = 0;
-                qhx_buf pl = {0}, pq = {0};
-                qhx_buf_puts(&pl, "<parameter=");
-                qhx_buf_puts(&pl, key[i]);
-                qhx_buf_puts(&pl, ">\n");
-                lit(&pq, pl.s, pl.len);
-                outf(g, " %s r%d \"\\n</parameter>\\n\" r%d |", pq.s, val[i], base + (int)(left & ~(1u << i)));
-                qhx_buf_free(&pl), qhx_buf_free(&pq);
+                char *pq = lit_of("<parameter=", key[i], ">\n");
+                outf(g, " %s r%d \"\\n</parameter>\\n\" r%d |", pq ? pq : "never", val[i], base + (int)(left & ~(1u << i)));
+                free(pq);
             }
             outf(g, ends ? " \"</function>\"\n" : " never\n");
         }
-        outf(g, "r%d ::= %s r%d\n", r, lb.s, base + (int)((1u << n) - 1));
+        outf(g, "r%d ::= %s r%d\n", r, head, base + (int)((1u << n) - 1));
     } else {
         g->n_rules += (int)n + 1;
         for (size_t i = 0; i <= n; i++) {
             outf(g, "r%d ::=", base + (int)i);
             if (i == n) { outf(g, " \"</function>\"\n"); continue; }
-            qhx_buf pl = {0}, pq = {0};
-            qhx_buf_puts(&pl, "<parameter=");
-            qhx_buf_puts(&pl, key[i]);
-            qhx_buf_puts(&pl, ">\n");
-            lit(&pq, pl.s, pl.len);
-            outf(g, " %s r%d \"\\n</parameter>\\n\" r%d", pq.s, val[i], base + (int)i + 1);
+            char *pq = lit_of("<parameter=", key[i], ">\n");
+            outf(g, " %s r%d \"\\n</parameter>\\n\" r%d", pq ? pq : "never", val[i], base + (int)i + 1);
             if (!must[i]) outf(g, " | r%d", base + (int)i + 1);
             outf(g, "\n");
-            qhx_buf_free(&pl), qhx_buf_free(&pq);
+            free(pq);
         }
-        outf(g, "r%d ::= %s r%d\n", r, lb.s, base);
+        outf(g, "r%d ::= %s r%d\n", r, head, base);
     }
-    qhx_buf_free(&head), qhx_buf_free(&lb);
+    free(head);
     return r;
 }
 

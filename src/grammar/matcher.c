@@ -589,6 +589,11 @@ static int runway(qhx_gmatch *m, size_t from, size_t n, int depth) {
     return r;
 }
 
+/* The pieces ids[from .. to) are allowed. */
+static void allow(qhx_gmatch *m, const qhx_trie *tr, uint32_t from, uint32_t to) {
+    for (uint32_t i = from; i < to; i++) m->mask[tr->ids[i] >> 6] |= 1ull << (tr->ids[i] & 63);
+}
+
 static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, size_t n, upart u, loop_info *lp) {
     const tnode *nd = &tr->node[t];
     for (uint32_t c = 0; c < nd->n_child && !m->oom; c++) {
@@ -597,23 +602,20 @@ static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, siz
         if (u.need == 0 && ch->end - ch->tok >= 8) {
             if (!lp->looked) loops_kept(m, from, n, lp);
             if (!(tr->ascii[ci][0] & ~lp->bits[0]) && !(tr->ascii[ci][1] & ~lp->bits[1]) && (!ch->high || (lp->high && (ch->utf8_ok & 1)))) {
-                for (uint32_t i = ch->tok; i < ch->end; i++) m->mask[tr->ids[i] >> 6] |= 1ull << (tr->ids[i] & 63);
+                allow(m, tr, ch->tok, ch->end);
                 continue; /* every piece below keeps the state where it is */
             }
             /* a string with room for every piece below, all of them string characters */
             if (!(tr->ascii[ci][0] & ~STRING_ASCII[0]) && !(tr->ascii[ci][1] & ~STRING_ASCII[1]) && (!ch->high || (ch->utf8_ok & 1))) {
                 if (lp->runway < 0) lp->runway = runway(m, from, n, 0);
                 if (ch->chars <= lp->runway) {
-                    for (uint32_t i = ch->tok; i < ch->end; i++) m->mask[tr->ids[i] >> 6] |= 1ull << (tr->ids[i] & 63);
+                    allow(m, tr, ch->tok, ch->end);
                     continue;
                 }
             }
         }
         if (u.need == 0 && lp->looked && ch->byte < 128 && (lp->bits[ch->byte >> 6] >> (ch->byte & 63) & 1)) {
-            for (uint32_t i = 0; i < ch->n_tok; i++) { /* the same state: no step */
-                int32_t id = tr->ids[ch->tok + i];
-                m->mask[id >> 6] |= 1ull << (id & 63);
-            }
+            allow(m, tr, ch->tok, ch->tok + ch->n_tok); /* the same state: no step */
             if (ch->n_child) walk(m, tr, ci, from, n, u, lp);
             continue;
         }
@@ -623,10 +625,7 @@ static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, siz
         long k = step(m, from, n, &v, ch->byte, &at);
         if (k < 0) { m->oom = 1; return; }
         if (k > 0) {
-            for (uint32_t i = 0; i < ch->n_tok; i++) {
-                int32_t id = tr->ids[ch->tok + i];
-                m->mask[id >> 6] |= 1ull << (id & 63);
-            }
+            allow(m, tr, ch->tok, ch->tok + ch->n_tok);
             loop_info sub = {.runway = -1};
             if (ch->n_child) walk(m, tr, ci, at, (size_t)k, v, &sub);
         }
