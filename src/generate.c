@@ -473,7 +473,7 @@ static qhx_status generate(qhx_session *s, const int32_t *prompt, int n_prompt, 
             } while (trigger_refused(&gs, o, t) && isfinite(gs.saved[t]));
             tok = t;
         }
-        if (tok == -2) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
+        if (tok == -2) { rc = qhx_gmatch_error(gs.m); goto done; }
         if (tok < 0) { rc = qhx_fail(QHX_ERR_ARG, "generate: no token of the vocabulary can continue the grammar here"); goto done; }
         if (is_stop_id(o, &mi, tok)) { res.finish = QHX_FINISH_STOP; break; }
         if (gs.m && (rc = gram_take(&gs, o, tok))) goto done;

@@ -66,6 +66,21 @@ static void test_gbnf(void) {
         CHECK(got == cases[i].want, "grammar %s on '%s': %d, want %d", cases[i].g, cases[i].text, got, cases[i].want);
         qhx_grammar_free(g);
     }
+    /* an ambiguous grammar cannot grow a state without bound: past QHX_GMATCH_MAX_STACKS the text
+     * is refused and the matcher says why, at once */
+    {
+        const char *amb = "root ::= (\"a\"{0,300}){0,300} \"b\"";
+        qhx_grammar *g = gbnf(amb);
+        qhx_gmatch *m;
+        char run[300];
+        memset(run, 'a', sizeof run);
+        if (g && !qhx_gmatch_new(g, &m)) {
+            CHECK(qhx_gmatch_accept(m, run, sizeof run) == -1 && qhx_gmatch_error(m) == QHX_ERR_RANGE &&
+                      strstr(qhx_last_error(), "stacks"), "an ambiguous grammar: %s", qhx_last_error());
+            qhx_gmatch_free(m);
+        }
+        qhx_grammar_free(g);
+    }
     struct { const char *g, *msg; } bad[] = {
         {"root ::= root \"a\" | \"b\"", "'root' is left-recursive"},
         {"root ::= x\nx ::= y? x \"a\"\ny ::= \"b\"", "'x' is left-recursive"},

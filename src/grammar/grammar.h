@@ -48,6 +48,10 @@ int qhx_gcharset_any(const qhx_grammar *g, const qhx_gcharset *c, uint32_t lo, u
 /* ---- the matcher: where a generation stands in its grammar ---------------------------------- */
 typedef struct qhx_gmatch qhx_gmatch;
 
+/* Stacks a state may hold: an ambiguous grammar ((a{0,1000}){0,1000}) could otherwise grow its
+ * state without bound; past this, checks refuse and masks fail (qhx_gmatch_error says why). */
+#define QHX_GMATCH_MAX_STACKS 8192
+
 qhx_status qhx_gmatch_new(const qhx_grammar *g, qhx_gmatch **out);
 void qhx_gmatch_free(qhx_gmatch *m);
 /* Back to the start. */
@@ -68,6 +72,9 @@ const uint64_t *qhx_gmatch_mask(qhx_gmatch *m);
 const qhx_trie *qhx_tokenizer_trie(const qhx_tokenizer *t);
 void qhx_trie_free(qhx_trie *t);
 
+/* Why the last mask failed: QHX_ERR_RANGE with a message for a state past QHX_GMATCH_MAX_STACKS,
+ * else QHX_ERR_NOMEM. */
+qhx_status qhx_gmatch_error(const qhx_gmatch *m);
 /* A token's piece (its raw bytes), or NULL for special tokens and ids without text. */
 const char *qhx_gmatch_piece(const qhx_gmatch *m, int32_t id, size_t *len);
 #endif

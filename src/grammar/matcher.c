@@ -251,6 +251,7 @@ struct qhx_gmatch {
     cached cache[N_CACHED];
     int next_cache;
     int oom;
+    int too_many;            /* a step went past QHX_GMATCH_MAX_STACKS */
 };
 
 static uint64_t node_key(int32_t pos, int32_t parent) { return (uint64_t)(uint32_t)pos << 32 | (uint32_t)parent; }
@@ -408,6 +409,7 @@ static long step(qhx_gmatch *m, size_t from, size_t n, upart *u, uint8_t b, size
     }
     *u = (upart){0};
     *at = out;
+    if (m->n_work - out > QHX_GMATCH_MAX_STACKS) { m->too_many = 1; return -1; } /* an ambiguous grammar's blow-up */
     return (long)(m->n_work - out);
 }
 
@@ -726,6 +728,13 @@ qhx_status qhx_gmatch_new(const qhx_grammar *g, qhx_gmatch **out) {
     return QHX_OK;
 fail:
     qhx_gmatch_free(m);
+    return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+}
+
+qhx_status qhx_gmatch_error(const qhx_gmatch *m) {
+    if (m->too_many)
+        return qhx_fail(QHX_ERR_RANGE, "grammar: a state grew past %d stacks (an ambiguous grammar, e.g. nested repetitions)",
+                        QHX_GMATCH_MAX_STACKS);
     return qhx_fail(QHX_ERR_NOMEM, "out of memory");
 }
 
