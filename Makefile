@@ -142,10 +142,11 @@ test-quick: $(TEST_BIN)
 test-mutants: all
 	tests/mutants.sh $(BUILD)
 
-# the aarch64 build under qemu-aarch64: kernels, parity and a cross-machine bundle (make check runs
-# it); test-emu runs the whole suite that way (slow: every program emulated)
+# the aarch64 build under qemu-aarch64: the library, the CLI and the two tests it runs there
+# (kernels, parity) and a cross-machine bundle (make check runs it); test-emu builds and runs the
+# whole suite that way (slow: every program emulated)
 check-aarch64: all
-	$(MAKE) CROSS=aarch64 BUILD=build-aarch64 all
+	$(MAKE) CROSS=aarch64 BUILD=build-aarch64 build-aarch64/qhx build-aarch64/test_kernels build-aarch64/test_parity
 	tests/aarch64_test.sh build-aarch64 $(BUILD)
 
 EMU_CPU ?= max

@@ -535,19 +535,6 @@ qhx_status qhx_gbnf_compile(const char *text, size_t len, const qhx_tokenizer *t
     return QHX_OK;
 }
 
-int qhx_gcharset_has(const qhx_grammar *g, const qhx_gcharset *c, uint32_t cp) {
-    if (cp < 128) return (int)(c->ascii[cp >> 6] >> (cp & 63) & 1);
-    uint32_t lo = 0, hi = c->n;
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        const uint32_t *r = g->ranges[c->off + mid];
-        if (cp < r[0]) hi = mid;
-        else if (cp > r[1]) lo = mid + 1;
-        else return 1;
-    }
-    return 0;
-}
-
 int qhx_gcharset_any(const qhx_grammar *g, const qhx_gcharset *c, uint32_t lo, uint32_t hi) {
     for (uint32_t i = 0; i < c->n; i++) {
         const uint32_t *r = g->ranges[c->off + i];
