@@ -1,4 +1,5 @@
 /* The helpers every qhx subcommand shares (tools/cli.h). */
+#include "util/afile.h"
 #include "util/buf.h"
 #include "cli.h"
 
@@ -86,28 +87,12 @@ int parse_ids(const char *flag, const char *s, int32_t **ids, int *n) {
     return die("%s: '%s' is not a comma-separated list of non-negative integers", flag, s), -1;
 }
 
-/* Writes a whole file under a temporary name and renames it into place. */
+/* Writes a whole file under a temporary name and renames it into place (the library's one writer). */
 int write_atomic(const char *path, const void *data, size_t len) {
-    char *tmp = malloc(strlen(path) + 32);
-    if (!tmp) return die("out of memory");
-    sprintf(tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        int e = errno;
-        free(tmp);
-        return die("%s: %s", path, strerror(e));
-    }
-    int ok = fwrite(data, 1, len, f) == len;
-    ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok &= fclose(f) == 0;
-    int rc = 0;
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        rc = die("%s: write failed: %s", path, strerror(e));
-    }
-    free(tmp);
-    return rc;
+    qhx_afile a;
+    if (qhx_afile_open(&a, path, UINT64_MAX)) return api_error();
+    qhx_afile_put(&a, data, len);
+    return qhx_afile_close(&a, 1) ? api_error() : 0;
 }
 
 /* ---- shared option parsing ------------------------------------------------------------------- */

@@ -7,6 +7,7 @@
  * The loader checks all of it, sizes included, before it allocates state; a snapshot loaded from
  * a file is one segment [0, pos) of its own. */
 #include "model/snapshot.h"
+#include "util/afile.h"
 #include "util/error.h"
 #include "util/mapfile.h"
 
@@ -78,18 +79,6 @@ uint64_t qhx_model_identity(const qhx_model *m) {
     return id;
 }
 
-typedef struct {
-    FILE *f;
-    XXH3_state_t *sum;
-    int bad;
-} writer;
-
-static void put(writer *w, const void *p, size_t n) {
-    if (w->bad || !n) return;
-    if (fwrite(p, 1, n, w->f) != n) w->bad = 1;
-    XXH3_64bits_update(w->sum, p, n);
-}
-
 qhx_status qhx_snapshot_save(const qhx_snapshot *snap, const char *path) {
     if (!snap || !path) return qhx_fail(QHX_ERR_ARG, "snapshot_save: need a snapshot and a path");
     const qhx_model *m = snap->model;
@@ -98,19 +87,14 @@ qhx_status qhx_snapshot_save(const qhx_snapshot *snap, const char *path) {
     int32_t *tokens = malloc(sizeof(int32_t) * (snap->pos + 1));
     if (!tokens) return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path);
     qhx_snapshot_tokens(snap, tokens, snap->pos);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
-    writer w = {fopen(tmp, "wb"), XXH3_createState(), 0};
-    qhx_status rc = QHX_OK;
-    if (!w.f) rc = qhx_fail(QHX_ERR_IO, "%s: %s", tmp, strerror(errno));
-    else if (!w.sum) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    qhx_afile w;
+    qhx_status rc = qhx_afile_open(&w, path, 0);
     if (!rc) {
         unsigned char h[HEADER_BYTES];
         fill_header(m, snap->pos, h);
-        XXH3_64bits_reset(w.sum);
-        put(&w, h, sizeof h);
-        put(&w, tokens, sizeof(int32_t) * snap->pos);
-        put(&w, snap->recurrent, sizeof(float) * qhx_snapshot_recurrent_floats(c));
+        qhx_afile_put(&w, h, sizeof h);
+        qhx_afile_put(&w, tokens, sizeof(int32_t) * snap->pos);
+        qhx_afile_put(&w, snap->recurrent, sizeof(float) * qhx_snapshot_recurrent_floats(c));
         /* the segments hold each layer's rows of their own range, newest first: gather them oldest first */
         int n = 0;
         for (const qhx_kv_segment *seg = snap->kv; seg; seg = seg->parent) n++;
@@ -123,19 +107,15 @@ qhx_status qhx_snapshot_save(const qhx_snapshot *snap, const char *path) {
             for (int kv = 0; kv < 2; kv++)
                 for (int i = n - 1; i >= 0; i--) {
                     const size_t rows = (size_t)(chain[i]->row1 - chain[i]->row0);
-                    put(&w, chain[i]->rows + (2 * (size_t)full + kv) * rows * kvd, sizeof(float) * rows * kvd);
+                    qhx_afile_put(&w, chain[i]->rows + (2 * (size_t)full + kv) * rows * kvd, sizeof(float) * rows * kvd);
                 }
             full++;
         }
         free(chain);
-        const uint64_t sum = XXH3_64bits_digest(w.sum);
-        put(&w, &sum, sizeof sum);
-        if (!w.bad && (fflush(w.f) || fsync(fileno(w.f)))) w.bad = 1;
+        const uint64_t sum = qhx_afile_sum(&w);
+        qhx_afile_put(&w, &sum, sizeof sum);
+        rc = qhx_afile_close(&w, 1);
     }
-    if (w.f && fclose(w.f)) w.bad = 1;
-    if (!rc && (w.bad || rename(tmp, path))) rc = qhx_fail(QHX_ERR_IO, "%s: write failed", path);
-    if (rc && w.f) remove(tmp);
-    XXH3_freeState(w.sum);
     free(tokens);
     return rc;
 }

@@ -17,6 +17,7 @@
  * Little-endian; each section starts on a multiple of 8 bytes (zero padding). The checksum catches
  * a damaged file; the structural checks make a crafted one (a fuzzer fixes up the checksum) safe. */
 #include "tokenizer/tokenizer_internal.h"
+#include "util/afile.h"
 #include "util/error.h"
 
 #include <errno.h>
@@ -47,19 +48,9 @@ void qhx_tokenizer_compact_seal(unsigned char *p, size_t len) {
 
 /* ---- writing ---- */
 
-typedef struct {
-    FILE *f;
-    XXH3_state_t *sum;
-    uint64_t at;
-    int bad;
-} writer;
+typedef qhx_afile writer; /* the checksum covers the body: from BODY on */
 
-static void put(writer *o, const void *p, size_t n) {
-    if (o->bad || !n) return;
-    if (fwrite(p, 1, n, o->f) != n) o->bad = 1;
-    if (o->at >= BODY) XXH3_64bits_update(o->sum, p, n);
-    o->at += n;
-}
+static void put(writer *o, const void *p, size_t n) { qhx_afile_put(o, p, n); }
 static void put32(writer *o, uint32_t v) { put(o, &v, 4); }
 static void pad8(writer *o) {
     static const char zero[8];
@@ -92,14 +83,9 @@ qhx_status qhx_tokenizer_save_compact(const qhx_tokenizer *t, const char *path) 
     uint64_t *vslots;
     uint32_t *vrec;
     if (qhx_strmap_export(&t->vocab, &vslots, &vrec)) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
-    writer o = {fopen(tmp, "wb"), XXH3_createState(), 0, 0};
-    qhx_status rc = QHX_OK;
-    if (!o.f) rc = qhx_fail(QHX_ERR_IO, "%s: %s", tmp, strerror(errno));
-    else if (!o.sum) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
+    writer o;
+    qhx_status rc = qhx_afile_open(&o, path, BODY);
     if (!rc) {
-        XXH3_64bits_reset(o.sum);
         header h = {VERSION, (uint32_t)t->n_ids, t->vocab.count, t->merges.count, (uint32_t)t->n_added, (uint32_t)t->norm,
                     (uint32_t)(t->add_prefix_space | t->ignore_merges << 1),
                     t->split_pattern ? (uint32_t)strlen(t->split_pattern) : 0, t->vocab.mask, t->merges.mask,
@@ -108,14 +94,10 @@ qhx_status qhx_tokenizer_save_compact(const qhx_tokenizer *t, const char *path) 
         put(&o, &h, sizeof h); /* size and checksum patched below */
         put_tables(&o, t, &h, vslots, vrec);
         h.size = o.at;
-        h.xxh3 = XXH3_64bits_digest(o.sum);
-        if (!o.bad && (fseek(o.f, 8, SEEK_SET) || fwrite(&h, sizeof h, 1, o.f) != 1)) o.bad = 1;
-        if (fflush(o.f) || fsync(fileno(o.f))) o.bad = 1;
+        h.xxh3 = qhx_afile_sum(&o);
+        qhx_afile_patch(&o, 8, &h, sizeof h);
+        rc = qhx_afile_close(&o, 1);
     }
-    if (o.f && fclose(o.f)) o.bad = 1;
-    if (!rc && (o.bad || rename(tmp, path))) rc = qhx_fail(QHX_ERR_IO, "%s: write failed", path);
-    if (rc && o.f) remove(tmp);
-    XXH3_freeState(o.sum);
     free(vslots);
     free(vrec);
     return rc;
