@@ -6,6 +6,7 @@
 #include "grammar/grammar.h"
 #include "model/mtp.h"
 #include "sample/sampler.h"
+#include "util/argmax.h"
 #include "util/buf.h"
 #include "util/error.h"
 
@@ -229,9 +230,7 @@ static int allowed(gram_state *g, const qhx_generate_opts *o, const qhx_model_in
 static int32_t constrained_pick(gram_state *g, qhx_sampler *sp, const qhx_generate_opts *o, const qhx_model_info *mi,
                                 int n_ids, float *logits) {
     if (o->temperature <= 0 || o->top_k == 1) {
-        int32_t best = 0;
-        for (int i = 1; i < mi->vocab_size; i++)
-            if (logits[i] > logits[best]) best = i;
+        const int32_t best = qhx_argmax(logits, mi->vocab_size);
         if (allowed(g, o, mi, best)) return best;
     } else if (o->top_k == 0 && (o->top_p <= 0 || o->top_p >= 1) && o->min_p <= 0) {
         /* Without truncation a draw the grammar allows is a draw from the masked distribution:
