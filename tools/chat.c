@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <histedit.h>
+#include <stdint.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -58,6 +59,31 @@ static History *hist;
 static const char *el_prompt(EditLine *e) { (void)e; return "\1\033[1m\1>\1\033[0m\1 "; }
 static const char *el_prompt_more(EditLine *e) { (void)e; return "\1\033[1m\1.\1\033[0m\1 "; }
 
+/* libedit's characters come from here: fd 0 polled in short steps, so that a Ctrl-C landing
+ * before a read is seen (a blocking read would wait past it); -1 then ends el_gets. UTF-8 is
+ * decoded here, whatever the locale. */
+static int edit_getc(EditLine *e, wchar_t *wc) {
+    (void)e;
+    unsigned char b[4];
+    int n = 0, need = 1;
+    while (n < need) {
+        struct pollfd p = {0, POLLIN, 0};
+        if (interrupted) return -1;
+        int r = poll(&p, 1, 100);
+        if (r <= 0) continue; /* a timeout, or a signal: look at interrupted again */
+        ssize_t k = read(0, &b[n], 1);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return 0;
+        if (n == 0) need = b[0] < 0xC0 ? 1 : b[0] < 0xE0 ? 2 : b[0] < 0xF0 ? 3 : 4;
+        else if ((b[n] & 0xC0) != 0x80) { *wc = 0xFFFD; return 1; }
+        n++;
+    }
+    uint32_t v = need == 1 ? b[0] : b[0] & (0x3Fu >> (need - 1));
+    for (int i = 1; i < need; i++) v = v << 6 | (b[i] & 0x3F);
+    *wc = (wchar_t)v;
+    return 1;
+}
+
 static void edit_open(const char *argv0) {
     el = el_init(argv0, stdin, stdout, stderr);
     hist = history_init();
@@ -66,6 +92,7 @@ static void edit_open(const char *argv0) {
     history(hist, &ev, H_SETSIZE, 500);
     el_set(el, EL_HIST, history, hist);
     el_set(el, EL_EDITOR, "emacs");
+    el_set(el, EL_GETCFN, edit_getc);
     el_set(el, EL_PROMPT_ESC, el_prompt, '\1');
 }
 
