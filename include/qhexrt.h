@@ -67,6 +67,12 @@ typedef void (*qhx_progress_fn)(const char *what, uint64_t done, uint64_t total,
 
 typedef struct qhx_runtime qhx_runtime;
 
+/* How sessions keep their KV caches (the gated-attention layers' keys and values; a quarter of the
+ * layers): QHX_KV_F32 exactly as computed; QHX_KV_F16 half the bytes; QHX_KV_Q8 int8 in blocks of
+ * 32 with a scale each, 0.28 of them. Snapshots and state files hold rows in the form they were
+ * taken in, and are refused by a session of another form. */
+typedef enum { QHX_KV_DEFAULT = 0, QHX_KV_F32 = 1, QHX_KV_F16 = 2, QHX_KV_Q8 = 3 } qhx_kv_form;
+
 typedef struct {
     const char *kernels;   /* "auto" (default; env QHX_KERNELS overrides it: the first this CPU
                               runs of "avx512-q16", "avx2-q16", "scalar"), "ref" (the fp32
@@ -79,6 +85,8 @@ typedef struct {
                               processes, faulted in as used); 0 (default): read them into this
                               process's memory on huge pages, 1.3-1.4x faster decode and prefill
                               where TLB misses are dear (virtual machines) */
+    qhx_kv_form kv_cache;  /* the KV cache's form for every session of the models on it
+                              (QHX_KV_DEFAULT: see docs/usage.md) */
 } qhx_runtime_opts;
 
 /* opts may be NULL for the defaults. Fails on unknown kernels or ones this CPU cannot run. */
@@ -138,6 +146,7 @@ typedef struct {
     int shared_expert_size;  /* beside one shared expert of this width */
     int weights_mapped;    /* a bundle's weights are mapped from the page cache (map_weights, or
                               they would not fit in memory with a GiB to spare), not read in */
+    qhx_kv_form kv_cache;  /* the form its sessions keep KV rows in (kv_bytes_per_token is of it) */
 } qhx_model_info;
 
 /* Sizes, layer counts and end-of-generation ids of an open model. */

@@ -4,6 +4,7 @@
 #include "qhexrt_tools.h"
 #include "model/model.h"
 #include "model/snapshot.h"
+#include "kernels/kv.h"
 #include "format/gguf.h"
 #include "util/error.h"
 #include "util/hugemem.h"
@@ -31,6 +32,8 @@ qhx_status qhx_runtime_new_sized(const qhx_runtime_opts *given, size_t size, qhx
     if (!ks) return QHX_ERR_ARG;
     int n = opts ? opts->n_threads : 0;
     if (n < 0 || n > 1024) return qhx_fail(QHX_ERR_ARG, "threads: %d is not in [0, 1024]", n);
+    const qhx_kv_form kv = opts && opts->kv_cache ? opts->kv_cache : QHX_KV_DEFAULT_FORM;
+    if (kv < QHX_KV_F32 || kv > QHX_KV_Q8) return qhx_fail(QHX_ERR_ARG, "kv_cache: %d is not a KV cache form", (int)kv);
     if (n == 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         n = cores > 0 ? (int)cores : 1;
@@ -43,6 +46,7 @@ qhx_status qhx_runtime_new_sized(const qhx_runtime_opts *given, size_t size, qhx
     rt->progress = opts ? opts->progress : NULL;
     rt->progress_user = opts ? opts->progress_user : NULL;
     rt->map_weights = opts ? opts->map_weights : 0;
+    rt->kv = kv;
     if (n > 1 && !(rt->ex.pool = qhx_pool_new(n))) {
         free(rt);
         return qhx_fail(QHX_ERR_NOMEM, "could not start %d threads", n);
@@ -230,7 +234,8 @@ void qhx_model_get_info_sized(const qhx_model *m, qhx_model_info *out, size_t si
     info->weight_bytes = m->weight_bytes;
     info->decode_bytes_per_token = qhx_weights_bytes_per_token(c, m->w);
     info->state_bytes = qhx_state_fixed_bytes(c);
-    info->kv_bytes_per_token = qhx_state_kv_bytes_per_token(c);
+    info->kv_bytes_per_token = qhx_state_kv_bytes_per_token(c, m->rt->kv);
+    info->kv_cache = m->rt->kv;
     info->mtp_layers = m->w->mtp ? 1 : 0;
     info->weights_mapped = m->map;
     if (c->n_experts) {

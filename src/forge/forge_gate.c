@@ -57,8 +57,8 @@ qhx_status forge_gate_export(forge *f, qhx_model *b, json_t *gates, int *passed,
             memcpy(xr, x0, n * sizeof(float));
             memcpy(xb, x0, n * sizeof(float));
             qhx_state sr, sb;
-            if ((rc = qhx_state_init(&sr, c))) break;
-            if ((rc = qhx_state_init(&sb, c))) { qhx_state_free(&sr); break; }
+            if ((rc = qhx_state_init(&sr, c, QHX_KV_F32))) break;
+            if ((rc = qhx_state_init(&sb, c, QHX_KV_F32))) { qhx_state_free(&sr); break; }
             const qhx_run rr = {&sr, 0, T}, rb = {&sb, 0, T};
             rc = qhx_state_begin(&f->src->rt->ex, &rr, 1, 0);
             if (!rc) rc = qhx_qwen35_layers(&f->src->rt->ex, c, f->src->w, &rr, 1, d->l0, d->l1, xr, T, 0);
@@ -97,8 +97,8 @@ qhx_status forge_gate_export(forge *f, qhx_model *b, json_t *gates, int *passed,
             for (size_t j = 0; j < n; j++) x0[j] = (float)qhx_gauss(&seed);
             for (int t = 0; t < T; t++) next[t] = (int32_t)(qhx_splitmix64(&seed) % (uint64_t)c->vocab_size);
             qhx_state sr, sb;
-            if ((rc = qhx_state_init(&sr, mc))) break;
-            if ((rc = qhx_state_init(&sb, mc))) { qhx_state_free(&sr); break; }
+            if ((rc = qhx_state_init(&sr, mc, QHX_KV_F32))) break;
+            if ((rc = qhx_state_init(&sb, mc, QHX_KV_F32))) { qhx_state_free(&sr); break; }
             rc = qhx_qwen35_mtp(&f->src->rt->ex, f->src->w, &sr, x0, next, T, xr);
             if (!rc) rc = qhx_qwen35_mtp(&b->rt->ex, b->w, &sb, x0, next, T, xb);
             qhx_state_free(&sr);

@@ -15,6 +15,8 @@
 #include "format/w4.h"
 #include "format/w8.h"
 #include "kernels/kernels.h"
+#include "kernels/kv.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -486,5 +488,115 @@ QV_TARGET static void QV_NAME(silu)(float *x, const float *mul, size_t n) {
     }
 }
 
+QV_TARGET static float QV_NAME(exp_sum)(float *x, int n, float sub) {
+    const qv_f32 m = qv_set1(sub);
+    qv_f32 acc = qv_zero();
+    int i = 0;
+    for (; i + QV_LANES <= n; i += QV_LANES) {
+        const qv_f32 e = qv_exp(qv_sub(qv_load(x + i), m));
+        qv_store(x + i, e);
+        acc = qv_add(acc, e);
+    }
+    float sum = qv_reduce(acc);
+    if (i < n) { /* the tail through the same lanes */
+        qv_store_n(x + i, qv_exp(qv_sub(qv_load_n(x + i, n - i), m)), n - i);
+        for (; i < n; i++) sum += x[i];
+    }
+    return sum;
+}
+
+/* QV_LANES values of a head row from column c (a multiple of QV_LANES), widened: f16 exactly, q8
+ * times its block's scale (what qhx_kv_at gives) */
+QV_INLINE qv_f32 kv_load(qhx_kv_form form, const unsigned char *row, int hd, int c) {
+    if (form == QHX_KV_F16) return qv_load_f16(row + 2 * (size_t)c);
+    if (form == QHX_KV_Q8) {
+        float s;
+        memcpy(&s, row + qhx_kv_q8_scales(hd) + sizeof(float) * (size_t)(c / QHX_Q8_BLOCK), sizeof s);
+        return qv_mul(qv_load_i8(row + c), qv_set1(s));
+    }
+    return qv_load((const float *)row + c);
+}
+
+QV_TARGET static void QV_NAME(kv_widen)(qhx_kv_form form, const unsigned char *rows, size_t stride, int hd, int n, float *out,
+                                        int ld) {
+    if (hd % QV_LANES) {
+        qhx_kv_widen_scalar(form, rows, stride, hd, n, out, ld);
+        return;
+    }
+    for (int p = 0; p < n; p++)
+        for (int c = 0; c < hd; c += QV_LANES) qv_store(out + (size_t)p * ld + c, kv_load(form, rows + (size_t)p * stride, hd, c));
+}
+
+/* up to 4 queries against one row: the row loaded once a vector for all of them */
+QV_INLINE void attend_scores(const qhx_attend_args *a, int g0, int ng, const unsigned char *row, float *s, int p) {
+    qv_f32 acc[4] = {qv_zero(), qv_zero(), qv_zero(), qv_zero()};
+    for (int c = 0; c < a->hd; c += QV_LANES) {
+        const qv_f32 k = kv_load(a->form, row, a->hd, c);
+        _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++)
+            if (g < ng) acc[g] = qv_fma(qv_load(a->q + (size_t)(g0 + g) * a->q_stride + c), k, acc[g]);
+    }
+    for (int g = 0; g < ng; g++) s[(size_t)(g0 + g) * QHX_ATTEND_TILE + p] = qv_reduce(acc[g]) * a->scale;
+}
+
+/* A head's rows are a whole KV row (every head) apart, a new 4 KiB stretch each few rows, where
+ * the hardware's prefetchers stop: they are fetched ATTEND_AHEAD rows early by hand. */
+#define ATTEND_AHEAD 8
+QV_INLINE void attend_prefetch(const unsigned char *row, size_t bytes) {
+    for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(row + i);
+}
+
+QV_TARGET static void QV_NAME(attend)(const qhx_attend_args *a) {
+    const int G = a->G, hd = a->hd;
+    if (hd % QV_LANES || G > 64) {
+        qhx_attend_scalar(a);
+        return;
+    }
+    const size_t head = qhx_kv_head_bytes(a->form, hd);
+    float m[64], l[64];
+    for (int g = 0; g < G; g++) {
+        m[g] = -__builtin_inff(), l[g] = 0.0f;
+        memset(a->o + (size_t)g * a->o_stride, 0, sizeof(float) * hd);
+    }
+    float *s = a->scratch; /* [G][QHX_ATTEND_TILE] */
+    for (int p0 = 0; p0 < a->n; p0 += QHX_ATTEND_TILE) {
+        const int np = a->n - p0 < QHX_ATTEND_TILE ? a->n - p0 : QHX_ATTEND_TILE;
+        for (int p = 0; p < np; p++) {
+            const unsigned char *row = a->k + (size_t)(p0 + p) * a->stride;
+            if (p0 + p + ATTEND_AHEAD < a->n) attend_prefetch(row + ATTEND_AHEAD * a->stride, head);
+            for (int g0 = 0; g0 < G; g0 += 4) attend_scores(a, g0, G - g0 < 4 ? G - g0 : 4, row, s, p);
+        }
+        for (int g = 0; g < G; g++) { /* the running maximum, the sums and the outputs rescaled to it */
+            float *sg = s + (size_t)g * QHX_ATTEND_TILE, mx = m[g];
+            for (int p = 0; p < np; p++) mx = sg[p] > mx ? sg[p] : mx;
+            const float shrink = expf(m[g] - mx);
+            l[g] = l[g] * shrink + QV_NAME(exp_sum)(sg, np, mx);
+            if (shrink != 1.0f) {
+                float *o = a->o + (size_t)g * a->o_stride;
+                const qv_f32 sh = qv_set1(shrink);
+                for (int c = 0; c < hd; c += QV_LANES) qv_store(o + c, qv_mul(sh, qv_load(o + c)));
+            }
+            m[g] = mx;
+        }
+        for (int p = 0; p < np; p++) {
+            const unsigned char *row = a->v + (size_t)(p0 + p) * a->stride;
+            if (p0 + p + ATTEND_AHEAD < a->n) attend_prefetch(row + ATTEND_AHEAD * a->stride, head);
+            for (int c = 0; c < hd; c += QV_LANES) {
+                const qv_f32 v = kv_load(a->form, row, hd, c);
+                for (int g = 0; g < G; g++) {
+                    float *o = a->o + (size_t)g * a->o_stride + c;
+                    qv_store(o, qv_fma(qv_set1(s[(size_t)g * QHX_ATTEND_TILE + p]), v, qv_load(o)));
+                }
+            }
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        float *o = a->o + (size_t)g * a->o_stride;
+        const qv_f32 inv = qv_set1(1.0f / l[g]);
+        for (int c = 0; c < hd; c += QV_LANES) qv_store(o + c, qv_mul(inv, qv_load(o + c)));
+    }
+}
+
 const qhx_fp32_ops QV_PASTE(qhx_fp32, QV_ISA) = {.matmul = QV_NAME(matmul), .dot = QV_NAME(dot), .axpy = QV_NAME(axpy),
-                                         .gemm = QV_NAME(gemm), .delta_step = QV_NAME(delta_step), .silu = QV_NAME(silu)};
+                                         .gemm = QV_NAME(gemm), .delta_step = QV_NAME(delta_step), .silu = QV_NAME(silu),
+                                         .attend = QV_NAME(attend), .exp_sum = QV_NAME(exp_sum),
+                                         .kv_widen = QV_NAME(kv_widen)};

@@ -52,6 +52,24 @@ static inline size_t qhx_acts_bf16_at(const qhx_acts *a, size_t t, size_t c) {
 
 typedef qhx_status (*qhx_matmul_acts_fn)(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1);
 
+/* One query token's attention over the n cached rows of a KV head, for the G query heads that
+ * share it: o_g = sum_p softmax_p(scale q_g . k_p) v_p, in one pass over the rows (online softmax,
+ * QHX_ATTEND_TILE rows at a time), each row read once for all G queries. Rows are head rows in
+ * `form` (kernels/kv.h), `stride` bytes apart. */
+#define QHX_ATTEND_TILE 64
+typedef struct {
+    qhx_kv_form form;
+    int hd, G, n;
+    const float *q;
+    size_t q_stride;               /* query g at q + g q_stride */
+    const unsigned char *k, *v;    /* the head's row 0 */
+    size_t stride;
+    float scale;
+    float *o;
+    size_t o_stride;               /* o_g at o + g o_stride */
+    float *scratch;                /* QHX_ATTEND_TILE G floats */
+} qhx_attend_args;
+
 /* What one vector layer gives over fp32 activations: kernels/fp32_ops.h written once and
  * instantiated per ISA (qhx_fp32_avx2, qhx_fp32_avx512), and the portable pair qhx_fp32_scalar (the
  * twin the others are tested against) and qhx_fp32_ref (the oracle). */
@@ -69,6 +87,11 @@ typedef struct {
                        float *o, float *kv, const float *next);
     /* x = silu(x) * mul elementwise (mul NULL: silu(x)); silu(x) = x / (1 + e^-x) */
     void (*silu)(float *x, const float *mul, size_t n);
+    void (*attend)(const qhx_attend_args *a);
+    /* x[i] = e^(x[i] - sub) for i < n, their sum returned: a softmax less its division */
+    float (*exp_sum)(float *x, int n, float sub);
+    /* n head rows (kernels/kv.h), `stride` bytes apart, widened to fp32 rows ld floats apart */
+    void (*kv_widen)(qhx_kv_form form, const unsigned char *rows, size_t stride, int hd, int n, float *out, int ld);
 } qhx_fp32_ops;
 
 /* An int8-dot specialisation: W8 weights x activations rounded to `form` (prefill), and W4
@@ -94,6 +117,10 @@ typedef struct {
      * passes every token over them */
     int panel_rows;
 } qhx_acts_ops;
+
+/* the scalar twins, which the vector layers fall back on for shapes their lanes do not divide */
+void qhx_attend_scalar(const qhx_attend_args *a);
+void qhx_kv_widen_scalar(qhx_kv_form form, const unsigned char *rows, size_t stride, int hd, int n, float *out, int ld);
 
 extern const qhx_fp32_ops qhx_fp32_ref, qhx_fp32_scalar, qhx_fp32_avx2, qhx_fp32_avx512, qhx_fp32_neon;
 extern const qhx_acts_ops qhx_acts_scalar_q8, qhx_acts_scalar_q16, qhx_acts_scalar_bf16, qhx_acts_avx2_q8,
@@ -122,6 +149,9 @@ typedef struct {
     void (*delta_step)(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
                        float *o, float *kv, const float *next);
     void (*silu)(float *x, const float *mul, size_t n);
+    void (*attend)(const qhx_attend_args *a);
+    float (*exp_sum)(float *x, int n, float sub);
+    void (*kv_widen)(qhx_kv_form form, const unsigned char *rows, size_t stride, int hd, int n, float *out, int ld);
     int ieee;       /* computes without flush-to-zero (ref): see qhx_fp_enter */
     int supported;  /* this CPU (and OS) runs it */
 } qhx_kernel_set;

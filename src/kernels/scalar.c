@@ -5,6 +5,7 @@
 #include "format/w4.h"
 #include "format/w8.h"
 #include "kernels/q8.h"
+#include "kernels/kv.h"
 #include <math.h>
 #include "util/half.h"
 
@@ -204,10 +205,95 @@ static void scalar_silu(float *x, const float *mul, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i])) * (mul ? mul[i] : 1.0f);
 }
 
+static float scalar_exp_sum(float *x, int n, float sub) {
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += x[i] = expf(x[i] - sub);
+    return sum;
+}
+
+static float ref_exp_sum(float *x, int n, float sub) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += x[i] = expf(x[i] - sub);
+    return (float)sum;
+}
+
+void qhx_kv_widen_scalar(qhx_kv_form form, const unsigned char *rows, size_t stride, int hd, int n, float *out, int ld) {
+    for (int p = 0; p < n; p++)
+        for (int i = 0; i < hd; i++) out[(size_t)p * ld + i] = qhx_kv_at(form, rows + (size_t)p * stride, hd, i);
+}
+
+/* the twin: the vector layer's tiles and online softmax in plain floats */
+void qhx_attend_scalar(const qhx_attend_args *a) {
+    const int G = a->G, hd = a->hd;
+    float *s = a->scratch;
+    for (int g = 0; g < G; g++) memset(a->o + (size_t)g * a->o_stride, 0, sizeof(float) * hd);
+    float m[64], l[64];
+    for (int g0 = 0; g0 < G; g0 += 64) { /* groups of up to 64 queries: m and l on the stack */
+        const int ng = G - g0 < 64 ? G - g0 : 64;
+        for (int g = 0; g < ng; g++) m[g] = -INFINITY, l[g] = 0.0f;
+        for (int p0 = 0; p0 < a->n; p0 += QHX_ATTEND_TILE) {
+            const int np = a->n - p0 < QHX_ATTEND_TILE ? a->n - p0 : QHX_ATTEND_TILE;
+            for (int g = 0; g < ng; g++) {
+                const float *q = a->q + (size_t)(g0 + g) * a->q_stride;
+                float *sg = s + (size_t)g * QHX_ATTEND_TILE, *o = a->o + (size_t)(g0 + g) * a->o_stride, mx = m[g];
+                for (int p = 0; p < np; p++) {
+                    const unsigned char *row = a->k + (size_t)(p0 + p) * a->stride;
+                    float acc = 0.0f;
+                    for (int i = 0; i < hd; i++) acc += q[i] * qhx_kv_at(a->form, row, hd, i);
+                    sg[p] = acc * a->scale;
+                    mx = sg[p] > mx ? sg[p] : mx;
+                }
+                const float shrink = expf(m[g] - mx);
+                l[g] = l[g] * shrink + scalar_exp_sum(sg, np, mx);
+                for (int i = 0; i < hd; i++) o[i] *= shrink;
+                m[g] = mx;
+                for (int p = 0; p < np; p++) {
+                    const unsigned char *row = a->v + (size_t)(p0 + p) * a->stride;
+                    for (int i = 0; i < hd; i++) o[i] += sg[p] * qhx_kv_at(a->form, row, hd, i);
+                }
+            }
+        }
+        for (int g = 0; g < ng; g++)
+            for (int i = 0; i < hd; i++) a->o[(size_t)(g0 + g) * a->o_stride + i] /= l[g];
+    }
+}
+
+/* the oracle: a whole softmax in double, then the weighted sum */
+static void ref_attend(const qhx_attend_args *a) {
+    double *w = malloc(sizeof(double) * (size_t)(a->n ? a->n : 1)), *acc = malloc(sizeof(double) * (size_t)a->hd);
+    if (!w || !acc) { /* the oracle's own scratch; without it, the twin */
+        free(w), free(acc);
+        qhx_attend_scalar(a);
+        return;
+    }
+    for (int g = 0; g < a->G; g++) {
+        const float *q = a->q + (size_t)g * a->q_stride;
+        double mx = -INFINITY, sum = 0.0;
+        for (int p = 0; p < a->n; p++) {
+            const unsigned char *row = a->k + (size_t)p * a->stride;
+            double d = 0.0;
+            for (int i = 0; i < a->hd; i++) d += (double)q[i] * qhx_kv_at(a->form, row, a->hd, i);
+            w[p] = d * a->scale;
+            mx = w[p] > mx ? w[p] : mx;
+        }
+        for (int p = 0; p < a->n; p++) sum += w[p] = exp(w[p] - mx);
+        for (int i = 0; i < a->hd; i++) acc[i] = 0.0;
+        for (int p = 0; p < a->n; p++) {
+            const unsigned char *row = a->v + (size_t)p * a->stride;
+            for (int i = 0; i < a->hd; i++) acc[i] += w[p] * qhx_kv_at(a->form, row, a->hd, i);
+        }
+        for (int i = 0; i < a->hd; i++) a->o[(size_t)g * a->o_stride + i] = (float)(acc[i] / sum);
+    }
+    free(w);
+    free(acc);
+}
+
 const qhx_fp32_ops qhx_fp32_ref = {.matmul = ref_matmul, .dot = ref_dot, .axpy = scalar_axpy, .gemm = ref_gemm,
-                                   .delta_step = scalar_delta_step, .silu = scalar_silu};
+                                   .delta_step = scalar_delta_step, .silu = scalar_silu, .attend = ref_attend,
+                                   .exp_sum = ref_exp_sum, .kv_widen = qhx_kv_widen_scalar};
 const qhx_fp32_ops qhx_fp32_scalar = {.matmul = scalar_matmul, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
-                                      .delta_step = scalar_delta_step, .silu = scalar_silu};
+                                      .delta_step = scalar_delta_step, .silu = scalar_silu, .attend = qhx_attend_scalar,
+                                      .exp_sum = scalar_exp_sum, .kv_widen = qhx_kv_widen_scalar};
 const qhx_acts_ops qhx_acts_scalar_q8 = {.form = QHX_ACTS_Q8, .matmul = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,
                                          .round = scalar_round_q8, .round_q8 = scalar_round_q8};
 const qhx_acts_ops qhx_acts_scalar_q16 = {.form = QHX_ACTS_Q16, .matmul = scalar_int_matmul, .decode = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,

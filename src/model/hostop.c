@@ -10,7 +10,7 @@
 
 qhx_status qhx_hostop_init(qhx_hostop_state *hs, const qhx_model *m) {
     memset(hs, 0, sizeof *hs);
-    return qhx_state_init(&hs->st, &m->cfg);
+    return qhx_state_init(&hs->st, &m->cfg, m->rt->kv);
 }
 
 void qhx_hostop_free(qhx_hostop_state *hs, const qhx_model *m) {

@@ -29,6 +29,7 @@ struct qhx_runtime {
     qhx_progress_fn progress;
     void *progress_user;
     int map_weights;      /* bundle weights mapped from the page cache, not read in */
+    qhx_kv_form kv;       /* the form every session of its models keeps KV rows in */
 };
 
 typedef struct {

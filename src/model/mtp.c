@@ -46,7 +46,7 @@ qhx_status qhx_mtp_new(qhx_session *s, qhx_mtp **out) {
     d->base = qhx_session_pos(s);
     d->vocab = m->cfg.vocab_size < DRAFT_VOCAB ? m->cfg.vocab_size : DRAFT_VOCAB;
     d->logits = malloc(sizeof(float) * d->vocab);
-    qhx_status rc = d->logits ? qhx_state_init(&d->st, &m->w->mtp->cfg) : qhx_fail(QHX_ERR_NOMEM, "MTP drafter: out of memory");
+    qhx_status rc = d->logits ? qhx_state_init(&d->st, &m->w->mtp->cfg, m->rt->kv) : qhx_fail(QHX_ERR_NOMEM, "MTP drafter: out of memory");
     if (rc) { qhx_mtp_free(d); return rc; }
     *out = d;
     return QHX_OK;

@@ -81,8 +81,8 @@ static inline void qhx_spec_dims(const qhx_tensor_spec *s, int *rows, int *cols)
 typedef struct {
     float *conv;       /* [conv_kernel-1][conv_dim]: the last inputs of the causal conv, oldest first */
     float *ssm;        /* [lin_v_heads][lin_k_dim][lin_v_dim]: the delta-rule state S[h][i_k][j_v] */
-    float *k_cache;    /* [capacity][n_kv_heads*head_dim], post-norm post-RoPE */
-    float *v_cache;
+    unsigned char *k_cache;  /* [capacity][n_kv_heads] head rows in the state's form (kernels/kv.h), */
+    unsigned char *v_cache;  /* keys post-norm post-RoPE */
     float *undo;       /* linear layers, once marked: conv and ssm at the mark, then each later
                           stepwise token's recurrence inputs (model/rewind.c) */
 } qhx_layer_state;
@@ -95,19 +95,23 @@ typedef struct {
     int pos;           /* tokens consumed */
     int mark;          /* the position qhx_state_rewind can go back to from, or -1 */
     int kv_capacity;   /* tokens the KV caches hold before they grow */
+    qhx_kv_form kv;    /* the form the KV caches hold rows in */
+    size_t kv_row;     /* bytes of one position's row in one layer's K (or V) cache */
     float *scratch;    /* per-call work buffers, grown on demand and reused */
     size_t scratch_floats;
 } qhx_state;
 
 static inline qhx_layer_state *qhx_state_layer(const qhx_state *s, int l) { return &s->layers[l]; }
 
-qhx_status qhx_state_init(qhx_state *s, const qhx_config *c);
+qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, qhx_kv_form kv);
 void qhx_state_free(qhx_state *s);
 void qhx_state_reset(qhx_state *s);
 /* Bytes of a sequence's recurrent state (conv FIFOs + delta-rule states), and of its KV cache per
  * token. */
 size_t qhx_state_fixed_bytes(const qhx_config *c);
-size_t qhx_state_kv_bytes_per_token(const qhx_config *c);
+size_t qhx_state_kv_bytes_per_token(const qhx_config *c, qhx_kv_form kv);
+/* bytes of one position's row in one layer's K (or V) cache */
+size_t qhx_state_kv_row_bytes(const qhx_config *c, qhx_kv_form kv);
 /* floats of one linear layer's conv FIFO and of its delta-rule state */
 size_t qhx_state_conv_floats(const qhx_config *c);
 size_t qhx_state_ssm_floats(const qhx_config *c);

@@ -10,6 +10,7 @@
  *   logits = lm_head · norm(x)
  */
 #include "kernels/kernels.h"
+#include "kernels/kv.h"
 #include "model/ops.h"
 #include "model/qwen35.h"
 #include "util/buf.h"
@@ -39,23 +40,25 @@ static size_t chunk_work_floats(int dk, int dv) {
 }
 
 #define QBLOCK 32            /* queries of one attention_blocks item */
-#define ATTN_BLOCKED_FROM 8  /* tokens a call; fewer: a gemm this narrow wastes most of its lanes */
+#define KTILE 128            /* cached rows of one attention_blocks step */
+#define ATTN_BLOCKED_FROM 8  /* tokens a run; fewer: a gemm this narrow wastes most of its lanes */
 
-/* floats of one attention thread's scratch for n cached positions: attention_blocks' [hd][QBLOCK]
- * queries and two [n][QBLOCK] score blocks, or attention_pairs' n scores a query head of a group */
-static size_t attention_block_floats(int hd, int group, int n) {
-    const size_t blocks = (size_t)hd * QBLOCK + (size_t)2 * QBLOCK * n, pairs = (size_t)group * n;
+/* floats of one attention thread's scratch, whatever the depth: attention_blocks' queries
+ * [hd][QBLOCK], scores [KTILE][QBLOCK] and [QBLOCK][KTILE], widened key and value tiles
+ * [KTILE][hd] and the running maxima and sums; or attend's tile of scores a query head */
+static size_t attention_block_floats(int hd, int group) {
+    const size_t blocks = (size_t)hd * QBLOCK + (size_t)2 * KTILE * QBLOCK + (size_t)2 * KTILE * hd + 2 * QBLOCK,
+                 pairs = (size_t)group * QHX_ATTEND_TILE;
     return ((blocks > pairs ? blocks : pairs) + 15) & ~(size_t)15;
 }
 
-/* floats of scratch one call over n tokens needs, with `threads` work areas, when the furthest
- * position a run of it reaches is end */
-static size_t scratch_need(const qhx_config *c, int n, int end, int threads) {
+/* floats of scratch one call over n tokens needs, with `threads` work areas */
+static size_t scratch_need(const qhx_config *c, int n, int threads) {
     size_t T = (size_t)n, D = c->hidden, conv = qhx_config_conv_dim(c);
     size_t hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, attn = (size_t)c->n_heads * c->head_dim;
     size_t work = chunk_work_floats((int)dk, (int)dv);
     size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + work * threads;
-    size_t att = T * attn * 3 + T * (size_t)c->n_kv_heads * c->head_dim * 2 + attention_block_floats(c->head_dim, c->n_heads / c->n_kv_heads, end) * threads;
+    size_t att = T * attn * 3 + T * (size_t)c->n_kv_heads * c->head_dim * 2 + attention_block_floats(c->head_dim, c->n_heads / c->n_kv_heads) * threads;
     size_t mlp = T * (size_t)c->ffn * 2;
     if (c->n_experts) { /* moe()'s arrays (ints in float-sized slots), then the shared expert's mlp() */
         const size_t E = c->n_experts, slots = T * c->top_k;
@@ -296,132 +299,126 @@ static void rope(float *x, int rot, int pos, float theta) {
     }
 }
 
-/* Causal attention over the cache, in parallel over (token, head) pairs for a few tokens and over
+/* Causal attention over the cache, in parallel over (token, KV head) pairs for a few tokens (the
+ * kernel set's attend: one pass over the head's rows for its group of query heads) and over
  * (head, block of QBLOCK tokens) in prefill, where the scores and the weighted sum of values are
- * matrix products (ks->gemm): one pass over a head's cache serves a whole block of queries. */
+ * matrix products (ks->gemm) over tiles of KTILE cached rows with a running softmax, so the work
+ * area stays in L2 at any depth. */
 typedef struct {
     const qhx_kernel_set *ks;
-    const float *qg, *kc, *vc;
-    float *att, *scores;
-    size_t scores_floats;
-    int T, pos0, hq, hd, kvdim, group;
+    const float *qg;
+    const unsigned char *kc, *vc;  /* the caches' row 0 */
+    size_t row;                    /* bytes of a cached row (every head) */
+    qhx_kv_form form;
+    float *att, *scratch;
+    size_t scratch_floats;
+    int T, pos0, hq, hd, group;
     float scale;
 } attn_job;
 
-/* scores[0..n) to e^(score - max) in place, their sum returned: softmax less its division */
-static float softmax_in_place(float *scores, int n) {
-    float mx = -INFINITY, sum = 0.0f;
-    for (int p = 0; p < n; p++) mx = scores[p] > mx ? scores[p] : mx;
-    for (int p = 0; p < n; p++) sum += scores[p] = expf(scores[p] - mx);
-    return sum;
+static void gate_output(float *o, const float *gate, int hd) {
+    for (int e = 0; e < hd; e++) o[e] *= qhx_sigmoid(gate[e]);
 }
-
-/* A head's cached rows are a whole KV row (every head) apart, a new 4 KiB stretch each few rows,
- * where the hardware's prefetchers stop: they are fetched AHEAD positions early by hand. */
-enum { AHEAD = 8 };
-static inline void prefetch_row(const float *p, int n) {
-    for (int i = 0; i < n; i += 64 / (int)sizeof(float)) __builtin_prefetch(p + i);
-}
-
-/* A few tokens: one item is a token and a KV head, whose group of query heads go through the
- * head's cache together, so each cached row comes from memory once for all of them (not once a
- * query head), then from L1. Every score and sum is still the same dot / axpy call as per head. */
 
 static void attention_pairs(void *arg, int th, int nth) {
     const attn_job *J = arg;
     const int hd = J->hd, G = J->group, hkv = J->hq / G;
-    float *scores = J->scores + (size_t)th * J->scores_floats; /* [G][n] */
+    const size_t head = qhx_kv_head_bytes(J->form, hd);
     for (int item = th; item < J->T * hkv; item += nth) {
         const int t = item / hkv, kvh = item % hkv;
-        const int n = J->pos0 + t + 1; /* causal: this token sees the cache up to itself */
         const float *q0 = J->qg + ((size_t)t * J->hq + (size_t)kvh * G) * hd * 2; /* query g at q0 + 2 hd g, its gate after it */
-        const float *kc = J->kc + (size_t)kvh * hd, *vc = J->vc + (size_t)kvh * hd;
-        for (int p = 0; p < n; p++) {
-            if (p + AHEAD < n) prefetch_row(kc + (size_t)(p + AHEAD) * J->kvdim, hd);
-            for (int g = 0; g < G; g++) scores[(size_t)g * n + p] = J->ks->dot(q0 + (size_t)2 * hd * g, kc + (size_t)p * J->kvdim, hd) * J->scale;
-        }
         float *o0 = J->att + ((size_t)t * J->hq + (size_t)kvh * G) * hd;
-        for (int g = 0; g < G; g++) {
-            float *sg = scores + (size_t)g * n;
-            const float sum = softmax_in_place(sg, n);
-            for (int p = 0; p < n; p++) sg[p] /= sum;
-            for (int e = 0; e < hd; e++) o0[(size_t)g * hd + e] = 0.0f;
-        }
-        for (int p = 0; p < n; p++) {
-            if (p + AHEAD < n) prefetch_row(vc + (size_t)(p + AHEAD) * J->kvdim, hd);
-            for (int g = 0; g < G; g++) J->ks->axpy(o0 + (size_t)g * hd, scores[(size_t)g * n + p], vc + (size_t)p * J->kvdim, hd);
-        }
-        for (int g = 0; g < G; g++) {
-            const float *gate = q0 + (size_t)2 * hd * g + hd;
-            for (int e = 0; e < hd; e++) o0[(size_t)g * hd + e] *= qhx_sigmoid(gate[e]);
-        }
+        const qhx_attend_args a = {J->form, hd, G, J->pos0 + t + 1, q0, (size_t)2 * hd, J->kc + kvh * head, J->vc + kvh * head,
+                                   J->row, J->scale, o0, (size_t)hd, J->scratch + (size_t)th * J->scratch_floats};
+        J->ks->attend(&a);
+        for (int g = 0; g < G; g++) gate_output(o0 + (size_t)g * hd, q0 + (size_t)2 * hd * g + hd, hd);
     }
+}
+
+/* rows [p0, p0 + n) of a head as fp32 rows: the f32 cache itself (*ld its row stride in floats), or
+ * widened into buf */
+static const float *head_tile(const attn_job *J, const unsigned char *cache, int kvh, int p0, int n, float *buf, int *ld) {
+    const unsigned char *at = cache + (size_t)p0 * J->row + kvh * qhx_kv_head_bytes(J->form, J->hd);
+    if (J->form == QHX_KV_F32) {
+        *ld = (int)(J->row / sizeof(float));
+        return (const float *)at;
+    }
+    J->ks->kv_widen(J->form, at, J->row, J->hd, n, buf, J->hd);
+    *ld = J->hd;
+    return buf;
 }
 
 static void attention_blocks(void *arg, int th, int nth) {
     const attn_job *J = arg;
-    const int hd = J->hd, blocks = (J->T + QBLOCK - 1) / QBLOCK;
-    float *QT = J->scores + (size_t)th * J->scores_floats; /* [hd][QBLOCK]: the block's queries, transposed */
-    float *ST = QT + (size_t)hd * QBLOCK;                  /* [n][QBLOCK]:  K q, one column a query */
+    const int hd = J->hd, blocks = (J->T + QBLOCK - 1) / QBLOCK, ostride = J->hq * hd;
+    float *QT = J->scratch + (size_t)th * J->scratch_floats; /* [hd][QBLOCK]: the block's queries, transposed */
+    float *ST = QT + (size_t)hd * QBLOCK;                   /* [KTILE][QBLOCK]: K q, one column a query */
+    float *S = ST + (size_t)KTILE * QBLOCK;                 /* [QBLOCK][KTILE]: weights, one row a query */
+    float *KB = S + (size_t)QBLOCK * KTILE, *VB = KB + (size_t)KTILE * hd; /* widened tiles */
+    float *mx = VB + (size_t)KTILE * hd, *sum = mx + QBLOCK;
     for (int item = th; item < J->hq * blocks; item += nth) {
         const int j = item % J->hq, t0 = item / J->hq * QBLOCK, kvh = j / J->group;
         const int nq = J->T - t0 < QBLOCK ? J->T - t0 : QBLOCK, n = J->pos0 + t0 + nq; /* the block's last query sees n */
-        float *S = ST + (size_t)n * QBLOCK;                /* [nq][n]: the scores, one row a query */
+        float *o = J->att + ((size_t)t0 * J->hq + j) * hd;
         for (int i = 0; i < nq; i++) {
             const float *qi = J->qg + ((size_t)(t0 + i) * J->hq + j) * hd * 2;
             for (int d = 0; d < hd; d++) QT[(size_t)d * QBLOCK + i] = qi[d];
+            memset(o + (size_t)i * ostride, 0, sizeof(float) * hd);
+            mx[i] = -INFINITY, sum[i] = 0.0f;
         }
-        memset(ST, 0, sizeof(float) * (size_t)n * QBLOCK);
-        J->ks->gemm(n, nq, hd, J->scale, J->kc + (size_t)kvh * hd, J->kvdim, QT, QBLOCK, ST, QBLOCK);
-        for (int i = 0; i < nq; i++) {
-            const int seen = J->pos0 + t0 + i + 1; /* causal */
-            float *si = S + (size_t)i * n;
-            for (int p = 0; p < seen; p++) si[p] = ST[(size_t)p * QBLOCK + i];
-            const float inv = 1.0f / softmax_in_place(si, seen);
-            for (int p = 0; p < seen; p++) si[p] *= inv;
-            for (int p = seen; p < n; p++) si[p] = 0.0f;
+        for (int p0 = 0; p0 < n; p0 += KTILE) {
+            const int kt = n - p0 < KTILE ? n - p0 : KTILE;
+            int ldk, ldv;
+            const float *K = head_tile(J, J->kc, kvh, p0, kt, KB, &ldk);
+            memset(ST, 0, sizeof(float) * (size_t)kt * QBLOCK);
+            J->ks->gemm(kt, nq, hd, J->scale, K, ldk, QT, QBLOCK, ST, QBLOCK);
+            for (int i = 0; i < nq; i++) {
+                int seen = J->pos0 + t0 + i + 1 - p0; /* causal: rows of this tile query i sees */
+                seen = seen < 0 ? 0 : seen > kt ? kt : seen;
+                float *si = S + (size_t)i * KTILE, m = mx[i];
+                for (int p = 0; p < seen; p++) si[p] = ST[(size_t)p * QBLOCK + i], m = si[p] > m ? si[p] : m;
+                for (int p = seen; p < kt; p++) si[p] = 0.0f;
+                if (!seen) continue;
+                const float shrink = expf(mx[i] - m);
+                sum[i] = sum[i] * shrink + J->ks->exp_sum(si, seen, m);
+                mx[i] = m;
+                if (shrink != 1.0f)
+                    for (int e = 0; e < hd; e++) o[(size_t)i * ostride + e] *= shrink;
+            }
+            const float *V = head_tile(J, J->vc, kvh, p0, kt, VB, &ldv);
+            J->ks->gemm(nq, hd, kt, 1.0f, S, KTILE, V, ldv, o, ostride);
         }
-        float *o = J->att + ((size_t)t0 * J->hq + j) * hd;
-        const int ostride = J->hq * hd;
-        for (int i = 0; i < nq; i++) memset(o + (size_t)i * ostride, 0, sizeof(float) * hd);
-        J->ks->gemm(nq, hd, n, 1.0f, S, n, J->vc + (size_t)kvh * hd, J->kvdim, o, ostride);
         for (int i = 0; i < nq; i++) {
-            const float *gate = J->qg + ((size_t)(t0 + i) * J->hq + j) * hd * 2 + hd;
-            for (int e = 0; e < hd; e++) o[(size_t)i * ostride + e] *= qhx_sigmoid(gate[e]);
+            float *oi = o + (size_t)i * ostride;
+            const float inv = 1.0f / sum[i];
+            for (int e = 0; e < hd; e++) oi[e] *= inv;
+            gate_output(oi, J->qg + ((size_t)(t0 + i) * J->hq + j) * hd * 2 + hd, hd);
         }
     }
 }
 
-/* The projections over all T rows (one sequence's K and V straight into its cache); then a run at
- * a time over its own cache, at its own positions. */
+/* The projections over all T rows, K and V normed and rotated, then stored into each run's cache
+ * in its form; then a run at a time over its own cache, at its own positions. */
 static qhx_status gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, int l,
                                   const qhx_run *runs, int n_runs, const float *h, float *out, int T, carver cv) {
     const int hq = c->n_heads, hkv = c->n_kv_heads, hd = c->head_dim;
     const int group = hq / hkv, kvdim = hkv * hd;
-    const int blocked = T >= ATTN_BLOCKED_FROM && !ex->per_token;
-    int end = 0;
-    for (int r = 0; r < n_runs; r++)
-        if (runs[r].st->pos + runs[r].n > end) end = runs[r].st->pos + runs[r].n;
-    const size_t scores_floats = attention_block_floats(hd, group, end); /* room for either way */
+    const size_t scratch_floats = attention_block_floats(hd, group);
     float *qg = carve(&cv, (size_t)T * hq * hd * 2), *att = carve(&cv, (size_t)T * hq * hd);
-    float *scores = carve(&cv, scores_floats * (size_t)qhx_pool_size(ex->pool));
-    qhx_layer_state *ls0 = qhx_state_layer(runs[0].st, l);
-    const int pos00 = runs[0].st->pos;
-    float *kv = n_runs > 1 ? carve(&cv, (size_t)T * kvdim * 2) : NULL; /* rows of several caches: copied in after */
+    float *scratch = carve(&cv, scratch_floats * (size_t)qhx_pool_size(ex->pool));
+    float *kv = carve(&cv, (size_t)T * kvdim * 2);
 
     const qhx_tensor *const W[] = {&lw->q, &lw->k, &lw->v}; /* q per head: [query hd | gate hd] */
-    float *const Y[] = {qg, kv ? kv : ls0->k_cache + (size_t)pos00 * kvdim, kv ? kv + (size_t)T * kvdim : ls0->v_cache + (size_t)pos00 * kvdim};
+    float *const Y[] = {qg, kv, kv + (size_t)T * kvdim};
     const qhx_status rc = qhx_matmul_many(ex, h, T, 3, W, Y);
     if (rc) return rc;
     for (int r = 0; r < n_runs; r++) {
-        qhx_layer_state *ls = qhx_state_layer(runs[r].st, l);
-        const int pos0 = runs[r].st->pos, t0 = runs[r].row0, nt = runs[r].n;
-        if (kv) {
-            memcpy(ls->k_cache + (size_t)pos0 * kvdim, kv + (size_t)t0 * kvdim, sizeof(float) * nt * kvdim);
-            memcpy(ls->v_cache + (size_t)pos0 * kvdim, kv + ((size_t)T + t0) * kvdim, sizeof(float) * nt * kvdim);
-        }
+        const qhx_state *st = runs[r].st;
+        qhx_layer_state *ls = qhx_state_layer(st, l);
+        const int pos0 = st->pos, t0 = runs[r].row0, nt = runs[r].n;
+        const size_t head = qhx_kv_head_bytes(st->kv, hd);
         for (int t = 0; t < nt; t++) {
-            float *k = ls->k_cache + (size_t)(pos0 + t) * kvdim;
+            float *k = kv + (size_t)(t0 + t) * kvdim, *v = kv + ((size_t)T + t0 + t) * kvdim;
             float *qgt = qg + (size_t)(t0 + t) * hq * hd * 2;
             for (int j = 0; j < hq; j++) {
                 float *qj = qgt + (size_t)j * hd * 2;
@@ -431,10 +428,13 @@ static qhx_status gated_attention(const qhx_exec *ex, const qhx_config *c, const
             for (int j = 0; j < hkv; j++) {
                 qhx_rmsnorm1p(k + (size_t)j * hd, k + (size_t)j * hd, &lw->k_norm, hd, c->eps);
                 rope(k + (size_t)j * hd, c->rot_dim, pos0 + t, c->rope_theta);
+                qhx_kv_store(st->kv, k + (size_t)j * hd, hd, ls->k_cache + (size_t)(pos0 + t) * st->kv_row + j * head);
+                qhx_kv_store(st->kv, v + (size_t)j * hd, hd, ls->v_cache + (size_t)(pos0 + t) * st->kv_row + j * head);
             }
         }
-        attn_job job = {ex->ks, qg + (size_t)t0 * hq * hd * 2, ls->k_cache, ls->v_cache, att + (size_t)t0 * hq * hd, scores,
-                        scores_floats, nt, pos0, hq, hd, kvdim, group, 1.0f / sqrtf((float)hd)};
+        attn_job job = {ex->ks, qg + (size_t)t0 * hq * hd * 2, ls->k_cache, ls->v_cache, st->kv_row, st->kv,
+                        att + (size_t)t0 * hq * hd, scratch, scratch_floats, nt, pos0, hq, hd, group, 1.0f / sqrtf((float)hd)};
+        const int blocked = nt >= ATTN_BLOCKED_FROM && !ex->per_token;
         qhx_pool_run(ex->pool, blocked ? attention_blocks : attention_pairs, &job);
     }
     return qhx_matmul(ex, &lw->o, att, T, out);
@@ -558,17 +558,16 @@ void qhx_qwen35_embed(const qhx_config *c, const qhx_weights *w, const int32_t *
 }
 
 qhx_status qhx_state_begin(const qhx_exec *ex, const qhx_run *runs, int n_runs, int stepwise) {
-    int T = 0, end = 0;
+    int T = 0;
     for (int r = 0; r < n_runs; r++) {
         qhx_state *s = runs[r].st;
         qhx_status rc = qhx_state_reserve_kv(s, s->pos + runs[r].n);
         if (rc) return rc;
         if (s->mark >= 0 && (!stepwise || s->pos + runs[r].n - s->mark > QHX_MAX_REWIND)) s->mark = -1;
         T += runs[r].n;
-        if (s->pos + runs[r].n > end) end = s->pos + runs[r].n;
     }
     qhx_state *s = runs[0].st;
-    const size_t need = scratch_need(s->cfg, T, end, qhx_pool_size(ex->pool));
+    const size_t need = scratch_need(s->cfg, T, qhx_pool_size(ex->pool));
     if (need > s->scratch_floats) {
         float *p = realloc(s->scratch, need * sizeof(float));
         if (!p) return qhx_fail(QHX_ERR_NOMEM, "forward: out of memory for %d tokens", T);

@@ -6,15 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t kv_dim(const qhx_config *c) { return (size_t)c->n_kv_heads * c->head_dim; }
-
 size_t qhx_snapshot_recurrent_floats(const qhx_config *c) {
     return qhx_state_fixed_bytes(c) / sizeof(float);
 }
 
-size_t qhx_snapshot_row_floats(const qhx_config *c) {
-    return qhx_state_kv_bytes_per_token(c) / sizeof(float);
-}
+size_t qhx_snapshot_row_bytes(const qhx_model *m) { return qhx_state_kv_bytes_per_token(&m->cfg, m->rt->kv); }
 
 void qhx_kv_segment_unref(qhx_kv_segment *seg) {
     while (seg && __atomic_sub_fetch(&seg->refs, 1, __ATOMIC_ACQ_REL) == 0) {
@@ -31,12 +27,12 @@ static qhx_kv_segment *segment_ref(qhx_kv_segment *seg) {
     return seg;
 }
 
-static qhx_kv_segment *segment_new(const qhx_config *c, qhx_kv_segment *parent, int row0, int row1) {
+static qhx_kv_segment *segment_new(const qhx_model *m, qhx_kv_segment *parent, int row0, int row1) {
     qhx_kv_segment *seg = calloc(1, sizeof *seg);
     const size_t n = (size_t)(row1 - row0);
     if (!seg) return NULL;
     seg->tokens = malloc(sizeof(int32_t) * (n ? n : 1));
-    seg->rows = malloc(sizeof(float) * (n * qhx_snapshot_row_floats(c) + 1));
+    seg->rows = malloc(n * qhx_snapshot_row_bytes(m) + 1);
     if (!seg->tokens || !seg->rows) {
         free(seg->tokens);
         free(seg->rows);
@@ -54,14 +50,13 @@ static qhx_kv_segment *segment_new(const qhx_config *c, qhx_kv_segment *parent, 
  * when `save`, else back into the session. */
 static void segment_copy(const qhx_model *m, qhx_hostop_state *hs, qhx_kv_segment *seg, int save) {
     const qhx_config *c = &m->cfg;
-    const size_t d = kv_dim(c), n = (size_t)(seg->row1 - seg->row0), block = n * d;
-    float *at = seg->rows;
+    const size_t d = hs->st.kv_row, n = (size_t)(seg->row1 - seg->row0), block = n * d;
+    unsigned char *at = seg->rows;
     for (int l = 0; l < c->n_layers; l++) {
         if (!c->full_attn[l]) continue;
         qhx_layer_state *ls = qhx_state_layer(&hs->st, l);
-        float *const cache[2] = {ls->k_cache + (size_t)seg->row0 * d, ls->v_cache + (size_t)seg->row0 * d};
-        for (int kv = 0; kv < 2; kv++, at += block)
-            save ? memcpy(at, cache[kv], sizeof(float) * block) : memcpy(cache[kv], at, sizeof(float) * block);
+        unsigned char *const cache[2] = {ls->k_cache + (size_t)seg->row0 * d, ls->v_cache + (size_t)seg->row0 * d};
+        for (int kv = 0; kv < 2; kv++, at += block) save ? memcpy(at, cache[kv], block) : memcpy(cache[kv], at, block);
     }
     if (save) memcpy(seg->tokens, hs->tokens + seg->row0, sizeof(int32_t) * n);
     else memcpy(hs->tokens + seg->row0, seg->tokens, sizeof(int32_t) * n);
@@ -84,7 +79,7 @@ qhx_status qhx_snapshot_alloc(const qhx_model *m, int pos, qhx_snapshot **out) {
     *out = NULL;
     qhx_snapshot *snap = calloc(1, sizeof *snap);
     if (!snap || !(snap->recurrent = malloc(sizeof(float) * (qhx_snapshot_recurrent_floats(&m->cfg) + 1))) ||
-        (pos > 0 && !(snap->kv = segment_new(&m->cfg, NULL, 0, pos)))) {
+        (pos > 0 && !(snap->kv = segment_new(m, NULL, 0, pos)))) {
         qhx_snapshot_free(snap);
         return qhx_fail(QHX_ERR_NOMEM, "snapshot: out of memory for %d positions", pos);
     }
@@ -100,7 +95,7 @@ static qhx_status snapshot_fill(const qhx_model *m, qhx_hostop_state *hs, qhx_sn
     qhx_kv_segment *tip = hs->kv_tip;
     int own = 0;
     if (hs->st.pos > 0 && (!tip || tip->row1 < hs->st.pos)) { /* the rows since the session's last snapshot */
-        qhx_kv_segment *seg = segment_new(&m->cfg, tip, tip ? tip->row1 : 0, hs->st.pos);
+        qhx_kv_segment *seg = segment_new(m, tip, tip ? tip->row1 : 0, hs->st.pos);
         if (!seg) return qhx_fail(QHX_ERR_NOMEM, "snapshot: out of memory for %d KV rows", hs->st.pos);
         segment_copy(m, hs, seg, 1);
         qhx_kv_segment_unref(tip);
@@ -163,7 +158,7 @@ void qhx_snapshot_free(qhx_snapshot *snap) {
 void qhx_snapshot_get_info_sized(const qhx_snapshot *snap, qhx_snapshot_info *out, size_t size) {
     const qhx_config *c = &snap->model->cfg;
     qhx_snapshot_info full, *info = &full;
-    const uint64_t row = qhx_snapshot_row_floats(c) * sizeof(float);
+    const uint64_t row = qhx_snapshot_row_bytes(snap->model);
     memset(info, 0, sizeof *info);
     info->pos = snap->pos;
     info->state_bytes = qhx_snapshot_recurrent_floats(c) * sizeof(float);

@@ -12,7 +12,8 @@ struct qhx_kv_segment {
     qhx_kv_segment *parent;   /* rows [0, row0) */
     int row0, row1;
     int32_t *tokens;          /* [row1 - row0]: the tokens those rows came from */
-    float *rows;              /* each full-attention layer in order: K then V, [row1 - row0][kv_dim] each */
+    unsigned char *rows;      /* each full-attention layer in order: K then V, [row1 - row0] rows of
+                                 the model's KV form each (kernels/kv.h) */
 };
 
 struct qhx_snapshot {
@@ -29,9 +30,9 @@ qhx_status qhx_hostop_snapshot_into(const qhx_model *m, qhx_hostop_state *hs, qh
 qhx_status qhx_hostop_restore(const qhx_model *m, qhx_hostop_state *hs, const qhx_snapshot *snap);
 
 void qhx_kv_segment_unref(qhx_kv_segment *seg);
-/* floats of the recurrent state of the whole model, and of one KV row over every full layer */
+/* floats of the recurrent state of the whole model, and bytes of one KV row over every full layer */
 size_t qhx_snapshot_recurrent_floats(const qhx_config *c);
-size_t qhx_snapshot_row_floats(const qhx_config *c);
+size_t qhx_snapshot_row_bytes(const qhx_model *m);
 /* A snapshot over a fresh single segment [0, pos), its buffers allocated, for a reader to fill
  * (tokens, rows, recurrent). */
 qhx_status qhx_snapshot_alloc(const qhx_model *m, int pos, qhx_snapshot **out);

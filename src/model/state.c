@@ -1,6 +1,7 @@
 /* The per-sequence state of every layer: conv FIFOs and delta-rule states (fixed size) and
  * KV caches (growing with the tokens). */
 #include "model/qwen35.h"
+#include "kernels/kv.h"
 #include "util/error.h"
 #include "util/hugemem.h"
 
@@ -20,17 +21,23 @@ size_t qhx_state_fixed_bytes(const qhx_config *c) {
     return n;
 }
 
-size_t qhx_state_kv_bytes_per_token(const qhx_config *c) {
+size_t qhx_state_kv_row_bytes(const qhx_config *c, qhx_kv_form kv) {
+    return (size_t)c->n_kv_heads * qhx_kv_head_bytes(kv, c->head_dim);
+}
+
+size_t qhx_state_kv_bytes_per_token(const qhx_config *c, qhx_kv_form kv) {
     size_t n = 0;
     for (int l = 0; l < c->n_layers; l++)
-        if (c->full_attn[l]) n += 2 * sizeof(float) * (size_t)c->n_kv_heads * c->head_dim;
+        if (c->full_attn[l]) n += 2 * qhx_state_kv_row_bytes(c, kv);
     return n;
 }
 
-qhx_status qhx_state_init(qhx_state *s, const qhx_config *c) {
+qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, qhx_kv_form kv) {
     memset(s, 0, sizeof *s);
     s->cfg = c;
     s->mark = -1;
+    s->kv = kv;
+    s->kv_row = qhx_state_kv_row_bytes(c, kv);
     const size_t conv = qhx_state_conv_floats(c), ssm = qhx_state_ssm_floats(c);
     s->layers = calloc((size_t)c->n_layers, sizeof *s->layers);
     if (!s->layers) {
@@ -81,14 +88,13 @@ qhx_status qhx_state_reserve_kv(qhx_state *s, int need) {
     if (need <= s->kv_capacity) return QHX_OK;
     int cap = s->kv_capacity ? s->kv_capacity : 256;
     while (cap < need) cap = cap > (1 << 29) ? need : cap * 2;
-    const size_t kvdim = (size_t)s->cfg->n_kv_heads * s->cfg->head_dim;
     for (int l = 0; l < s->cfg->n_layers; l++) {
         if (!s->cfg->full_attn[l]) continue;
         qhx_layer_state *ls = qhx_state_layer(s, l);
-        const size_t had = sizeof(float) * kvdim * s->kv_capacity, bytes = sizeof(float) * kvdim * cap;
-        float *k = qhx_huge_grow(ls->k_cache, had, bytes);
+        const size_t had = s->kv_row * s->kv_capacity, bytes = s->kv_row * cap;
+        unsigned char *k = qhx_huge_grow(ls->k_cache, had, bytes);
         if (k) ls->k_cache = k;
-        float *v = k ? qhx_huge_grow(ls->v_cache, had, bytes) : NULL;
+        unsigned char *v = k ? qhx_huge_grow(ls->v_cache, had, bytes) : NULL;
         if (v) ls->v_cache = v;
         if (!k || !v) return qhx_fail(QHX_ERR_NOMEM, "KV cache: out of memory for %d tokens", cap);
     }

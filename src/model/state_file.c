@@ -2,11 +2,12 @@
  *   header (HEADER_BYTES): "QHXSTATE", version, the model's identity, the kernel set that
  *     computed it, the shape it was taken on (layers, widths, position)
  *   payload: token ids [pos] (int32), the recurrent state (fp32, model/snapshot.h order), the KV
- *     rows [pos] of every full-attention layer (K then V, fp32)
+ *     rows [pos] of every full-attention layer (K then V, in the header's form: kernels/kv.h)
  *   XXH3-64 of everything before it
  * The loader checks all of it, sizes included, before it allocates state; a snapshot loaded from
  * a file is one segment [0, pos) of its own. */
 #include "model/snapshot.h"
+#include "kernels/kv.h"
 #include "util/afile.h"
 #include "util/error.h"
 #include "util/mapfile.h"
@@ -20,8 +21,9 @@
 
 #define MAGIC "QHXSTATE"
 /* 2: the -q16 sets round activations in blocks of 64 (kernels/q8.h), so a version-1 state they
- * computed would resume with other numerics than a cold run under the same set's name */
-#define VERSION 2
+ * computed would resume with other numerics than a cold run under the same set's name.
+ * 3: KV rows in a form (f32, f16, q8) the header names, their size in bytes */
+#define VERSION 3
 #define HEADER_BYTES 128
 #define KERNELS_BYTES 32
 
@@ -30,13 +32,14 @@ typedef struct {
     uint64_t model;
     char kernels[KERNELS_BYTES];
     int32_t pos, n_layers, hidden, vocab, kv_dim, n_full;
-    uint64_t recurrent_floats, row_floats;
+    uint64_t recurrent_floats, row_bytes;
+    int32_t kv_form, unused;
 } header;
 
 static void fill_header(const qhx_model *m, int pos, unsigned char out[HEADER_BYTES]) {
     const qhx_config *c = &m->cfg;
     header h = {VERSION, HEADER_BYTES, m->identity, {0}, pos, c->n_layers, c->hidden, c->vocab_size,
-                c->n_kv_heads * c->head_dim, 0, qhx_snapshot_recurrent_floats(c), qhx_snapshot_row_floats(c)};
+                c->n_kv_heads * c->head_dim, 0, qhx_snapshot_recurrent_floats(c), qhx_snapshot_row_bytes(m), (int32_t)m->rt->kv, 0};
     for (int l = 0; l < c->n_layers; l++) h.n_full += c->full_attn[l];
     snprintf(h.kernels, sizeof h.kernels, "%s", m->rt->ex.ks->name);
     memset(out, 0, HEADER_BYTES);
@@ -44,8 +47,8 @@ static void fill_header(const qhx_model *m, int pos, unsigned char out[HEADER_BY
     memcpy(out + 8, &h, sizeof h);
 }
 
-static uint64_t payload_bytes(int pos, uint64_t recurrent_floats, uint64_t row_floats) {
-    return (uint64_t)pos * sizeof(int32_t) + (recurrent_floats + (uint64_t)pos * row_floats) * sizeof(float);
+static uint64_t payload_bytes(int pos, uint64_t recurrent_floats, uint64_t row_bytes) {
+    return (uint64_t)pos * (sizeof(int32_t) + row_bytes) + recurrent_floats * sizeof(float);
 }
 
 /* The identity a state file names its model by: a bundle's manifest (which holds every weight
@@ -83,7 +86,7 @@ qhx_status qhx_snapshot_save(const qhx_snapshot *snap, const char *path) {
     if (!snap || !path) return qhx_fail(QHX_ERR_ARG, "snapshot_save: need a snapshot and a path");
     const qhx_model *m = snap->model;
     const qhx_config *c = &m->cfg;
-    const size_t kvd = (size_t)c->n_kv_heads * c->head_dim;
+    const size_t kvd = qhx_state_kv_row_bytes(c, m->rt->kv);
     int32_t *tokens = malloc(sizeof(int32_t) * (snap->pos + 1));
     if (!tokens) return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path);
     qhx_snapshot_tokens(snap, tokens, snap->pos);
@@ -107,7 +110,7 @@ qhx_status qhx_snapshot_save(const qhx_snapshot *snap, const char *path) {
             for (int kv = 0; kv < 2; kv++)
                 for (int i = n - 1; i >= 0; i--) {
                     const size_t rows = (size_t)(chain[i]->row1 - chain[i]->row0);
-                    qhx_afile_put(&w, chain[i]->rows + (2 * (size_t)full + kv) * rows * kvd, sizeof(float) * rows * kvd);
+                    qhx_afile_put(&w, chain[i]->rows + (2 * (size_t)full + kv) * rows * kvd, rows * kvd);
                 }
             full++;
         }
@@ -140,17 +143,20 @@ qhx_status qhx_snapshot_load(qhx_model *m, const char *path, qhx_snapshot **out)
     if (h.version != VERSION || h.header_bytes != HEADER_BYTES) {
         rc = qhx_fail(QHX_ERR_UNSUPPORTED, "%s: state file version %u; this qhexrt reads version %d", path, h.version, VERSION);
     } else if (h.model != w.model || h.n_layers != w.n_layers || h.hidden != w.hidden || h.vocab != w.vocab ||
-               h.kv_dim != w.kv_dim || h.n_full != w.n_full || h.recurrent_floats != w.recurrent_floats ||
-               h.row_floats != w.row_floats) {
+               h.kv_dim != w.kv_dim || h.n_full != w.n_full || h.recurrent_floats != w.recurrent_floats) {
         rc = qhx_fail(QHX_ERR_ARG, "%s: the state of another model (identity %016llx, this one is %016llx)", path,
                       (unsigned long long)h.model, (unsigned long long)w.model);
+    } else if (h.kv_form != w.kv_form || h.row_bytes != w.row_bytes) {
+        rc = qhx_fail(QHX_ERR_ARG, "%s: KV cache in %s; this runtime keeps it in %s (--kv)", path,
+                      h.kv_form >= QHX_KV_F32 && h.kv_form <= QHX_KV_Q8 ? qhx_kv_form_name((qhx_kv_form)h.kv_form) : "an unknown form",
+                      qhx_kv_form_name((qhx_kv_form)w.kv_form));
     } else if (strcmp(h.kernels, w.kernels)) {
         rc = qhx_fail(QHX_ERR_UNSUPPORTED, "%s: computed with kernels %s; this runtime runs %s", path, h.kernels, w.kernels);
     } else if (h.pos < 0 || h.pos > m->context) {
         rc = qhx_fail(QHX_ERR_FORMAT, "%s: position %d is outside the context of %d", path, h.pos, m->context);
-    } else if (f.size != HEADER_BYTES + payload_bytes(h.pos, h.recurrent_floats, h.row_floats) + 8) {
+    } else if (f.size != HEADER_BYTES + payload_bytes(h.pos, h.recurrent_floats, h.row_bytes) + 8) {
         rc = qhx_fail(QHX_ERR_FORMAT, "%s: %zu bytes where a state of %d tokens takes %llu (truncated?)", path, f.size, h.pos,
-                      (unsigned long long)(HEADER_BYTES + payload_bytes(h.pos, h.recurrent_floats, h.row_floats) + 8));
+                      (unsigned long long)(HEADER_BYTES + payload_bytes(h.pos, h.recurrent_floats, h.row_bytes) + 8));
     } else {
         uint64_t sum;
         memcpy(&sum, f.data + f.size - 8, 8);
@@ -172,7 +178,7 @@ qhx_status qhx_snapshot_load(qhx_model *m, const char *path, qhx_snapshot **out)
     p += sizeof(float) * rec;
     if (snap->kv) {
         memcpy(snap->kv->tokens, tokens, sizeof(int32_t) * rows);
-        memcpy(snap->kv->rows, p, sizeof(float) * rows * h.row_floats);
+        memcpy(snap->kv->rows, p, rows * h.row_bytes);
     }
     *out = snap;
 done:
