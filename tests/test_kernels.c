@@ -4,6 +4,7 @@
 #include "forge/forge.h"
 #include "format/w8.h"
 #include "kernels/kernels.h"
+#include "kernels/kv.h"
 #include "kernels/q8.h"
 #include "model/ops.h"
 #include "testlib.h"
@@ -96,6 +97,80 @@ static int w8_exact(const qhx_kernel_set *ks) {
 static void report_mode(void *arg, int i, int n) {
     (void)n;
     ((unsigned *)arg)[i] = qhx_fp_mode();
+}
+
+/* attend, kv_widen and exp_sum of every set, each KV form, on odd shapes: against the double
+ * oracle (ref) over the same stored rows; widening bit for bit what qhx_kv_at reads; and the stored
+ * forms within their rounding of the fp32 rows (f16 2^-11 of each value, q8 half a step of a block
+ * of 32), so a broken store or scale cannot pass. */
+static void attention_tests(const char *const *sets, size_t n_sets) {
+    const int hds[] = {16, 48, 64, 256}, Gs[] = {1, 3, 4, 5}, ns[] = {1, 2, 63, 64, 65, 300};
+    const qhx_kv_form forms[] = {QHX_KV_F32, QHX_KV_F16, QHX_KV_Q8};
+    const qhx_kernel_set *ref = qhx_kernels_find("ref");
+    void (*seen[32])(const qhx_attend_args *);
+    size_t n_seen = 0;
+    for (size_t s = 0; s < n_sets; s++) {
+        const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
+        int again = 0; /* the sets of a vector layer share its attention kernels: one run each */
+        for (size_t i = 0; ks && i < n_seen; i++) again |= seen[i] == ks->attend;
+        if (!ks || again) continue;
+        seen[n_seen++] = ks->attend;
+        double worst = 0, worst_form[3] = {0};
+        int widen_ok = 1, cases = 0;
+        for (size_t h = 0; h < sizeof hds / sizeof *hds; h++)
+            for (size_t gi = 0; gi < sizeof Gs / sizeof *Gs; gi++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                    const int hd = hds[h], G = Gs[gi], n = ns[ni];
+                    float *q = malloc(sizeof(float) * G * hd * 2), *K = malloc(sizeof(float) * n * hd), *V = malloc(sizeof(float) * n * hd);
+                    for (int i = 0; i < G * hd * 2; i++) q[i] = frand() * 3;
+                    for (int i = 0; i < n * hd; i++) K[i] = frand(), V[i] = frand() * (1 + (i % 7)); /* scales differ by block */
+                    for (size_t f = 0; f < 3; f++) {
+                        const qhx_kv_form form = forms[f];
+                        const size_t head = qhx_kv_head_bytes(form, hd), stride = 2 * head + 8; /* a second head beside it */
+                        unsigned char *kc = calloc((size_t)n, stride), *vc = calloc((size_t)n, stride);
+                        for (int p = 0; p < n; p++) {
+                            qhx_kv_store(form, K + (size_t)p * hd, hd, kc + p * stride + head);
+                            qhx_kv_store(form, V + (size_t)p * hd, hd, vc + p * stride + head);
+                        }
+                        float *o = malloc(sizeof(float) * G * hd * 3), *want = o + G * hd, *exact = want + G * hd;
+                        float *scratch = malloc(sizeof(float) * G * QHX_ATTEND_TILE), *wid = malloc(sizeof(float) * n * hd);
+                        qhx_attend_args a = {form, hd, G, n, q, (size_t)2 * hd, kc + head, vc + head, stride, 0.125f, o, (size_t)hd, scratch};
+                        ks->attend(&a);
+                        a.o = want;
+                        ref->attend(&a);
+                        double scale = 0;
+                        for (int i = 0; i < G * hd; i++) scale = fmax(scale, fabs(want[i]));
+                        for (int i = 0; i < G * hd; i++) worst = fmax(worst, fabs(o[i] - want[i]) / scale);
+                        /* the same attention over the exact rows: what the form costs */
+                        unsigned char *ke = calloc((size_t)n, hd * 4), *ve = calloc((size_t)n, hd * 4);
+                        memcpy(ke, K, sizeof(float) * n * hd), memcpy(ve, V, sizeof(float) * n * hd);
+                        const qhx_attend_args e = {QHX_KV_F32, hd, G, n, q, (size_t)2 * hd, ke, ve, (size_t)hd * 4, 0.125f, exact, (size_t)hd, scratch};
+                        ref->attend(&e);
+                        for (int i = 0; i < G * hd; i++) worst_form[f] = fmax(worst_form[f], fabs(exact[i] - want[i]) / scale);
+                        ks->kv_widen(form, kc + head, stride, hd, n, wid, hd);
+                        for (int p = 0; p < n; p++)
+                            for (int i = 0; i < hd; i++)
+                                if (memcmp(&wid[(size_t)p * hd + i], &(float){qhx_kv_at(form, kc + p * stride + head, hd, i)}, 4)) widen_ok = 0;
+                        free(o), free(scratch), free(wid), free(kc), free(vc), free(ke), free(ve);
+                        cases++;
+                    }
+                    free(q), free(K), free(V);
+                }
+        float x[77], y[77];
+        double sum = 0, got;
+        for (int i = 0; i < 77; i++) x[i] = y[i] = frand() * 20;
+        got = ks->exp_sum(x, 77, 3.0f);
+        double exp_err = 0;
+        for (int i = 0; i < 77; i++) sum += exp((double)y[i] - 3.0), exp_err = fmax(exp_err, fabs(x[i] - exp((double)y[i] - 3.0)) / exp((double)y[i] - 3.0));
+        printf("  kernels %-12s attend: %d cases, worst %.1e of the output scale against the double oracle; "
+               "the forms cost f32 %.1e, f16 %.1e, q8 %.1e; exp_sum %.1e\n",
+               sets[s], cases, worst, worst_form[0], worst_form[1], worst_form[2], exp_err);
+        CHECK(worst <= 5e-6, "%s attend: %.2e from the oracle", sets[s], worst);
+        CHECK(worst_form[0] == 0 && worst_form[1] <= 2e-3 && worst_form[1] > 0 && worst_form[2] <= 2e-2 && worst_form[2] > worst_form[1],
+              "%s: stored forms off by f32 %.2e f16 %.2e q8 %.2e", sets[s], worst_form[0], worst_form[1], worst_form[2]);
+        CHECK(widen_ok, "%s kv_widen differs from qhx_kv_at", sets[s]);
+        CHECK(exp_err <= 3e-6 && fabs(got - sum) <= 1e-5 * sum, "%s exp_sum: %.2e, sum %.8g against %.8g", sets[s], exp_err, got, sum);
+    }
 }
 
 int main(void) {
@@ -479,5 +554,6 @@ int main(void) {
     CHECK(qhx_quantize_row(zero, 4, q) == 0.0f && q[0] == 0, "a zero row quantizes to zeros");
 
     CHECK(qhx_kernels_find("nope") == NULL && strstr(qhx_last_error(), "unknown"), "unknown kernel set: %s", qhx_last_error());
+    attention_tests(sets, n_sets);
     return tl_finish("kernels");
 }

@@ -113,7 +113,7 @@ static int flag_in(const char *list, const char *a) {
 
 /* every flag parse_common knows: only the wording of a refusal depends on it */
 static const char all_flags[] =
-    "-m -p --prompt -n --n-predict -t --threads --kernels --backend --mmap --tokens -o --out --ctx -c --ctx-size --chunks "
+    "-m -p --prompt -n --n-predict -t --threads --kernels --backend --mmap --kv --tokens -o --out --ctx -c --ctx-size --chunks "
     "--decode --prompts --depth -f --file --prompt-cache --system --host --api-key --cors --port --cache-mb --parallel -np --think --no-think "
     "--verbose --temp --temperature --top-k --top-p --min-p --repeat-penalty --presence-penalty --frequency-penalty "
     "--repeat-last-n --draft --draft-max --seed -s --stop --ignore-eos --json --greedy --ids --stepwise --second-half --special "
@@ -141,6 +141,13 @@ int parse_common(int argc, char **argv, opts *o, const char *allowed) {
         }
         else if (!strcmp(a, "--kernels") || !strcmp(a, "--backend")) { if (want_value(argc, argv, &i)) return -1; o->kernels = argv[i]; }
         else if (!strcmp(a, "--mmap")) o->mmap = 1;
+        else if (!strcmp(a, "--kv")) {
+            if (want_value(argc, argv, &i)) return -1;
+            if (!strcmp(argv[i], "f32")) o->kv = QHX_KV_F32;
+            else if (!strcmp(argv[i], "f16")) o->kv = QHX_KV_F16;
+            else if (!strcmp(argv[i], "q8")) o->kv = QHX_KV_Q8;
+            else return die("--kv: '%s' is not a KV cache form (f32, f16 or q8)", argv[i]), -1;
+        }
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 2, 1 << 20, &o->ctx)) return -1;
         }
@@ -248,7 +255,7 @@ void default_seed(opts *o) {
 /* The runtime the options ask for, and the model on it. */
 int open_model(const opts *o, qhx_runtime **rt, qhx_model **m) {
     qhx_runtime_opts ro = {.kernels = o->kernels, .n_threads = (int)o->threads, .progress = isatty(2) ? cli_progress : NULL,
-                           .map_weights = o->mmap};
+                           .map_weights = o->mmap, .kv_cache = o->kv};
     *m = NULL;
     if (qhx_runtime_new(&ro, rt)) return api_error();
     if (qhx_model_open(*rt, o->model, m)) return api_error();

@@ -24,6 +24,7 @@ typedef struct {
     const char *model, *tokens, *out, *prompt, *kernels, *prompts, *file, *system, *host, *prompt_cache, *api_key, *cors, *depths, *grammar, *json_schema;
     long long n, threads, ctx, chunks, decode, port, parallel, cache_mb;
     int greedy, ids, stepwise, special, json, help, think, seed_set, mmap, verbose, second_half;
+    qhx_kv_form kv;                       /* --kv */
     qhx_generate_opts gen;                /* sampling flags */
     const char *stop[QHX_MAX_STOP];
 } opts;
@@ -32,7 +33,7 @@ typedef struct {
  * space-separated flags this command uses (every spelling; -h/--help always): any other known
  * flag is refused by name rather than accepted and ignored. */
 int parse_common(int argc, char **argv, opts *o, const char *allowed);
-#define RUNTIME_FLAGS " -t --threads --kernels --backend --mmap "
+#define RUNTIME_FLAGS " -t --threads --kernels --backend --mmap --kv "
 #define SAMPLING_FLAGS                                                                                             \
     " --temp --temperature --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty"           \
     " --frequency-penalty --seed -s --stop --ignore-eos --draft --draft-max "
@@ -55,6 +56,8 @@ int open_grammar(const opts *o, qhx_model *m, qhx_grammar **g);
     "  -t N         threads (default: every core)\n" \
     "  --mmap       map a bundle's weights from the page cache instead of reading them in (shared\n" \
     "               between processes; slower where TLB misses are dear, as on virtual machines)\n" \
+    "  --kv F       the KV cache's form: f32, f16 (half the bytes) or q8 (int8 blocks of 32 with a\n" \
+    "               scale, 0.28 of them); default f32\n" \
     KERNELS_HELP
 
 /* the sets this build has (kernels/sets.c) */

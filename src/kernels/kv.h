@@ -20,7 +20,7 @@ static inline size_t qhx_kv_q8_scales(int hd) { return qhx_q8_padded((size_t)hd)
 static inline size_t qhx_kv_head_bytes(qhx_kv_form form, int hd) {
     switch (form) {
     case QHX_KV_F16: return 2 * (size_t)hd;
-    case QHX_KV_Q8: return qhx_kv_q8_scales(hd) + sizeof(float) * ((size_t)hd + QHX_Q8_BLOCK - 1) / QHX_Q8_BLOCK;
+    case QHX_KV_Q8: return qhx_kv_q8_scales(hd) + sizeof(float) * (((size_t)hd + QHX_Q8_BLOCK - 1) / QHX_Q8_BLOCK);
     default: return sizeof(float) * (size_t)hd;
     }
 }
