@@ -223,8 +223,8 @@ done
 # perplexity as llama.cpp's llama-perplexity -c 512 defines it, against the figures llama.cpp itself
 # reported for these files (models/q35-kjv-gguf/README.md: BF16 58.199, Q4_K_M 58.117); llama.cpp
 # rounds activations to 8 bits for quantized weights, hence the looser bound there. The first 4
-# windows are held to this runtime's own x86-64 figures (same README), which every kernel set there
-# gives to 1e-7. A tree run under an emulator (scripts/emu_tree.sh) is ~300x
+# windows are held to this runtime's own x86-64 figures with the exact (f32) KV cache (same README),
+# which every kernel set there gives to 1e-7. A tree run under an emulator (scripts/emu_tree.sh) is ~300x
 # slower, 50 minutes a file for the whole text, so there it scores those 4 windows alone.
 ppl() { # ppl FILE TOKENS WANT TOL [ARGS]: qhx perplexity's figure within TOL (relative) of WANT
     local f=$1 n=$2 want=$3 tol=$4; shift 4
@@ -233,8 +233,8 @@ ppl() { # ppl FILE TOKENS WANT TOL [ARGS]: qhx perplexity's figure within TOL (r
         process.exit(j.tokens===+process.argv[2] && Math.abs(j.perplexity/w-1)<+process.argv[4] ? 0 : 1)' "$tmp/p" "$n" "$want" "$tol" \
         && ok || bad "$f perplexity $* $(cat "$tmp/p") against $want"
 }
-ppl bf16 1020 59.083633 2e-6 --chunks 4
-ppl Q4_K_M 1020 59.126648 1e-5 --chunks 4
+ppl bf16 1020 59.083633 2e-6 --chunks 4 --kv f32 # the exact path's own figures
+ppl Q4_K_M 1020 59.126648 1e-5 --chunks 4 --kv f32
 if ((${#emu[@]} == 0)); then
     ppl bf16 30090 58.199 0.0002
     ppl Q4_K_M 30090 58.117 0.001

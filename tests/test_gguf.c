@@ -369,6 +369,7 @@ static void converted(const char *preset) {
 }
 
 int main(int argc, char **argv) {
+    tl_kv = QHX_KV_F32; /* the golden logits are the fp32 reference's: the exact KV cache */
     const char *slash = argc > 0 ? strrchr(argv[0], '/') : NULL;
     if (slash && slash - argv[0] < (long)sizeof bin) snprintf(bin, sizeof bin, "%.*s", (int)(slash - argv[0]), argv[0]);
     weights_match(CK, GG "bf16.gguf");

@@ -306,6 +306,7 @@ static void families(void) {
 }
 
 int main(void) {
+    tl_kv = QHX_KV_F32; /* sets held to ref: the exact KV cache, so no f16 rounding of slightly different keys flips an expert */
     snprintf(root, sizeof root, "/tmp/qhx-test-moe-%d", (int)getpid());
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", root, root);

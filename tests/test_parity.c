@@ -121,6 +121,7 @@ static void check_model(const char *dir, const char *kernels) {
 /* usage: test_parity [SET]: the reference and the set "auto" picks; or SET alone (the aarch64
  * suite runs each NEON set that keeps fp32 parity this way) */
 int main(int argc, char **argv) {
+    tl_kv = QHX_KV_F32; /* the golden logits are the fp32 reference's: the exact KV cache */
     const char *set = argc > 1 ? argv[1] : NULL;
     static const char *const models[] = {"models/q35-kjv", "models/q35-rand-tiny", "models/q35-moe-kjv", "models/q35-moe-tiny"};
     for (int i = 0; i < 4; i++) {

@@ -40,8 +40,10 @@ double tl_row_dev(const float *a, const float *g, int V) {
     return mx / (sd > 0 ? sd : 1);
 }
 
+qhx_kv_form tl_kv = QHX_KV_DEFAULT;
+
 int tl_open(const char *dir, const char *kernels, qhx_runtime **rt, qhx_model **m, qhx_session **s) {
-    qhx_runtime_opts ro = {.kernels = kernels};
+    qhx_runtime_opts ro = {.kernels = kernels, .kv_cache = tl_kv};
     *rt = NULL, *m = NULL, *s = NULL;
     printf("  %s on %s kernels\n", dir, kernels);
     const int ok = qhx_runtime_new(&ro, rt) == QHX_OK && qhx_model_open(*rt, dir, m) == QHX_OK && qhx_session_new(*m, s) == QHX_OK;

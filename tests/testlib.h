@@ -26,6 +26,9 @@ double tl_row_dev(const float *a, const float *g, int V);
 /* A runtime on `kernels`, the model at dir and a session on it, CHECKed; 0 when all opened (else
  * nothing is left open). */
 int tl_open(const char *dir, const char *kernels, qhx_runtime **rt, qhx_model **m, qhx_session **s);
+/* the KV cache form tl_open's runtimes take: the default, or QHX_KV_F32 in the tests that hold the
+ * forward to the fp32 reference's golden logits (test_kv holds the default form to f32) */
+extern qhx_kv_form tl_kv;
 /* QHX_TEST_QUICK=1 (make test-quick): the model-level tests run the default kernel set and the
  * forms that can fail differently, not the whole matrix. */
 int tl_quick(void);

@@ -97,7 +97,8 @@ fail:
 }
 
 /* Prefill of 512 tokens and decode after `depth` tokens of context (evaluated untimed, in pieces of
- * 512 as a server would), from one snapshot: what long contexts cost. */
+ * 512 as a server would), from one snapshot: what long contexts cost. The depths rise, each
+ * context grown from the last, so the deepest is filled once. */
 static int bench_depths(qhx_model *m, qhx_session *s, const int32_t *depths, int n, int n_decode, json_t *report) {
     qhx_model_info in;
     qhx_model_get_info(m, &in);
@@ -108,10 +109,10 @@ static int bench_depths(qhx_model *m, qhx_session *s, const int32_t *depths, int
     int rc = 1;
     if (!last || !list) goto done;
     if (report) json_object_set(report, "depths", list);
+    qhx_session_reset(s);
     for (int i = 0; i < n; i++) {
         qhx_snapshot *snap = NULL;
-        qhx_session_reset(s);
-        for (int at = 0; at < depths[i]; at += 512) {
+        for (int at = qhx_session_pos(s); at < depths[i]; at += 512) {
             const int k = depths[i] - at < 512 ? depths[i] - at : 512;
             for (int j = 0; j < k; j++) seed = seed * 6364136223846793005ull + 1442695040888963407ull, piece[j] = (int32_t)((seed >> 33) % (uint64_t)in.vocab_size);
             if (qhx_session_eval(s, piece, k, QHX_EVAL_SEQUENCE, NULL, NULL)) { api_error(); goto done; }
@@ -129,6 +130,7 @@ static int bench_depths(qhx_model *m, qhx_session *s, const int32_t *depths, int
             tok = qhx_argmax(last, in.vocab_size);
         }
         const double dec = n_decode / (now_s() - t0);
+        if (!st) st = qhx_session_restore(s, snap); /* the context, for the next depth to grow */
         qhx_snapshot_free(snap);
         if (st) { api_error(); goto done; }
         if (report) json_array_append_new(list, json_pack("{s:i, s:o, s:o}", "depth", depths[i], "prefill_512_tok_s", num(pre, 2), "decode_tok_s", num(dec, 2)));
@@ -171,7 +173,10 @@ int cmd_bench(int argc, char **argv) {
     }
     if (128 + n_decode > in.max_context) { die("--decode %lld: 128 + N exceeds the context of %d", n_decode, in.max_context); goto done; }
     for (int i = 0; i < n_depths; i++)
-        if ((long long)depths[i] + 512 > in.max_context) {
+        if (i > 0 && depths[i] <= depths[i - 1]) {
+            die("--depth: the depths must rise (%d after %d)", depths[i], depths[i - 1]);
+            goto done;
+        } else if ((long long)depths[i] + 512 > in.max_context) {
             die("--depth %d: 512 more tokens exceed the context of %d (forge with --context-len)", depths[i], in.max_context);
             goto done;
         }

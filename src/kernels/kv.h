@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 /* what QHX_KV_DEFAULT means */
-#define QHX_KV_DEFAULT_FORM QHX_KV_F32
+#define QHX_KV_DEFAULT_FORM QHX_KV_F16
 
 /* the scales of a q8 head row start here */
 static inline size_t qhx_kv_q8_scales(int hd) { return qhx_q8_padded((size_t)hd); }

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Long contexts against ik_llama.cpp, in one run: prefill of 512 tokens and decode at each depth on
+# the 4B shape, qhexrt's W8 and W4 bundles (`qhx bench --depth`) alternating with ik_llama.cpp's
+# Q8_0 and Q4_0 GGUFs of the same shape (its llama-sweep-bench, which grows one context and times
+# 512-token windows and a few decode steps at every --sweep-stride-th window).
+#   IK=/path/to/ik_llama.cpp/build/bin bench/depth.sh [-t THREADS] [-d DEPTHS] [-n DECODE] DIR
+# DIR keeps the bundles and GGUFs between runs (about 14 GB); DEPTHS (default 0,4096,16384,32768)
+# must be multiples of 512 whose steps divide evenly (the sweep's stride). Build ik_llama.cpp as
+# bench/README.md says (cmake -DGGML_NATIVE=ON, targets llama-sweep-bench). Both read their
+# weights into memory (ik: --no-mmap), so the page cache cannot evict them mid-run; both keep the
+# KV cache in f16 (their default and ours) unless QHX_KV / IK_KV say otherwise.
+set -euo pipefail
+threads=2 depths=0,4096,16384,32768 decode=32
+while getopts t:d:n: o; do
+    case $o in t) threads=$OPTARG ;; d) depths=$OPTARG ;; n) decode=$OPTARG ;; *) exit 2 ;; esac
+done
+shift $((OPTIND - 1))
+dir=${1:?usage: IK=DIR bench/depth.sh [-t THREADS] [-d DEPTHS] [-n DECODE] DIR}
+ik=${IK:?IK: the directory of ik_llama.cpp's llama-sweep-bench}
+root=$(cd "$(dirname "$0")/.." && pwd)
+make -C "$root" -s build/qhx build/gguf_synth
+mkdir -p "$dir"
+IFS=, read -ra ds <<<"$depths"
+deepest=${ds[-1]} ctx=$((${ds[-1]} + 512))
+stride=$((${ds[1]:-512} / 512))
+for d in "${ds[@]}"; do
+    (( d % 512 == 0 && (d / 512) % stride == 0 )) || { echo "depth $d is not a multiple of the sweep's $((stride * 512))" >&2; exit 2; }
+done
+for w in w8 w4; do
+    [[ -f $dir/4b-$w/manifest.json ]] ||
+        "$root/build/qhx" synth --preset 4b --seed 1 --out "$dir/4b-$w" --bundle $w --lmhead $w --context-len $ctx
+done
+for t in q8_0 q4_0; do [[ -s $dir/4b.$t.gguf ]] || "$root/build/gguf_synth" preset:4b "$dir/4b.$t.gguf" $t; done
+
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $threads threads, depths $depths, $decode decode steps"
+ik_run() { # GGUF: one JSON line per measured window
+    "$ik/llama-sweep-bench" -m "$1" -c $ctx -ub 512 -b 512 -n "$decode" -t "$threads" -fa 1 --no-mmap \
+        -ctk "${IK_KV:-f16}" -ctv "${IK_KV:-f16}" --sweep-stride $stride --output-format jsonl 2>/dev/null |
+        grep '^{' | python3 -c '
+import json, sys
+wanted = set(int(d) for d in sys.argv[1].split(","))
+for line in sys.stdin:
+    r = json.loads(line)
+    if r["n_kv"] in wanted: print(r["n_kv"], round(r["speed_pp"], 2), round(r["speed_tg"], 2))' "$depths"
+}
+qhx_run() { # BUNDLE
+    "$root/build/qhx" bench "$1" -t "$threads" --kv "${QHX_KV:-f16}" --prompts 16 --decode "$decode" --depth "$depths" --json |
+        python3 -c '
+import json, sys
+for r in json.load(sys.stdin)["depths"]: print(r["depth"], r["prefill_512_tok_s"], r["decode_tok_s"])'
+}
+for pair in "w8 q8_0" "w4 q4_0"; do
+    read -r w t <<<"$pair"
+    q=$(qhx_run "$dir/4b-$w")
+    k=$(ik_run "$dir/4b.$t.gguf")
+    echo "## qhexrt $w against ik_llama.cpp $t"
+    echo "| depth | qhexrt prefill / decode tok/s | ik_llama.cpp prefill / decode | ratio prefill / decode |"
+    echo "|---|---|---|---|"
+    awk 'NR == FNR { pre[$1] = $2; dec[$1] = $3; next }
+         $1 in pre { printf "| %d | %.2f / %.2f | %.2f / %.2f | %.2fx / %.2fx |\n", $1, pre[$1], dec[$1], $2, $3, pre[$1] / $2, dec[$1] / $3 }' \
+        <(echo "$q") <(echo "$k")
+done
