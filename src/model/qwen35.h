@@ -81,8 +81,8 @@ static inline void qhx_spec_dims(const qhx_tensor_spec *s, int *rows, int *cols)
 typedef struct {
     float *conv;       /* [conv_kernel-1][conv_dim]: the last inputs of the causal conv, oldest first */
     float *ssm;        /* [lin_v_heads][lin_k_dim][lin_v_dim]: the delta-rule state S[h][i_k][j_v] */
-    unsigned char *k_cache;  /* [capacity][n_kv_heads] head rows in the state's form (kernels/kv.h), */
-    unsigned char *v_cache;  /* keys post-norm post-RoPE */
+    unsigned char *k_cache;  /* [n_kv_heads][capacity] head rows in the state's form (kernels/kv.h): */
+    unsigned char *v_cache;  /* a head's rows contiguous, so attention streams them; keys post-norm post-RoPE */
     float *undo;       /* linear layers, once marked: conv and ssm at the mark, then each later
                           stepwise token's recurrence inputs (model/rewind.c) */
 } qhx_layer_state;
@@ -96,12 +96,16 @@ typedef struct {
     int mark;          /* the position qhx_state_rewind can go back to from, or -1 */
     int kv_capacity;   /* tokens the KV caches hold before they grow */
     qhx_kv_form kv;    /* the form the KV caches hold rows in */
-    size_t kv_row;     /* bytes of one position's row in one layer's K (or V) cache */
+    size_t kv_head;    /* bytes of one head's row (qhx_kv_head_bytes) */
     float *scratch;    /* per-call work buffers, grown on demand and reused */
     size_t scratch_floats;
 } qhx_state;
 
 static inline qhx_layer_state *qhx_state_layer(const qhx_state *s, int l) { return &s->layers[l]; }
+/* head j's row at position p of a layer's K or V cache */
+static inline unsigned char *qhx_state_kv(const qhx_state *s, unsigned char *cache, int j, int p) {
+    return cache + ((size_t)j * s->kv_capacity + p) * s->kv_head;
+}
 
 qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, qhx_kv_form kv);
 void qhx_state_free(qhx_state *s);

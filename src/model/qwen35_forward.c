@@ -307,8 +307,8 @@ static void rope(float *x, int rot, int pos, float theta) {
 typedef struct {
     const qhx_kernel_set *ks;
     const float *qg;
-    const unsigned char *kc, *vc;  /* the caches' row 0 */
-    size_t row;                    /* bytes of a cached row (every head) */
+    const unsigned char *kc, *vc;  /* the caches: [head][cap] rows of `head` bytes */
+    size_t head, cap;
     qhx_kv_form form;
     float *att, *scratch;
     size_t scratch_floats;
@@ -323,28 +323,23 @@ static void gate_output(float *o, const float *gate, int hd) {
 static void attention_pairs(void *arg, int th, int nth) {
     const attn_job *J = arg;
     const int hd = J->hd, G = J->group, hkv = J->hq / G;
-    const size_t head = qhx_kv_head_bytes(J->form, hd);
     for (int item = th; item < J->T * hkv; item += nth) {
         const int t = item / hkv, kvh = item % hkv;
         const float *q0 = J->qg + ((size_t)t * J->hq + (size_t)kvh * G) * hd * 2; /* query g at q0 + 2 hd g, its gate after it */
         float *o0 = J->att + ((size_t)t * J->hq + (size_t)kvh * G) * hd;
-        const qhx_attend_args a = {J->form, hd, G, J->pos0 + t + 1, q0, (size_t)2 * hd, J->kc + kvh * head, J->vc + kvh * head,
-                                   J->row, J->scale, o0, (size_t)hd, J->scratch + (size_t)th * J->scratch_floats};
+        const size_t at = (size_t)kvh * J->cap * J->head;
+        const qhx_attend_args a = {J->form, hd, G, J->pos0 + t + 1, q0, (size_t)2 * hd, J->kc + at, J->vc + at, J->head, J->scale, o0,
+                                   (size_t)hd, J->scratch + (size_t)th * J->scratch_floats};
         J->ks->attend(&a);
         for (int g = 0; g < G; g++) gate_output(o0 + (size_t)g * hd, q0 + (size_t)2 * hd * g + hd, hd);
     }
 }
 
-/* rows [p0, p0 + n) of a head as fp32 rows: the f32 cache itself (*ld its row stride in floats), or
- * widened into buf */
-static const float *head_tile(const attn_job *J, const unsigned char *cache, int kvh, int p0, int n, float *buf, int *ld) {
-    const unsigned char *at = cache + (size_t)p0 * J->row + kvh * qhx_kv_head_bytes(J->form, J->hd);
-    if (J->form == QHX_KV_F32) {
-        *ld = (int)(J->row / sizeof(float));
-        return (const float *)at;
-    }
-    J->ks->kv_widen(J->form, at, J->row, J->hd, n, buf, J->hd);
-    *ld = J->hd;
+/* rows [p0, p0 + n) of a head as fp32 rows hd apart: the f32 cache itself, or widened into buf */
+static const float *head_tile(const attn_job *J, const unsigned char *cache, int kvh, int p0, int n, float *buf) {
+    const unsigned char *at = cache + ((size_t)kvh * J->cap + p0) * J->head;
+    if (J->form == QHX_KV_F32) return (const float *)at;
+    J->ks->kv_widen(J->form, at, J->head, J->hd, n, buf, J->hd);
     return buf;
 }
 
@@ -368,10 +363,9 @@ static void attention_blocks(void *arg, int th, int nth) {
         }
         for (int p0 = 0; p0 < n; p0 += KTILE) {
             const int kt = n - p0 < KTILE ? n - p0 : KTILE;
-            int ldk, ldv;
-            const float *K = head_tile(J, J->kc, kvh, p0, kt, KB, &ldk);
+            const float *K = head_tile(J, J->kc, kvh, p0, kt, KB);
             memset(ST, 0, sizeof(float) * (size_t)kt * QBLOCK);
-            J->ks->gemm(kt, nq, hd, J->scale, K, ldk, QT, QBLOCK, ST, QBLOCK);
+            J->ks->gemm(kt, nq, hd, J->scale, K, hd, QT, QBLOCK, ST, QBLOCK);
             for (int i = 0; i < nq; i++) {
                 int seen = J->pos0 + t0 + i + 1 - p0; /* causal: rows of this tile query i sees */
                 seen = seen < 0 ? 0 : seen > kt ? kt : seen;
@@ -385,8 +379,8 @@ static void attention_blocks(void *arg, int th, int nth) {
                 if (shrink != 1.0f)
                     for (int e = 0; e < hd; e++) o[(size_t)i * ostride + e] *= shrink;
             }
-            const float *V = head_tile(J, J->vc, kvh, p0, kt, VB, &ldv);
-            J->ks->gemm(nq, hd, kt, 1.0f, S, KTILE, V, ldv, o, ostride);
+            const float *V = head_tile(J, J->vc, kvh, p0, kt, VB);
+            J->ks->gemm(nq, hd, kt, 1.0f, S, KTILE, V, hd, o, ostride);
         }
         for (int i = 0; i < nq; i++) {
             float *oi = o + (size_t)i * ostride;
@@ -416,7 +410,6 @@ static qhx_status gated_attention(const qhx_exec *ex, const qhx_config *c, const
         const qhx_state *st = runs[r].st;
         qhx_layer_state *ls = qhx_state_layer(st, l);
         const int pos0 = st->pos, t0 = runs[r].row0, nt = runs[r].n;
-        const size_t head = qhx_kv_head_bytes(st->kv, hd);
         for (int t = 0; t < nt; t++) {
             float *k = kv + (size_t)(t0 + t) * kvdim, *v = kv + ((size_t)T + t0 + t) * kvdim;
             float *qgt = qg + (size_t)(t0 + t) * hq * hd * 2;
@@ -428,11 +421,11 @@ static qhx_status gated_attention(const qhx_exec *ex, const qhx_config *c, const
             for (int j = 0; j < hkv; j++) {
                 qhx_rmsnorm1p(k + (size_t)j * hd, k + (size_t)j * hd, &lw->k_norm, hd, c->eps);
                 rope(k + (size_t)j * hd, c->rot_dim, pos0 + t, c->rope_theta);
-                qhx_kv_store(st->kv, k + (size_t)j * hd, hd, ls->k_cache + (size_t)(pos0 + t) * st->kv_row + j * head);
-                qhx_kv_store(st->kv, v + (size_t)j * hd, hd, ls->v_cache + (size_t)(pos0 + t) * st->kv_row + j * head);
+                qhx_kv_store(st->kv, k + (size_t)j * hd, hd, qhx_state_kv(st, ls->k_cache, j, pos0 + t));
+                qhx_kv_store(st->kv, v + (size_t)j * hd, hd, qhx_state_kv(st, ls->v_cache, j, pos0 + t));
             }
         }
-        attn_job job = {ex->ks, qg + (size_t)t0 * hq * hd * 2, ls->k_cache, ls->v_cache, st->kv_row, st->kv,
+        attn_job job = {ex->ks, qg + (size_t)t0 * hq * hd * 2, ls->k_cache, ls->v_cache, st->kv_head, (size_t)st->kv_capacity, st->kv,
                         att + (size_t)t0 * hq * hd, scratch, scratch_floats, nt, pos0, hq, hd, group, 1.0f / sqrtf((float)hd)};
         const int blocked = nt >= ATTN_BLOCKED_FROM && !ex->per_token;
         qhx_pool_run(ex->pool, blocked ? attention_blocks : attention_pairs, &job);

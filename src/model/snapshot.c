@@ -50,13 +50,17 @@ static qhx_kv_segment *segment_new(const qhx_model *m, qhx_kv_segment *parent, i
  * when `save`, else back into the session. */
 static void segment_copy(const qhx_model *m, qhx_hostop_state *hs, qhx_kv_segment *seg, int save) {
     const qhx_config *c = &m->cfg;
-    const size_t d = hs->st.kv_row, n = (size_t)(seg->row1 - seg->row0), block = n * d;
+    const size_t n = (size_t)(seg->row1 - seg->row0), block = n * hs->st.kv_head; /* a head's rows */
     unsigned char *at = seg->rows;
     for (int l = 0; l < c->n_layers; l++) {
         if (!c->full_attn[l]) continue;
         qhx_layer_state *ls = qhx_state_layer(&hs->st, l);
-        unsigned char *const cache[2] = {ls->k_cache + (size_t)seg->row0 * d, ls->v_cache + (size_t)seg->row0 * d};
-        for (int kv = 0; kv < 2; kv++, at += block) save ? memcpy(at, cache[kv], block) : memcpy(cache[kv], at, block);
+        unsigned char *const cache[2] = {ls->k_cache, ls->v_cache};
+        for (int kv = 0; kv < 2; kv++)
+            for (int j = 0; j < c->n_kv_heads; j++, at += block) {
+                unsigned char *rows = qhx_state_kv(&hs->st, cache[kv], j, seg->row0);
+                save ? memcpy(at, rows, block) : memcpy(rows, at, block);
+            }
     }
     if (save) memcpy(seg->tokens, hs->tokens + seg->row0, sizeof(int32_t) * n);
     else memcpy(hs->tokens + seg->row0, seg->tokens, sizeof(int32_t) * n);

@@ -12,8 +12,8 @@ struct qhx_kv_segment {
     qhx_kv_segment *parent;   /* rows [0, row0) */
     int row0, row1;
     int32_t *tokens;          /* [row1 - row0]: the tokens those rows came from */
-    unsigned char *rows;      /* each full-attention layer in order: K then V, [row1 - row0] rows of
-                                 the model's KV form each (kernels/kv.h) */
+    unsigned char *rows;      /* each full-attention layer in order: K then V, each head's
+                                 [row1 - row0] rows in the model's KV form (kernels/kv.h) */
 };
 
 struct qhx_snapshot {

@@ -37,7 +37,7 @@ qhx_status qhx_state_init(qhx_state *s, const qhx_config *c, qhx_kv_form kv) {
     s->cfg = c;
     s->mark = -1;
     s->kv = kv;
-    s->kv_row = qhx_state_kv_row_bytes(c, kv);
+    s->kv_head = qhx_kv_head_bytes(kv, c->head_dim);
     const size_t conv = qhx_state_conv_floats(c), ssm = qhx_state_ssm_floats(c);
     s->layers = calloc((size_t)c->n_layers, sizeof *s->layers);
     if (!s->layers) {
@@ -88,16 +88,25 @@ qhx_status qhx_state_reserve_kv(qhx_state *s, int need) {
     if (need <= s->kv_capacity) return QHX_OK;
     int cap = s->kv_capacity ? s->kv_capacity : 256;
     while (cap < need) cap = cap > (1 << 29) ? need : cap * 2;
-    for (int l = 0; l < s->cfg->n_layers; l++) {
-        if (!s->cfg->full_attn[l]) continue;
-        qhx_layer_state *ls = qhx_state_layer(s, l);
-        const size_t had = s->kv_row * s->kv_capacity, bytes = s->kv_row * cap;
-        unsigned char *k = qhx_huge_grow(ls->k_cache, had, bytes);
-        if (k) ls->k_cache = k;
-        unsigned char *v = k ? qhx_huge_grow(ls->v_cache, had, bytes) : NULL;
-        if (v) ls->v_cache = v;
-        if (!k || !v) return qhx_fail(QHX_ERR_NOMEM, "KV cache: out of memory for %d tokens", cap);
-    }
+    const int heads = s->cfg->n_kv_heads;
+    const size_t old = (size_t)s->kv_capacity * s->kv_head, now = (size_t)cap * s->kv_head; /* bytes of a head's rows */
+    /* every cache grown first, the old layout kept (so a failure leaves all of them valid), then
+     * each head's rows moved to their new place, the last head first */
+    for (int pass = 0; pass < 2; pass++)
+        for (int l = 0; l < s->cfg->n_layers; l++) {
+            if (!s->cfg->full_attn[l]) continue;
+            qhx_layer_state *ls = qhx_state_layer(s, l);
+            unsigned char **const caches[2] = {&ls->k_cache, &ls->v_cache};
+            for (int kv = 0; kv < 2; kv++) {
+                if (pass == 1) {
+                    for (int j = heads - 1; j > 0; j--) memmove(*caches[kv] + j * now, *caches[kv] + j * old, old);
+                    continue;
+                }
+                unsigned char *c = qhx_huge_grow(*caches[kv], old * heads, now * heads);
+                if (!c) return qhx_fail(QHX_ERR_NOMEM, "KV cache: out of memory for %d tokens", cap);
+                *caches[kv] = c;
+            }
+        }
     s->kv_capacity = cap;
     return QHX_OK;
 }

@@ -2,7 +2,8 @@
  *   header (HEADER_BYTES): "QHXSTATE", version, the model's identity, the kernel set that
  *     computed it, the shape it was taken on (layers, widths, position)
  *   payload: token ids [pos] (int32), the recurrent state (fp32, model/snapshot.h order), the KV
- *     rows [pos] of every full-attention layer (K then V, in the header's form: kernels/kv.h)
+ *     rows of every full-attention layer (K then V, each head's [pos] rows, in the header's form:
+ *     kernels/kv.h)
  *   XXH3-64 of everything before it
  * The loader checks all of it, sizes included, before it allocates state; a snapshot loaded from
  * a file is one segment [0, pos) of its own. */
@@ -86,7 +87,7 @@ qhx_status qhx_snapshot_save(const qhx_snapshot *snap, const char *path) {
     if (!snap || !path) return qhx_fail(QHX_ERR_ARG, "snapshot_save: need a snapshot and a path");
     const qhx_model *m = snap->model;
     const qhx_config *c = &m->cfg;
-    const size_t kvd = qhx_state_kv_row_bytes(c, m->rt->kv);
+    const size_t head = qhx_kv_head_bytes(m->rt->kv, c->head_dim);
     int32_t *tokens = malloc(sizeof(int32_t) * (snap->pos + 1));
     if (!tokens) return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path);
     qhx_snapshot_tokens(snap, tokens, snap->pos);
@@ -108,10 +109,11 @@ qhx_status qhx_snapshot_save(const qhx_snapshot *snap, const char *path) {
         for (int l = 0, full = 0; l < c->n_layers && chain; l++) {
             if (!c->full_attn[l]) continue;
             for (int kv = 0; kv < 2; kv++)
-                for (int i = n - 1; i >= 0; i--) {
-                    const size_t rows = (size_t)(chain[i]->row1 - chain[i]->row0);
-                    qhx_afile_put(&w, chain[i]->rows + (2 * (size_t)full + kv) * rows * kvd, rows * kvd);
-                }
+                for (int j = 0; j < c->n_kv_heads; j++)
+                    for (int i = n - 1; i >= 0; i--) {
+                        const size_t rows = (size_t)(chain[i]->row1 - chain[i]->row0);
+                        qhx_afile_put(&w, chain[i]->rows + ((2 * (size_t)full + kv) * c->n_kv_heads + j) * rows * head, rows * head);
+                    }
             full++;
         }
         free(chain);
