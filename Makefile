@@ -190,30 +190,7 @@ check:
 
 .PHONY: deps demo check
 
-$(BUILD)/tok_bench: $(BUILD)/bench/tok_bench.o $(BUILD)/libqhexrt.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-$(BUILD)/grammar_bench: $(BUILD)/bench/grammar_bench.o $(BUILD)/libqhexrt.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-$(BUILD)/quant_error: $(BUILD)/bench/quant_error.o $(BUILD)/libqhexrt.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-$(BUILD)/w4_options: $(BUILD)/bench/w4_options.o $(BUILD)/libqhexrt.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-$(BUILD)/kernel_bench: $(BUILD)/bench/kernel_bench.o $(BUILD)/libqhexrt.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-$(BUILD)/gguf_synth: $(BUILD)/bench/gguf_synth.o $(BUILD)/libqhexrt.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-# the prefix cache as qhx serve and qhx chat run it
-$(BUILD)/prefix_bench: $(BUILD)/bench/prefix_bench.o $(BUILD)/libqhexrt.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-$(BUILD)/moe_quality: $(BUILD)/bench/moe_quality.o $(BUILD)/libqhexrt.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-$(BUILD)/w8_greedy: $(BUILD)/bench/w8_greedy.o $(BUILD)/libqhexrt.a
+# bench/: programs on the library's insides, one file each (bench/README.md says what each measures)
+BENCH_BIN = tok_bench grammar_bench quant_error w4_options kernel_bench attend_bench gguf_synth prefix_bench moe_quality w8_greedy
+$(addprefix $(BUILD)/,$(BENCH_BIN)): $(BUILD)/%: $(BUILD)/bench/%.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

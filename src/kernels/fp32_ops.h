@@ -527,32 +527,53 @@ QV_TARGET static void QV_NAME(kv_widen)(qhx_kv_form form, const unsigned char *r
         for (int c = 0; c < hd; c += QV_LANES) qv_store(out + (size_t)p * ld + c, kv_load(form, rows + (size_t)p * stride, hd, c));
 }
 
-/* up to 4 queries against one row: the row loaded once a vector for all of them */
-QV_INLINE void attend_scores(const qhx_attend_args *a, int g0, int ng, const unsigned char *row, float *s, int p) {
-    qv_f32 acc[4] = {qv_zero(), qv_zero(), qv_zero(), qv_zero()};
+/* Register blocks of attend: ATT_R rows x 4 queries of scores, ATT_C vectors x 4 queries of the
+ * weighted sum (16 accumulators where the layer has 32 registers; 8 with AVX2's 16) */
+#define ATT_R (QV_GEMM_ROWS >= 8 ? 4 : 2)
+#define ATT_C (QV_GEMM_ROWS >= 8 ? 4 : 2)
+
+/* scores s[g][p0 + r] of rows r < nr (from row) for queries g0 + g, g < ng: each loaded vector of
+ * the rows and of the queries serves nr x ng products */
+QV_INLINE void attend_scores(const qhx_attend_args *a, qhx_kv_form form, const unsigned char *row, int nr, int g0, int ng, float *s,
+                             int p) {
+    qv_f32 acc[ATT_R][4], k[ATT_R], q[4];
+    _Pragma("GCC unroll 4") for (int r = 0; r < ATT_R; r++) _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) acc[r][g] = qv_zero();
+    _Pragma("GCC unroll 4") for (int r = 0; r < ATT_R; r++) k[r] = qv_zero();
+    _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) q[g] = qv_zero();
     for (int c = 0; c < a->hd; c += QV_LANES) {
-        const qv_f32 k = kv_load(a->form, row, a->hd, c);
-        _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++)
-            if (g < ng) acc[g] = qv_fma(qv_load(a->q + (size_t)(g0 + g) * a->q_stride + c), k, acc[g]);
+        _Pragma("GCC unroll 4") for (int r = 0; r < ATT_R; r++) if (r < nr) k[r] = kv_load(form, row + (size_t)r * a->stride, a->hd, c);
+        _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) if (g < ng) q[g] = qv_load(a->q + (size_t)(g0 + g) * a->q_stride + c);
+        _Pragma("GCC unroll 4") for (int r = 0; r < ATT_R; r++) _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++)
+            if (r < nr && g < ng) acc[r][g] = qv_fma(q[g], k[r], acc[r][g]);
     }
-    for (int g = 0; g < ng; g++) s[(size_t)(g0 + g) * QHX_ATTEND_TILE + p] = qv_reduce(acc[g]) * a->scale;
+    _Pragma("GCC unroll 4") for (int r = 0; r < ATT_R; r++) _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++)
+        if (r < nr && g < ng) s[(size_t)(g0 + g) * QHX_ATTEND_TILE + p + r] = qv_reduce(acc[r][g]) * a->scale;
 }
 
-/* A head's rows are a whole KV row (every head) apart, a new 4 KiB stretch each few rows, where
- * the hardware's prefetchers stop: they are fetched ATTEND_AHEAD rows early by hand. */
-#define ATTEND_AHEAD 8
-QV_INLINE void attend_prefetch(const unsigned char *row, size_t bytes) {
-    for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(row + i);
+/* o[g0 + g][c .. c + nc vectors) = o * shrink[g] + sum over the tile's np rows of s[g][p] v[p] */
+QV_INLINE void attend_values(const qhx_attend_args *a, qhx_kv_form form, const unsigned char *rows, int np, int g0, int ng, int c,
+                             int nc, const float *s, const float *shrink) {
+    qv_f32 acc[4][ATT_C], v[ATT_C];
+    _Pragma("GCC unroll 4") for (int u = 0; u < ATT_C; u++) v[u] = qv_zero();
+    _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) _Pragma("GCC unroll 4") for (int u = 0; u < ATT_C; u++)
+        acc[g][u] = g < ng && u < nc ? qv_mul(qv_set1(shrink[g0 + g]), qv_load(a->o + (size_t)(g0 + g) * a->o_stride + c + u * QV_LANES)) : qv_zero();
+    for (int p = 0; p < np; p++) {
+        const unsigned char *row = rows + (size_t)p * a->stride;
+        _Pragma("GCC unroll 4") for (int u = 0; u < ATT_C; u++) if (u < nc) v[u] = kv_load(form, row, a->hd, c + u * QV_LANES);
+        _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) {
+            if (g >= ng) continue;
+            const qv_f32 w = qv_set1(s[(size_t)(g0 + g) * QHX_ATTEND_TILE + p]);
+            _Pragma("GCC unroll 4") for (int u = 0; u < ATT_C; u++) if (u < nc) acc[g][u] = qv_fma(w, v[u], acc[g][u]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) _Pragma("GCC unroll 4") for (int u = 0; u < ATT_C; u++)
+        if (g < ng && u < nc) qv_store(a->o + (size_t)(g0 + g) * a->o_stride + c + u * QV_LANES, acc[g][u]);
 }
 
-QV_TARGET static void QV_NAME(attend)(const qhx_attend_args *a) {
-    const int G = a->G, hd = a->hd;
-    if (hd % QV_LANES || G > 64) {
-        qhx_attend_scalar(a);
-        return;
-    }
-    const size_t head = qhx_kv_head_bytes(a->form, hd);
-    float m[64], l[64];
+/* the form a constant, so kv_load's choice is made once a call */
+QV_INLINE void attend_form(const qhx_attend_args *a, qhx_kv_form form) {
+    const int G = a->G, hd = a->hd, chunks = hd / QV_LANES;
+    float m[64], l[64], shrink[64];
     for (int g = 0; g < G; g++) {
         m[g] = -__builtin_inff(), l[g] = 0.0f;
         memset(a->o + (size_t)g * a->o_stride, 0, sizeof(float) * hd);
@@ -560,33 +581,33 @@ QV_TARGET static void QV_NAME(attend)(const qhx_attend_args *a) {
     float *s = a->scratch; /* [G][QHX_ATTEND_TILE] */
     for (int p0 = 0; p0 < a->n; p0 += QHX_ATTEND_TILE) {
         const int np = a->n - p0 < QHX_ATTEND_TILE ? a->n - p0 : QHX_ATTEND_TILE;
-        for (int p = 0; p < np; p++) {
-            const unsigned char *row = a->k + (size_t)(p0 + p) * a->stride;
-            if (p0 + p + ATTEND_AHEAD < a->n) attend_prefetch(row + ATTEND_AHEAD * a->stride, head);
-            for (int g0 = 0; g0 < G; g0 += 4) attend_scores(a, g0, G - g0 < 4 ? G - g0 : 4, row, s, p);
+        const unsigned char *krows = a->k + (size_t)p0 * a->stride, *vrows = a->v + (size_t)p0 * a->stride;
+        /* while the scores are computed, fetch this tile's values and the next tile's keys: a
+         * head's rows are one stream, but the values are read a block of columns at a time */
+        for (size_t b = 0; b < (size_t)np * a->stride; b += 64) {
+            __builtin_prefetch(vrows + b);
+            if (p0 + QHX_ATTEND_TILE < a->n) __builtin_prefetch(krows + (size_t)QHX_ATTEND_TILE * a->stride + b);
         }
-        for (int g = 0; g < G; g++) { /* the running maximum, the sums and the outputs rescaled to it */
+        for (int g0 = 0; g0 < G; g0 += 4) {
+            const int ng = G - g0 < 4 ? G - g0 : 4;
+            int p = 0;
+            if (ng == 4)
+                for (; p + ATT_R <= np; p += ATT_R) attend_scores(a, form, krows + (size_t)p * a->stride, ATT_R, g0, 4, s, p);
+            for (; p < np; p++) attend_scores(a, form, krows + (size_t)p * a->stride, 1, g0, ng, s, p);
+        }
+        for (int g = 0; g < G; g++) { /* the running maximum; the sums and outputs rescaled to it */
             float *sg = s + (size_t)g * QHX_ATTEND_TILE, mx = m[g];
             for (int p = 0; p < np; p++) mx = sg[p] > mx ? sg[p] : mx;
-            const float shrink = expf(m[g] - mx);
-            l[g] = l[g] * shrink + QV_NAME(exp_sum)(sg, np, mx);
-            if (shrink != 1.0f) {
-                float *o = a->o + (size_t)g * a->o_stride;
-                const qv_f32 sh = qv_set1(shrink);
-                for (int c = 0; c < hd; c += QV_LANES) qv_store(o + c, qv_mul(sh, qv_load(o + c)));
-            }
+            shrink[g] = expf(m[g] - mx);
+            l[g] = l[g] * shrink[g] + QV_NAME(exp_sum)(sg, np, mx);
             m[g] = mx;
         }
-        for (int p = 0; p < np; p++) {
-            const unsigned char *row = a->v + (size_t)(p0 + p) * a->stride;
-            if (p0 + p + ATTEND_AHEAD < a->n) attend_prefetch(row + ATTEND_AHEAD * a->stride, head);
-            for (int c = 0; c < hd; c += QV_LANES) {
-                const qv_f32 v = kv_load(a->form, row, hd, c);
-                for (int g = 0; g < G; g++) {
-                    float *o = a->o + (size_t)g * a->o_stride + c;
-                    qv_store(o, qv_fma(qv_set1(s[(size_t)g * QHX_ATTEND_TILE + p]), v, qv_load(o)));
-                }
-            }
+        for (int g0 = 0; g0 < G; g0 += 4) {
+            const int ng = G - g0 < 4 ? G - g0 : 4;
+            int c = 0;
+            if (ng == 4)
+                for (; c + ATT_C <= chunks; c += ATT_C) attend_values(a, form, vrows, np, g0, 4, c * QV_LANES, ATT_C, s, shrink);
+            for (; c < chunks; c++) attend_values(a, form, vrows, np, g0, ng, c * QV_LANES, 1, s, shrink);
         }
     }
     for (int g = 0; g < G; g++) {
@@ -595,6 +616,15 @@ QV_TARGET static void QV_NAME(attend)(const qhx_attend_args *a) {
         for (int c = 0; c < hd; c += QV_LANES) qv_store(o + c, qv_mul(inv, qv_load(o + c)));
     }
 }
+
+QV_TARGET static void QV_NAME(attend)(const qhx_attend_args *a) {
+    if (a->hd % QV_LANES || a->G > 64) qhx_attend_scalar(a);
+    else if (a->form == QHX_KV_F16) attend_form(a, QHX_KV_F16);
+    else if (a->form == QHX_KV_Q8) attend_form(a, QHX_KV_Q8);
+    else attend_form(a, QHX_KV_F32);
+}
+#undef ATT_R
+#undef ATT_C
 
 const qhx_fp32_ops QV_PASTE(qhx_fp32, QV_ISA) = {.matmul = QV_NAME(matmul), .dot = QV_NAME(dot), .axpy = QV_NAME(axpy),
                                          .gemm = QV_NAME(gemm), .delta_step = QV_NAME(delta_step), .silu = QV_NAME(silu),

@@ -1,0 +1,77 @@
+/* Decode attention at depth: one query token over N cached rows of one gated-attention layer of
+ * the 4B shape (4 KV heads of 256, 4 query heads each), in every KV form, one thread: the bytes of
+ * K and V read a second, next to a plain streaming read of the same bytes in the same run (what
+ * one core can read; the cache is 2 x 4 x N rows, 64 MiB in f32 at 16k, so it comes from memory).
+ *   build/attend_bench [N [KERNELS]] */
+#include "kernels/kernels.h"
+#include "kernels/kv.h"
+#include "util/error.h"
+#include "util/hugemem.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng = 7;
+static float frand(void) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng >> 40) / 16777216.0 - 0.5);
+}
+
+/* a plain read of n bytes, 8 sums apart so the adds do not serialise it */
+static uint64_t read_all(const uint64_t *p, size_t n) {
+    uint64_t s[8] = {0};
+    for (size_t i = 0; i + 8 <= n / 8; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += p[i + j];
+    return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+int main(int argc, char **argv) {
+    const int n = argc > 1 ? atoi(argv[1]) : 16384, hd = 256, G = 4, heads = 4, reps = 7;
+    const qhx_kernel_set *ks = qhx_kernels_find(argc > 2 ? argv[2] : "auto");
+    if (!ks || n < 1) return fprintf(stderr, "attend_bench: %s\n", ks ? "N must be positive" : qhx_last_error()), 2;
+    float *q = malloc(sizeof(float) * G * hd * 2), *row = malloc(sizeof(float) * hd), *o = malloc(sizeof(float) * G * hd);
+    float *scratch = malloc(sizeof(float) * G * QHX_ATTEND_TILE);
+    for (int i = 0; i < G * hd * 2; i++) q[i] = frand();
+    printf("decode attention over %d rows, 4 heads x (4 queries, 256 wide), one thread, kernels %s\n", n, ks->name);
+    const qhx_kv_form forms[] = {QHX_KV_F32, QHX_KV_F16, QHX_KV_Q8};
+    for (int f = 0; f < 3; f++) {
+        const size_t head = qhx_kv_head_bytes(forms[f], hd), bytes = head * heads * (size_t)n;
+        unsigned char *k = qhx_huge_calloc(bytes), *v = qhx_huge_calloc(bytes);
+        if (!k || !v) return fprintf(stderr, "attend_bench: out of memory\n"), 1;
+        for (size_t r = 0; r < (size_t)heads * n; r++) {
+            for (int i = 0; i < hd; i++) row[i] = frand();
+            qhx_kv_store(forms[f], row, hd, k + r * head);
+            qhx_kv_store(forms[f], row, hd, v + r * head);
+        }
+        double best = 1e30, best_read = 1e30;
+        uint64_t sink = 0;
+        for (int r = 0; r < reps; r++) { /* alternated with the read loop, best of each */
+            double t0 = now();
+            for (int h = 0; h < heads; h++) {
+                const qhx_attend_args a = {forms[f], hd, G, n, q, (size_t)2 * hd, k + (size_t)h * n * head, v + (size_t)h * n * head,
+                                           head, 0.0625f, o, (size_t)hd, scratch};
+                ks->attend(&a);
+            }
+            const double t = now() - t0;
+            best = t < best ? t : best;
+            t0 = now();
+            sink += read_all((const uint64_t *)k, bytes) + read_all((const uint64_t *)v, bytes);
+            const double tr = now() - t0;
+            best_read = tr < best_read ? tr : best_read;
+        }
+        printf("  %-3s %7.2f ms a layer  %5.1f GB/s  read loop %5.1f GB/s  (%.2f of it)%s\n", qhx_kv_form_name(forms[f]), best * 1e3,
+               2 * bytes / best / 1e9, 2 * bytes / best_read / 1e9, best_read / best, sink == 42 ? " " : "");
+        free(k);
+        free(v);
+    }
+    free(q), free(row), free(o), free(scratch);
+    return 0;
+}
