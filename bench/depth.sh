@@ -16,7 +16,7 @@ while getopts t:d:n: o; do
 done
 shift $((OPTIND - 1))
 dir=${1:?usage: IK=DIR bench/depth.sh [-t THREADS] [-d DEPTHS] [-n DECODE] DIR}
-ik=${IK:?IK: the directory of ik_llama.cpp's llama-sweep-bench}
+ik=${IK:?IK: the directory holding ik_llama.cpp llama-sweep-bench}
 root=$(cd "$(dirname "$0")/.." && pwd)
 make -C "$root" -s build/qhx build/gguf_synth
 mkdir -p "$dir"
@@ -24,7 +24,7 @@ IFS=, read -ra ds <<<"$depths"
 deepest=${ds[-1]} ctx=$((${ds[-1]} + 512))
 stride=$((${ds[1]:-512} / 512))
 for d in "${ds[@]}"; do
-    (( d % 512 == 0 && (d / 512) % stride == 0 )) || { echo "depth $d is not a multiple of the sweep's $((stride * 512))" >&2; exit 2; }
+    (( d % 512 == 0 && (d / 512) % stride == 0 )) || { echo "depth $d: not a multiple of the sweep stride, $((stride * 512)) tokens" >&2; exit 2; }
 done
 for w in w8 w4; do
     [[ -f $dir/4b-$w/manifest.json ]] ||

@@ -239,6 +239,17 @@ if ((${#emu[@]} == 0)); then
     ppl bf16 30090 58.199 0.0002
     ppl Q4_K_M 30090 58.117 0.001
 fi
+# long windows: 2 windows of 8,192 tokens score finite and the same with the AVX-512 and AVX2 sets
+# (every KV form; the attention kernels are the sets' own); not under an emulator (no AVX2 there)
+for kv in $( ((${#emu[@]} == 0)) && echo f16 q8); do
+    for k in auto avx2; do
+        "$qhx" perplexity models/q35-kjv tests/data/corpora/kjv-dev.txt --ctx 8192 --chunks 2 --kv $kv --kernels $k --json \
+            >"$tmp/long.$k" 2>/dev/null
+    done
+    node -e 'const [a, b] = process.argv.slice(1).map(f => JSON.parse(require("fs").readFileSync(f, "utf8")));
+        process.exit(a.tokens === 16382 && isFinite(a.perplexity) && Math.abs(a.perplexity / b.perplexity - 1) < 1e-6 ? 0 : 1)' \
+        "$tmp/long.auto" "$tmp/long.avx2" && ok || bad "perplexity --ctx 8192 --kv $kv: $(cat "$tmp/long.auto") against avx2 $(cat "$tmp/long.avx2")"
+done
 "$qhx" inspect "${gg}Q4_K_M.gguf" 2>/dev/null | grep -q "GGUF (llama.cpp qwen35)" && ok || bad "inspect of a GGUF"
 "$qhx" forge "${gg}Q4_K_M.gguf" -o "$tmp/gb" >"$tmp/gforge" 2>&1 && [[ -s $tmp/gb/tokenizer.qhxtok && ! -e $tmp/gb/tokenizer.json ]] \
     && ok || bad "forge from GGUF: $(tail -2 "$tmp/gforge")"

@@ -252,6 +252,8 @@ void default_seed(opts *o) {
     o->gen.seed &= (uint64_t)LLONG_MAX; /* so --seed can repeat it */
 }
 
+const char *kv_name(qhx_kv_form form) { return form == QHX_KV_F32 ? "f32" : form == QHX_KV_Q8 ? "q8" : "f16"; }
+
 /* The runtime the options ask for, and the model on it. */
 int open_model(const opts *o, qhx_runtime **rt, qhx_model **m) {
     qhx_runtime_opts ro = {.kernels = o->kernels, .n_threads = (int)o->threads, .progress = isatty(2) ? cli_progress : NULL,

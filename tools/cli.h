@@ -42,6 +42,8 @@ void cli_progress(const char *what, uint64_t done, uint64_t total, void *user);
 /* A seed from the clock unless --seed gave one. */
 void default_seed(opts *o);
 int open_model(const opts *o, qhx_runtime **rt, qhx_model **m);
+/* "f32", "f16" or "q8", as --kv spells them */
+const char *kv_name(qhx_kv_form form);
 /* Frees a session, its model and their runtime, in that order (any may be NULL). */
 void close_model(qhx_runtime *rt, qhx_model *m, qhx_session *s);
 /* --grammar FILE (GBNF) or --json-schema FILE compiled for m's tokenizer into *g (NULL when

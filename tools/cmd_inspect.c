@@ -50,8 +50,9 @@ int cmd_inspect(int argc, char **argv) {
            !in.is_bundle ? "mapped" : in.weights_mapped ? "mapped from the page cache" : "read into memory", in.decode_bytes_per_token / 1e6,
            in.n_experts ? " (active: the routed experts at their average size)" : "");
     printf("kernels: %s, %d threads\n", qhx_runtime_kernels(rt), qhx_runtime_threads(rt));
-    printf("state per session: %.2f MB fixed (conv + delta-rule), KV cache %.1f KB per token (%.1f MB at full context)\n",
-           in.state_bytes / 1e6, in.kv_bytes_per_token / 1e3, in.kv_bytes_per_token * (double)in.max_context / 1e6);
+    printf("state per session: %.2f MB fixed (conv + delta-rule), KV cache (%s) %.1f KB per token (%.1f MB at full context)\n",
+           in.state_bytes / 1e6, kv_name(in.kv_cache), in.kv_bytes_per_token / 1e3,
+           in.kv_bytes_per_token * (double)in.max_context / 1e6);
     printf("MTP head: %s\n", in.mtp_layers ? "1 layer (--draft mtp)" : "none");
     const char *text = qhx_model_manifest(m);
     json_t *root = text ? json_loads(text, 0, NULL) : NULL;

@@ -108,8 +108,9 @@ int cmd_serve(int argc, char **argv) {
     d = serve_listen(&sv, (struct sockaddr *)&addr, v6, (unsigned)o.port, &port);
     if (!d) { die("cannot listen on %s port %lld: %s", o.host, o.port, strerror(errno)); goto done; }
     const double slot_mb = (sv.mi.state_bytes + (double)sv.mi.kv_bytes_per_token * sv.mi.max_context) / 1048576.0;
-    fprintf(stderr, "qhx serve: %s (%s, %d slots, context %d, at most %.1f MB a slot, prefix cache %lld MB) listening on http://%s%s%s:%u\n",
-            sv.model_id, qhx_runtime_kernels(rt), sv.n_slots, sv.mi.max_context, slot_mb, o.cache_mb, v6 ? "[" : "", o.host,
+    fprintf(stderr, "qhx serve: %s (%s, %d slots, context %d, at most %.1f MB a slot with the KV cache in %s, prefix cache %lld MB) listening on http://%s%s%s:%u\n",
+            sv.model_id, qhx_runtime_kernels(rt), sv.n_slots, sv.mi.max_context, slot_mb,
+            kv_name(sv.mi.kv_cache), o.cache_mb, v6 ? "[" : "", o.host,
             v6 ? "]" : "", port);
     const int loopback = v6 ? !strcmp(o.host, "::1") : !strncmp(o.host, "127.", 4);
     if (!loopback && !sv.api_key)

@@ -378,19 +378,22 @@ QV_INLINE void gemm_tile(int MR, int K, float alpha, const float *A, int lda, co
     }
 }
 
+/* full-width strips with the width a constant, so the tile's loop carries no test for a ragged edge */
+#define GEMM_TILE(MR, n) ((n) == 2 * QV_LANES ? gemm_tile(MR, K, alpha, A + (size_t)i * lda, lda, B + j, ldb, C + (size_t)i * ldc + j, ldc, 2 * QV_LANES) \
+                                              : gemm_tile(MR, K, alpha, A + (size_t)i * lda, lda, B + j, ldb, C + (size_t)i * ldc + j, ldc, n))
 QV_TARGET static void QV_NAME(gemm)(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C,
                                     int ldc) {
     for (int j = 0; j < N; j += 2 * QV_LANES) {
         const int n = N - j < 2 * QV_LANES ? N - j : 2 * QV_LANES;
         int i = 0;
-        for (; i + QV_GEMM_ROWS <= M; i += QV_GEMM_ROWS)
-            gemm_tile(QV_GEMM_ROWS, K, alpha, A + (size_t)i * lda, lda, B + j, ldb, C + (size_t)i * ldc + j, ldc, n);
+        for (; i + QV_GEMM_ROWS <= M; i += QV_GEMM_ROWS) GEMM_TILE(QV_GEMM_ROWS, n);
 #if QV_GEMM_ROWS > 4
-        if (M - i >= 4) gemm_tile(4, K, alpha, A + (size_t)i * lda, lda, B + j, ldb, C + (size_t)i * ldc + j, ldc, n), i += 4;
+        if (M - i >= 4) GEMM_TILE(4, n), i += 4;
 #endif
-        for (; i < M; i++) gemm_tile(1, K, alpha, A + (size_t)i * lda, lda, B + j, ldb, C + (size_t)i * ldc + j, ldc, n);
+        for (; i < M; i++) GEMM_TILE(1, n);
     }
 }
+#undef GEMM_TILE
 
 /* The gated delta rule's step (spec §3.5.1) in one sweep of S from L2 instead of four, by
  * linearity:  S^T k after the decay = decay (S^T k),  o = S'^T q = decay (S^T q) + (k . q) delta.
