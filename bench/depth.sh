@@ -3,8 +3,8 @@
 # the 4B shape, qhexrt's W8 and W4 bundles (`qhx bench --depth`) alternating with ik_llama.cpp's
 # Q8_0 and Q4_0 GGUFs of the same shape (its llama-sweep-bench, which grows one context and times
 # 512-token windows and a few decode steps at every --sweep-stride-th window).
-#   IK=/path/to/ik_llama.cpp/build/bin bench/depth.sh [-t THREADS] [-d DEPTHS] [-n DECODE] DIR
-# DIR keeps the bundles and GGUFs between runs (about 14 GB); DEPTHS (default 0,4096,16384,32768)
+#   IK=/path/to/ik_llama.cpp/build/bin [PAIRS="w8:q8_0 w4:q4_0"] bench/depth.sh [-t THREADS] [-d DEPTHS] [-n DECODE] DIR
+# DIR keeps the bundles and GGUFs between runs (about 14 GB) and each run's raw output; DEPTHS (default 0,4096,16384,32768)
 # must be multiples of 512 whose steps divide evenly (the sweep's stride). Build ik_llama.cpp as
 # bench/README.md says (cmake -DGGML_NATIVE=ON, targets llama-sweep-bench). Both read their
 # weights into memory (ik: --no-mmap), so the page cache cannot evict them mid-run; both keep the
@@ -33,26 +33,28 @@ done
 for t in q8_0 q4_0; do [[ -s $dir/4b.$t.gguf ]] || "$root/build/gguf_synth" preset:4b "$dir/4b.$t.gguf" $t; done
 
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $threads threads, depths $depths, $decode decode steps"
-ik_run() { # GGUF: one JSON line per measured window
+ik_run() { # GGUF: "depth prefill decode" for each wanted depth (sweep-bench writes its JSON lines to stderr)
     "$ik/llama-sweep-bench" -m "$1" -c $ctx -ub 512 -b 512 -n "$decode" -t "$threads" -fa 1 --no-mmap \
-        -ctk "${IK_KV:-f16}" -ctv "${IK_KV:-f16}" --sweep-stride $stride --output-format jsonl 2>/dev/null |
-        grep '^{' | python3 -c '
+        -ctk "${IK_KV:-f16}" -ctv "${IK_KV:-f16}" --sweep-stride $stride --output-format jsonl 2>&1 >/dev/null |
+        tee "$dir/ik-$(basename "$1").jsonl" | grep '^{' | python3 -c '
 import json, sys
 wanted = set(int(d) for d in sys.argv[1].split(","))
 for line in sys.stdin:
     r = json.loads(line)
     if r["n_kv"] in wanted: print(r["n_kv"], round(r["speed_pp"], 2), round(r["speed_tg"], 2))' "$depths"
 }
-qhx_run() { # BUNDLE
+qhx_run() { # BUNDLE: the same
     "$root/build/qhx" bench "$1" -t "$threads" --kv "${QHX_KV:-f16}" --prompts 16 --decode "$decode" --depth "$depths" --json |
-        python3 -c '
+        tee "$dir/qhx-$(basename "$1").json" | python3 -c '
 import json, sys
 for r in json.load(sys.stdin)["depths"]: print(r["depth"], r["prefill_512_tok_s"], r["decode_tok_s"])'
 }
-for pair in "w8 q8_0" "w4 q4_0"; do
-    read -r w t <<<"$pair"
+for pair in ${PAIRS:-w8:q8_0 w4:q4_0}; do
+    w=${pair%:*} t=${pair#*:}
     q=$(qhx_run "$dir/4b-$w")
+    echo "qhexrt $w: $(tr '\n' ' ' <<<"$q")"
     k=$(ik_run "$dir/4b.$t.gguf")
+    echo "ik_llama.cpp $t: $(tr '\n' ' ' <<<"$k")"
     echo "## qhexrt $w against ik_llama.cpp $t"
     echo "| depth | qhexrt prefill / decode tok/s | ik_llama.cpp prefill / decode | ratio prefill / decode |"
     echo "|---|---|---|---|"
