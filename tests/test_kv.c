@@ -1,10 +1,15 @@
 /* The KV cache's forms (qhx_runtime_opts.kv_cache) on the trained model: what f16 and q8 cost
  * against f32 (logit deviation and greedy agreement on the golden prompts and on a 4,096-token
  * held-out KJV prompt, with stated bounds); that every form keeps the promises of state reuse
- * (batched steps and restored snapshots equal lone and cold runs bit for bit); and that a state
- * file of one form is refused by a runtime of another, by name. */
+ * (batched steps and restored snapshots equal lone and cold runs bit for bit); that a state
+ * file of one form is refused by a runtime of another, by name; and that a cache that grows keeps
+ * every head's rows (they are head-major, so growing moves them). */
 #include "qhexrt.h"
 #include "testlib.h"
+
+#include "format/hfconfig.h"
+#include "kernels/kv.h"
+#include "model/qwen35.h"
 
 #include "util/json.h"
 #include <math.h>
@@ -146,7 +151,46 @@ static void state_files(opened o[3], const int32_t *ids) {
     unlink(path);
 }
 
+/* rows written at every position of every head of a 2-KV-head model, then the cache grown twice:
+ * each row must be where it was written, in every form */
+static void growth(void) {
+    qhx_config c;
+    if (qhx_config_load(&c, "models/q35-rand-tiny")) {
+        CHECK(0, "models/q35-rand-tiny: %s", qhx_last_error());
+        return;
+    }
+    for (int f = QHX_KV_F32; f <= QHX_KV_Q8; f++) {
+        qhx_state st;
+        int intact = 1;
+        CHECK(qhx_state_init(&st, &c, (qhx_kv_form)f) == QHX_OK && qhx_state_reserve_kv(&st, 200) == QHX_OK, "%s", qhx_last_error());
+        float row[512], back[512];
+        const int hd = c.head_dim, written = 200;
+        for (int grow = 0; grow < 3; grow++) {
+            for (int l = 0; l < c.n_layers; l++) {
+                if (!c.full_attn[l]) continue;
+                qhx_layer_state *ls = qhx_state_layer(&st, l);
+                for (int j = 0; j < c.n_kv_heads; j++)
+                    for (int p = 0; p < written; p++)
+                        for (int kv = 0; kv < 2; kv++) {
+                            for (int i = 0; i < hd; i++) row[i] = (float)(((l * 7 + j) * 1000 + p) * 2 + kv) + (float)i / hd;
+                            unsigned char *at = qhx_state_kv(&st, kv ? ls->v_cache : ls->k_cache, j, p);
+                            if (grow == 0) qhx_kv_store((qhx_kv_form)f, row, hd, at);
+                            qhx_kv_store((qhx_kv_form)f, row, hd, (unsigned char *)back); /* what was stored */
+                            intact &= !memcmp(at, back, qhx_kv_head_bytes((qhx_kv_form)f, hd));
+                        }
+            }
+            if (grow < 2) CHECK(qhx_state_reserve_kv(&st, st.kv_capacity * 2 + 1) == QHX_OK, "%s", qhx_last_error());
+        }
+        printf("  %s: %d heads' rows intact through two growths of the cache (to %d rows): %s\n", form_name((qhx_kv_form)f),
+               c.n_kv_heads, st.kv_capacity, intact ? "yes" : "NO");
+        CHECK(intact && c.n_kv_heads > 1, "%s: rows moved wrong when the cache grew", form_name((qhx_kv_form)f));
+        qhx_state_free(&st);
+    }
+    qhx_config_free(&c);
+}
+
 int main(void) {
+    growth();
     opened o[3];
     for (int f = 0; f < 3; f++)
         if (open_form((qhx_kv_form)(f + 1), &o[f])) return tl_finish("kv");
