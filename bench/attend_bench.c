@@ -1,7 +1,9 @@
-/* Decode attention at depth: one query token over N cached rows of one gated-attention layer of
- * the 4B shape (4 KV heads of 256, 4 query heads each), in every KV form, one thread: the bytes of
- * K and V read a second, next to a plain streaming read of the same bytes in the same run (what
- * one core can read; the cache is 2 x 4 x N rows, 64 MiB in f32 at 16k, so it comes from memory).
+/* Attention at depth, one thread, the 4B shape (4 KV heads of 256, 4 query heads each):
+ *  - decode: one query token over N cached rows of a layer in every KV form: the bytes of K and V
+ *    read a second, next to a plain streaming read of the same bytes in the same run (the cache is
+ *    2 x 4 x N rows, 64 MiB in f32 at 16k, so it comes from memory);
+ *  - prefill: the two products of a 32-query block against a 128-row tile (ks->gemm, what
+ *    attention_blocks runs), in GFLOP/s next to the peak of independent FMAs in registers.
  *   build/attend_bench [N [KERNELS]] */
 #include "kernels/kernels.h"
 #include "kernels/kv.h"
@@ -32,6 +34,30 @@ static uint64_t read_all(const uint64_t *p, size_t n) {
         for (int j = 0; j < 8; j++) s[j] += p[i + j];
     return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
 }
+
+/* 12 independent chains of fused multiply-adds, 16 lanes each, n steps: one core's fp32 peak
+ * (AVX-512 where the CPU has it; 0 elsewhere) */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define FMA12(x) x(0) x(1) x(2) x(3) x(4) x(5) x(6) x(7) x(8) x(9) x(10) x(11)
+__attribute__((target("avx512f"))) static float fma_chains(long n) {
+    const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+#define DECL(i) __m512 a##i = _mm512_set1_ps((float)i);
+#define STEP(i) a##i = _mm512_fmadd_ps(a##i, m, c);
+#define SUM(i) s += _mm512_reduce_add_ps(a##i);
+    FMA12(DECL)
+    for (long k = 0; k < n; k++) {
+        FMA12(STEP)
+        __asm__ volatile("" ::: "memory");
+    }
+    float s = 0;
+    FMA12(SUM)
+    return s;
+}
+static float qhx_fma_peak_probe(long n) { return __builtin_cpu_supports("avx512f") ? fma_chains(n) + 1 : 0; }
+#else
+static float qhx_fma_peak_probe(long n) { (void)n; return 0; }
+#endif
 
 int main(int argc, char **argv) {
     const int n = argc > 1 ? atoi(argv[1]) : 16384, hd = 256, G = 4, heads = 4, reps = 7;
@@ -72,6 +98,41 @@ int main(int argc, char **argv) {
         free(k);
         free(v);
     }
+    /* prefill's products: scores [128][32] = K [128][256] Q^T [256][32], out [32][256] += S [32][128] V [128][256] */
+    float *K = malloc(sizeof(float) * 128 * 256), *QT = malloc(sizeof(float) * 256 * 32), *ST = malloc(sizeof(float) * 128 * 32);
+    float *S = malloc(sizeof(float) * 32 * 128), *O = malloc(sizeof(float) * 32 * 256);
+    for (int i = 0; i < 128 * 256; i++) K[i] = frand();
+    for (int i = 0; i < 256 * 32; i++) QT[i] = frand();
+    for (int i = 0; i < 32 * 128; i++) S[i] = frand();
+    const int tiles = 2000;
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = now();
+        for (int t = 0; t < tiles; t++) {
+            ks->gemm(128, 32, 256, 0.0625f, K, 256, QT, 32, ST, 32);
+            ks->gemm(32, 256, 128, 1.0f, S, 128, K, 256, O, 256);
+        }
+        const double dt = now() - t0;
+        best = dt < best ? dt : best;
+    }
+    const double flops = 2.0 * tiles * (2.0 * 128 * 32 * 256);
+    /* the peak: 16 independent chains of fused multiply-adds over 16 registers of 16 lanes (8 on
+     * AVX2: counted as issued, so a wider layer shows its width) */
+    double peak = 1e30;
+    volatile float sink = 0;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = now();
+        sink += qhx_fma_peak_probe(20000000);
+        const double dt = now() - t0;
+        peak = dt < peak ? dt : peak;
+    }
+    const double peak_flops = 20000000.0 * 12 * 16 * 2 / peak;
+    if (qhx_fma_peak_probe(0) == 0) /* not on this machine */
+        printf("prefill products (32 queries x 128 rows x 256): %.1f GFLOP/s\n", flops / best / 1e9);
+    else
+        printf("prefill products (32 queries x 128 rows x 256): %.1f GFLOP/s; fp32 FMA peak of one core %.1f GFLOP/s (%.2f of it)\n",
+               flops / best / 1e9, peak_flops / 1e9, flops / best / peak_flops);
+    free(K), free(QT), free(ST), free(S), free(O);
     free(q), free(row), free(o), free(scratch);
     return 0;
 }
