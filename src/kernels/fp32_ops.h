@@ -11,7 +11,8 @@
  *     QV_PREFILL_TOKENS at a time, so the FMAs run from registers and the widening is shared by
  *     all T tokens; without, decode's tiles over plain rows (W8 groups unpacked), widening in
  *     registers: the layer says which its registers and caches favour.
- *   the delta rule's small products (gemm), its one-token step, dot, axpy, silu. */
+ *   the delta rule's small products (gemm), its one-token step, axpy, silu; attention over the KV
+ *   cache (attend, kv_widen, exp_sum). */
 #include "format/w4.h"
 #include "format/w8.h"
 #include "kernels/kernels.h"
@@ -629,7 +630,7 @@ QV_TARGET static void QV_NAME(attend)(const qhx_attend_args *a) {
 #undef ATT_R
 #undef ATT_C
 
-const qhx_fp32_ops QV_PASTE(qhx_fp32, QV_ISA) = {.matmul = QV_NAME(matmul), .dot = QV_NAME(dot), .axpy = QV_NAME(axpy),
+const qhx_fp32_ops QV_PASTE(qhx_fp32, QV_ISA) = {.matmul = QV_NAME(matmul), .axpy = QV_NAME(axpy),
                                          .gemm = QV_NAME(gemm), .delta_step = QV_NAME(delta_step), .silu = QV_NAME(silu),
                                          .attend = QV_NAME(attend), .exp_sum = QV_NAME(exp_sum),
                                          .kv_widen = QV_NAME(kv_widen)};

@@ -75,7 +75,6 @@ typedef struct {
  * twin the others are tested against) and qhx_fp32_ref (the oracle). */
 typedef struct {
     qhx_matmul_fn matmul;  /* every dtype: F32, BF16, F16 and I8 */
-    float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n);  /* y += a x */
     /* C[M][N] += alpha A[M][K] B[K][N], row-major with row strides: the chunked delta rule's
      * small products (64 x 128 x 128 per chunk and head) */
@@ -143,7 +142,6 @@ typedef struct {
     void (*round_acts)(const float *x, size_t cols, const qhx_acts *a, size_t t);
     void (*round_q8)(const float *x, size_t cols, const qhx_acts *a, size_t t); /* for W4 */
     int panel_rows;
-    float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n);
     void (*gemm)(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
     void (*delta_step)(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,

@@ -84,8 +84,6 @@ static qhx_status ref_matmul(const qhx_tensor *W, const float *X, int T, float *
     return rows_by_dot(W, X, T, Y, r0, r1, ref_dot_exact);
 }
 
-static float ref_dot(const float *a, const float *b, int n) { return (float)ref_dot_exact(a, b, (size_t)n); }
-static float scalar_dot(const float *a, const float *b, int n) { return (float)scalar_dot_exact(a, b, (size_t)n); }
 
 static void scalar_axpy(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
@@ -288,10 +286,10 @@ static void ref_attend(const qhx_attend_args *a) {
     free(acc);
 }
 
-const qhx_fp32_ops qhx_fp32_ref = {.matmul = ref_matmul, .dot = ref_dot, .axpy = scalar_axpy, .gemm = ref_gemm,
+const qhx_fp32_ops qhx_fp32_ref = {.matmul = ref_matmul, .axpy = scalar_axpy, .gemm = ref_gemm,
                                    .delta_step = scalar_delta_step, .silu = scalar_silu, .attend = ref_attend,
                                    .exp_sum = ref_exp_sum, .kv_widen = qhx_kv_widen_scalar};
-const qhx_fp32_ops qhx_fp32_scalar = {.matmul = scalar_matmul, .dot = scalar_dot, .axpy = scalar_axpy, .gemm = scalar_gemm,
+const qhx_fp32_ops qhx_fp32_scalar = {.matmul = scalar_matmul, .axpy = scalar_axpy, .gemm = scalar_gemm,
                                       .delta_step = scalar_delta_step, .silu = scalar_silu, .attend = qhx_attend_scalar,
                                       .exp_sum = scalar_exp_sum, .kv_widen = qhx_kv_widen_scalar};
 const qhx_acts_ops qhx_acts_scalar_q8 = {.form = QHX_ACTS_Q8, .matmul = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,
