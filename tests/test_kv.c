@@ -191,6 +191,9 @@ static void growth(void) {
 
 int main(void) {
     growth();
+    qhx_runtime *bad = NULL;
+    const qhx_status rc = qhx_runtime_new(&(qhx_runtime_opts){.kv_cache = (qhx_kv_form)7}, &bad);
+    CHECK(rc == QHX_ERR_ARG && !bad && strstr(qhx_last_error(), "kv_cache: 7"), "an unknown form: %d %s", (int)rc, qhx_last_error());
     opened o[3];
     for (int f = 0; f < 3; f++)
         if (open_form((qhx_kv_form)(f + 1), &o[f])) return tl_finish("kv");
