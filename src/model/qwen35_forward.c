@@ -44,10 +44,11 @@ static size_t chunk_work_floats(int dk, int dv) {
 #define ATTN_BLOCKED_FROM 8  /* tokens a run; fewer: a gemm this narrow wastes most of its lanes */
 
 /* floats of one attention thread's scratch, whatever the depth: attention_blocks' queries
- * [hd][QBLOCK], scores [KTILE][QBLOCK] and [QBLOCK][KTILE], widened key and value tiles
- * [KTILE][hd] and the running maxima and sums; or attend's tile of scores a query head */
+ * [group][hd][QBLOCK], scores [KTILE][QBLOCK] and [QBLOCK][KTILE], widened key and value tiles
+ * [KTILE][hd] and the running maxima and sums [group][QBLOCK]; or attend's tile of scores a query
+ * head */
 static size_t attention_block_floats(int hd, int group) {
-    const size_t blocks = (size_t)hd * QBLOCK + (size_t)2 * KTILE * QBLOCK + (size_t)2 * KTILE * hd + 2 * QBLOCK,
+    const size_t blocks = (size_t)group * hd * QBLOCK + (size_t)2 * KTILE * QBLOCK + (size_t)2 * KTILE * hd + (size_t)2 * group * QBLOCK,
                  pairs = (size_t)group * QHX_ATTEND_TILE;
     return ((blocks > pairs ? blocks : pairs) + 15) & ~(size_t)15;
 }
@@ -301,7 +302,7 @@ static void rope(float *x, int rot, int pos, float theta) {
 
 /* Causal attention over the cache, in parallel over (token, KV head) pairs for a few tokens (the
  * kernel set's attend: one pass over the head's rows for its group of query heads) and over
- * (head, block of QBLOCK tokens) in prefill, where the scores and the weighted sum of values are
+ * (KV head, block of QBLOCK tokens) in prefill, where the scores and the weighted sum of values are
  * matrix products (ks->gemm) over tiles of KTILE cached rows with a running softmax, so the work
  * area stays in L2 at any depth. */
 typedef struct {
@@ -343,51 +344,60 @@ static const float *head_tile(const attn_job *J, const unsigned char *cache, int
     return buf;
 }
 
+/* One item is a KV head and a block of queries: each tile of the head's rows is widened once for
+ * the query heads that share it (at 16k tokens a head's rows outgrow the caches, and widening them
+ * once a query head read them from memory that many times) */
 static void attention_blocks(void *arg, int th, int nth) {
     const attn_job *J = arg;
-    const int hd = J->hd, blocks = (J->T + QBLOCK - 1) / QBLOCK, ostride = J->hq * hd;
-    float *QT = J->scratch + (size_t)th * J->scratch_floats; /* [hd][QBLOCK]: the block's queries, transposed */
-    float *ST = QT + (size_t)hd * QBLOCK;                   /* [KTILE][QBLOCK]: K q, one column a query */
+    const int hd = J->hd, G = J->group, hkv = J->hq / G, blocks = (J->T + QBLOCK - 1) / QBLOCK, ostride = J->hq * hd;
+    float *QT = J->scratch + (size_t)th * J->scratch_floats; /* [G][hd][QBLOCK]: the block's queries, transposed */
+    float *ST = QT + (size_t)G * hd * QBLOCK;               /* [KTILE][QBLOCK]: K q, one column a query */
     float *S = ST + (size_t)KTILE * QBLOCK;                 /* [QBLOCK][KTILE]: weights, one row a query */
     float *KB = S + (size_t)QBLOCK * KTILE, *VB = KB + (size_t)KTILE * hd; /* widened tiles */
-    float *mx = VB + (size_t)KTILE * hd, *sum = mx + QBLOCK;
-    for (int item = th; item < J->hq * blocks; item += nth) {
-        const int j = item % J->hq, t0 = item / J->hq * QBLOCK, kvh = j / J->group;
+    float *mx = VB + (size_t)KTILE * hd, *sum = mx + (size_t)G * QBLOCK; /* [G][QBLOCK] each */
+    for (int item = th; item < hkv * blocks; item += nth) {
+        const int kvh = item % hkv, t0 = item / hkv * QBLOCK;
         const int nq = J->T - t0 < QBLOCK ? J->T - t0 : QBLOCK, n = J->pos0 + t0 + nq; /* the block's last query sees n */
-        float *o = J->att + ((size_t)t0 * J->hq + j) * hd;
-        for (int i = 0; i < nq; i++) {
-            const float *qi = J->qg + ((size_t)(t0 + i) * J->hq + j) * hd * 2;
-            for (int d = 0; d < hd; d++) QT[(size_t)d * QBLOCK + i] = qi[d];
-            memset(o + (size_t)i * ostride, 0, sizeof(float) * hd);
-            mx[i] = -INFINITY, sum[i] = 0.0f;
+        for (int g = 0; g < G; g++) {
+            const int j = kvh * G + g;
+            for (int i = 0; i < nq; i++) {
+                const float *qi = J->qg + ((size_t)(t0 + i) * J->hq + j) * hd * 2;
+                for (int d = 0; d < hd; d++) QT[((size_t)g * hd + d) * QBLOCK + i] = qi[d];
+                memset(J->att + ((size_t)(t0 + i) * J->hq + j) * hd, 0, sizeof(float) * hd);
+                mx[g * QBLOCK + i] = -INFINITY, sum[g * QBLOCK + i] = 0.0f;
+            }
         }
         for (int p0 = 0; p0 < n; p0 += KTILE) {
             const int kt = n - p0 < KTILE ? n - p0 : KTILE;
-            const float *K = head_tile(J, J->kc, kvh, p0, kt, KB);
-            memset(ST, 0, sizeof(float) * (size_t)kt * QBLOCK);
-            J->ks->gemm(kt, nq, hd, J->scale, K, hd, QT, QBLOCK, ST, QBLOCK);
-            for (int i = 0; i < nq; i++) {
-                int seen = J->pos0 + t0 + i + 1 - p0; /* causal: rows of this tile query i sees */
-                seen = seen < 0 ? 0 : seen > kt ? kt : seen;
-                float *si = S + (size_t)i * KTILE, m = mx[i];
-                for (int p = 0; p < seen; p++) si[p] = ST[(size_t)p * QBLOCK + i], m = si[p] > m ? si[p] : m;
-                for (int p = seen; p < kt; p++) si[p] = 0.0f;
-                if (!seen) continue;
-                const float shrink = expf(mx[i] - m);
-                sum[i] = sum[i] * shrink + J->ks->exp_sum(si, seen, m);
-                mx[i] = m;
-                if (shrink != 1.0f)
-                    for (int e = 0; e < hd; e++) o[(size_t)i * ostride + e] *= shrink;
+            const float *K = head_tile(J, J->kc, kvh, p0, kt, KB), *V = head_tile(J, J->vc, kvh, p0, kt, VB);
+            for (int g = 0; g < G; g++) {
+                float *o = J->att + ((size_t)t0 * J->hq + kvh * G + g) * hd, *m_g = mx + g * QBLOCK, *sum_g = sum + g * QBLOCK;
+                memset(ST, 0, sizeof(float) * (size_t)kt * QBLOCK);
+                J->ks->gemm(kt, nq, hd, J->scale, K, hd, QT + (size_t)g * hd * QBLOCK, QBLOCK, ST, QBLOCK);
+                for (int i = 0; i < nq; i++) {
+                    int seen = J->pos0 + t0 + i + 1 - p0; /* causal: rows of this tile query i sees */
+                    seen = seen < 0 ? 0 : seen > kt ? kt : seen;
+                    float *si = S + (size_t)i * KTILE, m = m_g[i];
+                    for (int p = 0; p < seen; p++) si[p] = ST[(size_t)p * QBLOCK + i], m = si[p] > m ? si[p] : m;
+                    for (int p = seen; p < kt; p++) si[p] = 0.0f;
+                    if (!seen) continue;
+                    const float shrink = expf(m_g[i] - m);
+                    sum_g[i] = sum_g[i] * shrink + J->ks->exp_sum(si, seen, m);
+                    m_g[i] = m;
+                    if (shrink != 1.0f)
+                        for (int e = 0; e < hd; e++) o[(size_t)i * ostride + e] *= shrink;
+                }
+                J->ks->gemm(nq, hd, kt, 1.0f, S, KTILE, V, hd, o, ostride);
             }
-            const float *V = head_tile(J, J->vc, kvh, p0, kt, VB);
-            J->ks->gemm(nq, hd, kt, 1.0f, S, KTILE, V, hd, o, ostride);
         }
-        for (int i = 0; i < nq; i++) {
-            float *oi = o + (size_t)i * ostride;
-            const float inv = 1.0f / sum[i];
-            for (int e = 0; e < hd; e++) oi[e] *= inv;
-            gate_output(oi, J->qg + ((size_t)(t0 + i) * J->hq + j) * hd * 2 + hd, hd);
-        }
+        for (int g = 0; g < G; g++)
+            for (int i = 0; i < nq; i++) {
+                const int j = kvh * G + g;
+                float *oi = J->att + ((size_t)(t0 + i) * J->hq + j) * hd;
+                const float inv = 1.0f / sum[g * QBLOCK + i];
+                for (int e = 0; e < hd; e++) oi[e] *= inv;
+                gate_output(oi, J->qg + ((size_t)(t0 + i) * J->hq + j) * hd * 2 + hd, hd);
+            }
     }
 }
 
