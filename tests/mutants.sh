@@ -35,6 +35,6 @@ mutant value-heads src/model/gguf_model.c 'const int reorder = c->lin_v_heads !=
 # a batched step's attention rows all at the first session's position
 mutant batch-positions src/model/qwen35_forward.c 'const int pos0 = st->pos, t0' 'const int pos0 = runs[0].st->pos, t0'
 # a growing KV cache leaving each head's rows where they were (the cache is head-major)
-mutant kv-growth src/model/state.c 'for (int j = heads - 1; j > 0; j--)' 'for (int j = heads - 1; j > 99; j--)'
+mutant kv-growth src/model/state.c 'for (int j = 0; j < heads && *cache; j++)' 'for (int j = 0; j < 1 && *cache; j++)'
 
 finish mutants

@@ -88,25 +88,28 @@ qhx_status qhx_state_reserve_kv(qhx_state *s, int need) {
     if (need <= s->kv_capacity) return QHX_OK;
     int cap = s->kv_capacity ? s->kv_capacity : 256;
     while (cap < need) cap = cap > (1 << 29) ? need : cap * 2;
-    const int heads = s->cfg->n_kv_heads;
+    const int heads = s->cfg->n_kv_heads, L = s->cfg->n_layers;
     const size_t old = (size_t)s->kv_capacity * s->kv_head, now = (size_t)cap * s->kv_head; /* bytes of a head's rows */
-    /* every cache grown first, the old layout kept (so a failure leaves all of them valid), then
-     * each head's rows moved to their new place, the last head first */
-    for (int pass = 0; pass < 2; pass++)
-        for (int l = 0; l < s->cfg->n_layers; l++) {
-            if (!s->cfg->full_attn[l]) continue;
-            qhx_layer_state *ls = qhx_state_layer(s, l);
-            unsigned char **const caches[2] = {&ls->k_cache, &ls->v_cache};
-            for (int kv = 0; kv < 2; kv++) {
-                if (pass == 1) {
-                    for (int j = heads - 1; j > 0; j--) memmove(*caches[kv] + j * now, *caches[kv] + j * old, old);
-                    continue;
-                }
-                unsigned char *c = qhx_huge_grow(*caches[kv], old * heads, now * heads);
-                if (!c) return qhx_fail(QHX_ERR_NOMEM, "KV cache: out of memory for %d tokens", cap);
-                *caches[kv] = c;
-            }
+    /* every new cache allocated first (a failure leaves the old ones as they were), then each
+     * head's rows copied once to their new place */
+    unsigned char **fresh = calloc((size_t)2 * L, sizeof *fresh);
+    int ok = fresh != NULL;
+    for (int i = 0; i < 2 * L && ok; i++)
+        if (s->cfg->full_attn[i / 2]) ok = (fresh[i] = qhx_huge_calloc(now * heads)) != NULL;
+    for (int i = 0; i < 2 * L && fresh; i++) {
+        if (!fresh[i]) continue;
+        if (!ok) {
+            free(fresh[i]);
+            continue;
         }
+        qhx_layer_state *ls = qhx_state_layer(s, i / 2);
+        unsigned char **cache = i % 2 ? &ls->v_cache : &ls->k_cache;
+        for (int j = 0; j < heads && *cache; j++) memcpy(fresh[i] + j * now, *cache + j * old, old);
+        free(*cache);
+        *cache = fresh[i];
+    }
+    free(fresh);
+    if (!ok) return qhx_fail(QHX_ERR_NOMEM, "KV cache: out of memory for %d tokens", cap);
     s->kv_capacity = cap;
     return QHX_OK;
 }

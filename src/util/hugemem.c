@@ -18,11 +18,3 @@ void *qhx_huge_calloc(size_t bytes) {
     memset(p, 0, size);
     return p;
 }
-
-void *qhx_huge_grow(void *p, size_t old_bytes, size_t bytes) {
-    void *q = qhx_huge_calloc(bytes);
-    if (!q) return NULL;
-    if (p) memcpy(q, p, old_bytes < bytes ? old_bytes : bytes);
-    free(p);
-    return q;
-}

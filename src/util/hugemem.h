@@ -9,8 +9,5 @@
 
 /* bytes of zeroed memory, or NULL when out of memory */
 void *qhx_huge_calloc(size_t bytes);
-/* p's first old_bytes in a new block of bytes (the rest zeroed), p freed; NULL (p kept) when out of
- * memory */
-void *qhx_huge_grow(void *p, size_t old_bytes, size_t bytes);
 
 #endif
