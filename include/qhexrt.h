@@ -178,10 +178,11 @@ void qhx_session_reset(qhx_session *s);
 int qhx_session_pos(const qhx_session *s);
 
 typedef enum {
-    QHX_EVAL_SEQUENCE = 0,  /* the tokens as one sequence (chunked delta rule), as a prefill would */
-    QHX_EVAL_STEPWISE = 1   /* one token at a time (recurrent delta rule), as decode does: n tokens in
-                               one call give bit for bit what n one-token calls give, while the
-                               weights stream once for up to 16 of them */
+    QHX_EVAL_SEQUENCE = 0,  /* the tokens as one sequence (attention over the prompt in tiles), as a
+                               prefill would */
+    QHX_EVAL_STEPWISE = 1   /* one token at a time, as decode does: n tokens in one call give bit
+                               for bit what n one-token calls give, while the weights stream once
+                               for up to 16 of them */
 } qhx_eval_mode;
 
 /* Feeds n tokens. If logits is not NULL it receives fp32 logits for every one of the n positions,

@@ -51,7 +51,7 @@ for mode in "" --stepwise; do
     check "cmp -s $tmp/l1 $tmp/l2" "2-shard and 1-shard logits differ ($mode)"
 done
 
-# on one bundle: prompt processing as a batch (chunked delta rule) == token by token (recurrent),
+# on one bundle: prompt processing as a batch (attention in tiles) == token by token,
 # both with fp32 activations (scalar kernels: every machine), where they differ by float rounding
 # only; then the default batch (int8 activations on AVX2 machines) against that, which moves each
 # activation by up to half a step of 1/127 of its 32-column block.

@@ -1,5 +1,5 @@
 /* qhx_sessions_step against lone steps, bit for bit: sessions at different positions (different
- * prompts, some long enough for the chunked path), stepped together for several tokens in
+ * prompts, some long enough for attention in tiles), stepped together for several tokens in
  * batches of 1, 2, 3, 8 and 19 (two passes), must give every row and every later state exactly
  * what stepping each alone gives; on a checkpoint and a 2-shard bundle, every kernel family (the
  * scalar ones, ten times slower, on the first two batch sizes), and the same on an MoE model, whose

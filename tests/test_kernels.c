@@ -331,44 +331,67 @@ int main(void) {
         printf("  gemm    %-9s vs double: 150 shapes (K up to 300), worst error %.2e of sum|a b| (tolerance 1e-06)\n", sets[s], worst);
     }
 
-    /* delta_step (the recurrent rule, one token and head) of every set against the rule in double,
-     * odd head sizes (the SIMD sets sweep 32 columns at a time): |error| relative to 1 + max|S| */
+    /* delta_rule (the recurrent rule over T tokens of one head) of every set against the rule in
+     * double, odd head sizes (the SIMD sets sweep 32 or 64 columns at a time), tokens in rows of a
+     * wider matrix as the model lays them out: |error| relative to 1 + max|S|. And T tokens in one
+     * call equal T one-token calls bit for bit, which prefill, decode and rewinds rely on. */
     for (size_t s = 0; s < n_sets; s++) {
         const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
         if (!ks) continue;
-        const int dks[] = {1, 7, 128}, dvs[] = {1, 31, 32, 33, 100, 128};
+        const int dks[] = {1, 7, 128}, dvs[] = {1, 31, 32, 33, 100, 128}, T = 5, stride = 400, gstride = 3;
         double worst = 0;
+        int split_differs = 0;
         for (int a = 0; a < 3; a++)
             for (int b = 0; b < 6; b++)
                 for (int rep = 0; rep < 2; rep++) {
                     const int dk = dks[a], dv = dvs[b];
-                    float *S = malloc(sizeof(float) * dk * dv), *q = malloc(sizeof(float) * dk), *k = malloc(sizeof(float) * dk);
-                    float *v = malloc(sizeof(float) * dv), *o = malloc(sizeof(float) * dv), *kv = malloc(sizeof(float) * dv);
+                    float *S = malloc(sizeof(float) * dk * dv), *S1 = malloc(sizeof(float) * dk * dv), *x = malloc(sizeof(float) * T * stride);
+                    float *o = malloc(sizeof(float) * T * dv), *o1 = malloc(sizeof(float) * T * dv), *kv = malloc(sizeof(float) * dv);
+                    float gb[2 * T * gstride];
                     double *R = malloc(sizeof(double) * dk * dv), *d = malloc(sizeof(double) * dv);
-                    const float beta = 0.5f + 0.5f * frand(), decay = rep ? 1e-30f : 0.6f + 0.3f * frand();
-                    for (int i = 0; i < dk * dv; i++) R[i] = S[i] = frand();
-                    for (int i = 0; i < dk; i++) q[i] = frand(), k[i] = frand() / sqrtf((float)dk);
-                    for (int j = 0; j < dv; j++) v[j] = frand();
-                    ks->delta_step(S, q, k, v, beta, decay, dk, dv, o, kv, rep ? (const float *)R : NULL); /* R: any dk x dv floats */
-                    double mag = 1;
-                    for (int i = 0; i < dk * dv; i++) R[i] *= decay, mag = fabs(R[i]) > mag ? fabs(R[i]) : mag;
-                    for (int j = 0; j < dv; j++) {
-                        double acc = 0;
-                        for (int i = 0; i < dk; i++) acc += R[i * dv + j] * k[i];
-                        d[j] = (v[j] - acc) * beta;
+                    float *beta = gb, *g = gb + T * gstride;
+                    for (int i = 0; i < dk * dv; i++) R[i] = S[i] = S1[i] = frand();
+                    for (int t = 0; t < T; t++) {
+                        float *q = x + t * stride, *k = q + dk, *v = k + dk;
+                        for (int i = 0; i < dk; i++) q[i] = frand(), k[i] = frand() / sqrtf((float)dk);
+                        for (int j = 0; j < dv; j++) v[j] = frand();
+                        beta[t * gstride] = 0.5f + 0.5f * frand();
+                        g[t * gstride] = rep && t == 2 ? -80.0f : logf(0.6f + 0.3f * frand()); /* rep: a decay of e^-80 */
                     }
-                    for (int i = 0; i < dk * dv; i++) R[i] += k[i / dv] * d[i % dv];
-                    for (int i = 0; i < dk * dv; i++) worst = fmax(worst, fabs(S[i] - R[i]) / mag);
-                    for (int j = 0; j < dv; j++) {
-                        double acc = 0;
-                        for (int i = 0; i < dk; i++) acc += R[i * dv + j] * q[i];
-                        worst = fmax(worst, fabs(o[j] - acc) / (mag * (1 + dk)));
+                    const qhx_delta_args all = {x, x + dk, x + 2 * dk, stride, beta, g, gstride, o, dv, T, dk, dv, kv, rep ? S1 : NULL};
+                    ks->delta_rule(S, &all); /* rep: fetching `next` (any dk x dv floats) must not change a thing */
+                    for (int t = 0; t < T; t++) {
+                        const qhx_delta_args one = {x + t * stride, x + t * stride + dk, x + t * stride + 2 * dk, stride, beta + t * gstride,
+                                                    g + t * gstride, gstride, o1 + t * dv, dv, 1, dk, dv, kv, NULL};
+                        ks->delta_rule(S1, &one);
+                    }
+                    split_differs += memcmp(S, S1, sizeof(float) * dk * dv) != 0 || memcmp(o, o1, sizeof(float) * T * dv) != 0;
+                    for (int t = 0; t < T; t++) {
+                        const float *q = x + t * stride, *k = q + dk, *v = k + dk;
+                        const double decay = exp((double)g[t * gstride]);
+                        double mag = 1;
+                        for (int i = 0; i < dk * dv; i++) R[i] *= decay, mag = fabs(R[i]) > mag ? fabs(R[i]) : mag;
+                        for (int j = 0; j < dv; j++) {
+                            double acc = 0;
+                            for (int i = 0; i < dk; i++) acc += R[i * dv + j] * k[i];
+                            d[j] = (v[j] - acc) * beta[t * gstride];
+                        }
+                        for (int i = 0; i < dk * dv; i++) R[i] += k[i / dv] * d[i % dv];
+                        for (int j = 0; j < dv; j++) {
+                            double acc = 0;
+                            for (int i = 0; i < dk; i++) acc += R[i * dv + j] * q[i];
+                            worst = fmax(worst, fabs(o[t * dv + j] - acc) / (mag * (1 + dk)));
+                        }
+                        if (t == T - 1)
+                            for (int i = 0; i < dk * dv; i++) worst = fmax(worst, fabs(S[i] - R[i]) / mag);
                     }
                     if (worst != worst) worst = 1; /* NaN */
-                    free(S), free(q), free(k), free(v), free(o), free(kv), free(R), free(d);
+                    free(S), free(S1), free(x), free(o), free(o1), free(kv), free(R), free(d);
                 }
-        CHECK(worst <= 1e-6, "%s delta_step: worst error %.2e", sets[s], worst);
-        printf("  delta   %-9s vs double: 36 shapes, worst error %.2e (tolerance 1e-06)\n", sets[s], worst);
+        CHECK(worst <= 1e-6, "%s delta_rule: worst error %.2e", sets[s], worst);
+        CHECK(split_differs == 0, "%s delta_rule: %d shapes where 5 tokens in one call differ from 5 one-token calls", sets[s], split_differs);
+        printf("  delta   %-9s vs double: 36 shapes x 5 tokens, worst error %.2e (tolerance 1e-06); one call = 5 calls bit for bit\n",
+               sets[s], worst);
     }
 
     /* silu (with and without the multiplier) of every set against double: across the range,

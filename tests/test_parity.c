@@ -63,8 +63,8 @@ static void check_model(const char *dir, const char *kernels) {
             printf("  %s %s %-9s max dev %.2e of logit std\n", dir, name, mode ? "stepwise" : "sequence", worst);
             CHECK(worst < TOL, "%s %s mode %d: deviation %.3e >= %.1e", dir, name, mode, worst, TOL);
         }
-        /* Teacher-forced prompt + greedy ids: T + 64 > one 64-token chunk, so the chunked path
-         * crosses a chunk boundary and carries state between chunks. */
+        /* Teacher-forced prompt + greedy ids: T + 64 tokens, long enough for attention in tiles and
+         * for the delta rule to carry its state through every 64-column block many times. */
         snprintf(path, sizeof path, "%s/golden/%s.seq.logits.f32", dir, name);
         float *seq_gold = tl_read(path, &len);
         const int TS = T + G;

@@ -61,9 +61,9 @@ qhx_status forge_gate_export(forge *f, qhx_model *b, json_t *gates, int *passed,
             if ((rc = qhx_state_init(&sb, c, QHX_KV_F32))) { qhx_state_free(&sr); break; }
             const qhx_run rr = {&sr, 0, T}, rb = {&sb, 0, T};
             rc = qhx_state_begin(&f->src->rt->ex, &rr, 1, 0);
-            if (!rc) rc = qhx_qwen35_layers(&f->src->rt->ex, c, f->src->w, &rr, 1, d->l0, d->l1, xr, T, 0);
+            if (!rc) rc = qhx_qwen35_layers(&f->src->rt->ex, c, f->src->w, &rr, 1, d->l0, d->l1, xr, T);
             if (!rc) rc = qhx_state_begin(&b->rt->ex, &rb, 1, 0);
-            if (!rc) rc = qhx_qwen35_layers(&b->rt->ex, c, b->w, &rb, 1, d->l0, d->l1, xb, T, 0);
+            if (!rc) rc = qhx_qwen35_layers(&b->rt->ex, c, b->w, &rb, 1, d->l0, d->l1, xb, T);
             qhx_state_free(&sr);
             qhx_state_free(&sb);
             double num = 0, den = 0;

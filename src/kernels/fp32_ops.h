@@ -11,7 +11,7 @@
  *     QV_PREFILL_TOKENS at a time, so the FMAs run from registers and the widening is shared by
  *     all T tokens; without, decode's tiles over plain rows (W8 groups unpacked), widening in
  *     registers: the layer says which its registers and caches favour.
- *   the delta rule's small products (gemm), its one-token step, axpy, silu; attention over the KV
+ *   attention's tile products (gemm), the delta rule, silu; attention over the KV
  *   cache (attend, kv_widen, exp_sum). */
 #include "format/w4.h"
 #include "format/w8.h"
@@ -346,12 +346,6 @@ QV_TARGET static float QV_NAME(dot)(const float *a, const float *b, int n) {
     return s;
 }
 
-QV_TARGET static void QV_NAME(axpy)(float *y, float a, const float *x, int n) {
-    const qv_f32 av = qv_set1(a);
-    int i = 0;
-    for (; i + QV_LANES <= n; i += QV_LANES) qv_store(y + i, qv_fma(av, qv_load(x + i), qv_load(y + i)));
-    for (; i < n; i++) y[i] += a * x[i];
-}
 
 /* MR rows x (2 QV_LANES) columns of C, n of them in place: 2 MR accumulators, B's row loaded once
  * per k for all MR rows */
@@ -396,62 +390,68 @@ QV_TARGET static void QV_NAME(gemm)(int M, int N, int K, float alpha, const floa
 }
 #undef GEMM_TILE
 
-/* The gated delta rule's step (spec §3.5.1) in one sweep of S from L2 instead of four, by
- * linearity:  S^T k after the decay = decay (S^T k),  o = S'^T q = decay (S^T q) + (k . q) delta.
- * One read of a block of columns gathers S^T k and S^T q; the write of the updated block follows
- * while it is still in L1 (64 columns x dk rows = 32 KB at dk = 128 with AVX-512). Each column's
- * sums run over the rows in order whatever the block's width, so every layer steps a column
- * alike. Each row written fetches as many bytes of `next` as it writes, so the caller's next
- * state (dk x dv floats) is in cache when its step begins: over 24 layers of 4B states, 2
- * threads, the steps ran 1.7x faster that way (0.79-0.83 of a read loop's bandwidth against
- * 0.47-0.48). */
-/* vectors in a block of columns: 64 columns with AVX-512 (over the 4B shape's 48 MiB of states,
- * 2 threads: 1.2x its 32-column blocks, 1.3x the AVX2 step; 128 columns were slower), 32
- * elsewhere (the AVX2 and NEON steps as measured before) */
+/* The gated delta rule (spec §3.5.1) a block of columns at a time, every token over the block
+ * before the next block: columns are independent, so each token's block stays in L1 (64 columns x
+ * dk rows = 32 KB at dk = 128 with AVX-512) for all T tokens, and each column's sums run over the
+ * rows in the same order whatever T or the block's width, so T tokens at once equal T lone steps
+ * bit for bit. A token's step is one read of the block, by linearity:  S^T k after the decay =
+ * decay (S^T k),  o = S'^T q = decay (S^T q) + (k . q) delta;  the write follows while the block is
+ * in L1. The last token's writes fetch as many bytes of `next` as they write, so the caller's next
+ * state is in cache when its step begins (decode over 24 layers of 4B states, 2 threads: 1.7x). */
+/* vectors in a block of columns: 64 columns with AVX-512, 32 elsewhere (measured per ISA) */
 #define QV_DV (QV_LANES >= 16 ? 64 / QV_LANES : 32 / QV_LANES)
 #define QV_BLOCK (QV_DV * QV_LANES) /* its columns */
-QV_TARGET static void QV_NAME(delta_step)(float *S, const float *q, const float *k, const float *v, float beta, float decay,
-                                          int dk, int dv, float *o, float *kv, const float *next) {
-    const float kq = QV_NAME(dot)(k, q, dk);
-    const qv_f32 dec = qv_set1(decay), bet = qv_set1(beta), kqv = qv_set1(kq);
+QV_TARGET static void QV_NAME(delta_rule)(float *S, const qhx_delta_args *a) {
+    const int dk = a->dk, dv = a->dv;
     int c0 = 0;
-    for (; c0 + QV_BLOCK <= dv; c0 += QV_BLOCK) {
-        qv_f32 sk[QV_DV], sq[QV_DV], delta[QV_DV];
-        _Pragma("GCC unroll 4") for (int u = 0; u < QV_DV; u++) sk[u] = sq[u] = qv_zero();
-        for (int i = 0; i < dk; i++) {
-            const float *row = S + (size_t)i * dv + c0;
-            const qv_f32 ki = qv_set1(k[i]), qi = qv_set1(q[i]);
+    for (; c0 + QV_BLOCK <= dv; c0 += QV_BLOCK)
+        for (int t = 0; t < a->T; t++) {
+            const float *q = a->q + (size_t)t * a->stride, *k = a->k + (size_t)t * a->stride, *v = a->v + (size_t)t * a->stride;
+            const qv_f32 dec = qv_set1(expf(a->g[(size_t)t * a->gstride])), bet = qv_set1(a->beta[(size_t)t * a->gstride]);
+            const qv_f32 kqv = qv_set1(QV_NAME(dot)(k, q, dk));
+            const float *next = t == a->T - 1 ? a->next : NULL;
+            float *o = a->o + (size_t)t * a->ostride;
+            qv_f32 sk[QV_DV], sq[QV_DV], delta[QV_DV];
+            _Pragma("GCC unroll 4") for (int u = 0; u < QV_DV; u++) sk[u] = sq[u] = qv_zero();
+            for (int i = 0; i < dk; i++) {
+                const float *row = S + (size_t)i * dv + c0;
+                const qv_f32 ki = qv_set1(k[i]), qi = qv_set1(q[i]);
+                _Pragma("GCC unroll 4") for (int u = 0; u < QV_DV; u++) {
+                    const qv_f32 sv = qv_load(row + QV_LANES * u);
+                    sk[u] = qv_fma(ki, sv, sk[u]);
+                    sq[u] = qv_fma(qi, sv, sq[u]);
+                }
+            }
             _Pragma("GCC unroll 4") for (int u = 0; u < QV_DV; u++) {
-                const qv_f32 sv = qv_load(row + QV_LANES * u);
-                sk[u] = qv_fma(ki, sv, sk[u]);
-                sq[u] = qv_fma(qi, sv, sq[u]);
+                delta[u] = qv_mul(qv_fnma(dec, sk[u], qv_load(v + c0 + QV_LANES * u)), bet);
+                qv_store(o + c0 + QV_LANES * u, qv_fma(kqv, delta[u], qv_mul(dec, sq[u])));
+            }
+            for (int i = 0; i < dk; i++) {
+                float *row = S + (size_t)i * dv + c0;
+                const qv_f32 ki = qv_set1(k[i]);
+                if (next) {
+                    const char *f = (const char *)next + ((size_t)(c0 / QV_BLOCK) * dk + i) * QV_BLOCK * sizeof(float);
+                    _Pragma("GCC unroll 4") for (size_t b = 0; b < QV_BLOCK * sizeof(float); b += 64) __builtin_prefetch(f + b, 0, 3);
+                }
+                _Pragma("GCC unroll 4") for (int u = 0; u < QV_DV; u++)
+                    qv_store(row + QV_LANES * u, qv_fma(ki, delta[u], qv_mul(dec, qv_load(row + QV_LANES * u))));
             }
         }
-        _Pragma("GCC unroll 4") for (int u = 0; u < QV_DV; u++) {
-            delta[u] = qv_mul(qv_fnma(dec, sk[u], qv_load(v + c0 + QV_LANES * u)), bet);
-            qv_store(o + c0 + QV_LANES * u, qv_fma(kqv, delta[u], qv_mul(dec, sq[u])));
-        }
-        for (int i = 0; i < dk; i++) {
-            float *row = S + (size_t)i * dv + c0;
-            const qv_f32 ki = qv_set1(k[i]);
-            if (next) {
-                const char *f = (const char *)next + ((size_t)(c0 / QV_BLOCK) * dk + i) * QV_BLOCK * sizeof(float);
-                _Pragma("GCC unroll 4") for (size_t b = 0; b < QV_BLOCK * sizeof(float); b += 64) __builtin_prefetch(f + b, 0, 3);
+    if (c0 < dv) /* the last dv % QV_BLOCK columns, one at a time */
+        for (int t = 0; t < a->T; t++) {
+            const float *q = a->q + (size_t)t * a->stride, *k = a->k + (size_t)t * a->stride, *v = a->v + (size_t)t * a->stride;
+            const float decay = expf(a->g[(size_t)t * a->gstride]), beta = a->beta[(size_t)t * a->gstride];
+            const float kq = QV_NAME(dot)(k, q, dk);
+            float *o = a->o + (size_t)t * a->ostride, *kv = a->work;
+            for (int c = c0; c < dv; c++) {
+                float sk = 0.0f, sq = 0.0f;
+                for (int i = 0; i < dk; i++) sk += k[i] * S[(size_t)i * dv + c], sq += q[i] * S[(size_t)i * dv + c];
+                kv[c] = (v[c] - decay * sk) * beta;
+                o[c] = decay * sq + kq * kv[c];
             }
-            _Pragma("GCC unroll 4") for (int u = 0; u < QV_DV; u++)
-                qv_store(row + QV_LANES * u, qv_fma(ki, delta[u], qv_mul(dec, qv_load(row + QV_LANES * u))));
+            for (int i = 0; i < dk; i++)
+                for (int c = c0; c < dv; c++) S[(size_t)i * dv + c] = decay * S[(size_t)i * dv + c] + k[i] * kv[c];
         }
-    }
-    if (c0 < dv) { /* the last dv % QV_BLOCK columns, one at a time */
-        for (int c = c0; c < dv; c++) {
-            float sk = 0.0f, sq = 0.0f;
-            for (int i = 0; i < dk; i++) sk += k[i] * S[(size_t)i * dv + c], sq += q[i] * S[(size_t)i * dv + c];
-            kv[c] = (v[c] - decay * sk) * beta;
-            o[c] = decay * sq + kq * kv[c];
-        }
-        for (int i = 0; i < dk; i++)
-            for (int c = c0; c < dv; c++) S[(size_t)i * dv + c] = decay * S[(size_t)i * dv + c] + k[i] * kv[c];
-    }
 }
 #undef QV_BLOCK
 #undef QV_DV
@@ -630,7 +630,7 @@ QV_TARGET static void QV_NAME(attend)(const qhx_attend_args *a) {
 #undef ATT_R
 #undef ATT_C
 
-const qhx_fp32_ops QV_PASTE(qhx_fp32, QV_ISA) = {.matmul = QV_NAME(matmul), .axpy = QV_NAME(axpy),
-                                         .gemm = QV_NAME(gemm), .delta_step = QV_NAME(delta_step), .silu = QV_NAME(silu),
+const qhx_fp32_ops QV_PASTE(qhx_fp32, QV_ISA) = {.matmul = QV_NAME(matmul), 
+                                         .gemm = QV_NAME(gemm), .delta_rule = QV_NAME(delta_rule), .silu = QV_NAME(silu),
                                          .attend = QV_NAME(attend), .exp_sum = QV_NAME(exp_sum),
                                          .kv_widen = QV_NAME(kv_widen)};

@@ -70,20 +70,31 @@ typedef struct {
     float *scratch;                /* QHX_ATTEND_TILE G floats */
 } qhx_attend_args;
 
+/* T tokens of the gated delta rule on one value head's state S [dk][dv] (spec §3.5.1), each as
+ * a lone step computes it:  S = e^g S;  S += k ((v - S^T k) beta)^T;  o = S^T q.  So prefill,
+ * decode and a rewind's replay leave the same state bit for bit, however the tokens were split. */
+typedef struct {
+    const float *q, *k, *v;   /* token t's rows at q + t stride, ... */
+    size_t stride;
+    const float *beta, *g;    /* token t's at beta[t gstride], g[t gstride]; g: the decay's log */
+    size_t gstride;
+    float *o;                 /* token t's dv outputs at o + t ostride */
+    size_t ostride;
+    int T, dk, dv;
+    float *work;              /* dv floats */
+    const float *next;        /* the [dk][dv] state the caller steps next, fetched into cache during
+                                 the last token (NULL: none) */
+} qhx_delta_args;
+
 /* What one vector layer gives over fp32 activations: kernels/fp32_ops.h written once and
  * instantiated per ISA (qhx_fp32_avx2, qhx_fp32_avx512), and the portable pair qhx_fp32_scalar (the
  * twin the others are tested against) and qhx_fp32_ref (the oracle). */
 typedef struct {
     qhx_matmul_fn matmul;  /* every dtype: F32, BF16, F16 and I8 */
-    void (*axpy)(float *y, float a, const float *x, int n);  /* y += a x */
-    /* C[M][N] += alpha A[M][K] B[K][N], row-major with row strides: the chunked delta rule's
-     * small products (64 x 128 x 128 per chunk and head) */
+    /* C[M][N] += alpha A[M][K] B[K][N], row-major with row strides: prefill attention's tiles */
     void (*gemm)(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
-    /* One token of the recurrent gated delta rule (spec §3.5.1) for one value head, S [dk][dv]:
-     * S = decay S;  S += k ((v - S^T k) beta)^T;  o = S^T q.  kv: dv floats of scratch. next: the
-     * [dk][dv] state the caller steps after this one, fetched into cache meanwhile (NULL: none). */
-    void (*delta_step)(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
-                       float *o, float *kv, const float *next);
+    /* The recurrent gated delta rule (spec §3.5.1) over T tokens of one value head */
+    void (*delta_rule)(float *S, const qhx_delta_args *a);
     /* x = silu(x) * mul elementwise (mul NULL: silu(x)); silu(x) = x / (1 + e^-x) */
     void (*silu)(float *x, const float *mul, size_t n);
     void (*attend)(const qhx_attend_args *a);
@@ -142,10 +153,8 @@ typedef struct {
     void (*round_acts)(const float *x, size_t cols, const qhx_acts *a, size_t t);
     void (*round_q8)(const float *x, size_t cols, const qhx_acts *a, size_t t); /* for W4 */
     int panel_rows;
-    void (*axpy)(float *y, float a, const float *x, int n);
     void (*gemm)(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
-    void (*delta_step)(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
-                       float *o, float *kv, const float *next);
+    void (*delta_rule)(float *S, const qhx_delta_args *a);
     void (*silu)(float *x, const float *mul, size_t n);
     void (*attend)(const qhx_attend_args *a);
     float (*exp_sum)(float *x, int n, float sub);
@@ -210,9 +219,8 @@ void qhx_acts_free(qhx_acts *a);
 /* ---- floating-point mode ------------------------------------------------------------------- */
 
 /* Subnormal floats cost Intel cores a microcode assist per operation (about 100 cycles): the
- * delta rule's decays underflow into them (e^{G_i - G_j} across a chunk, a state decayed chunk
- * after chunk), and on a Sapphire Rapids VM they made the rule's products 2.5x slower, 20 % of
- * prefill at 1024 tokens. So every set but ref computes with flush-to-zero and
+ * delta rule's decayed states underflow into them, and on a Sapphire Rapids VM they made the rule
+ * 2.5x slower, 20 % of prefill at 1024 tokens. So every set but ref computes with flush-to-zero and
  * denormals-are-zero, which moves results by less than 1.2e-38 a value; ref stays IEEE.
  * qhx_fp_enter sets the mode for `ks` on this thread and returns the one to restore. */
 unsigned qhx_fp_enter(const qhx_kernel_set *ks);

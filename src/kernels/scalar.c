@@ -187,16 +187,21 @@ static void ref_gemm(int M, int N, int K, float alpha, const float *A, int lda, 
         }
 }
 
-static void scalar_delta_step(float *S, const float *q, const float *k, const float *v, float beta, float decay, int dk, int dv,
-                              float *o, float *kv, const float *next) {
-    (void)next;
-    for (int i = 0; i < dk * dv; i++) S[i] *= decay;
-    for (int j = 0; j < dv; j++) kv[j] = 0.0f;
-    for (int i = 0; i < dk; i++) scalar_axpy(kv, k[i], S + (size_t)i * dv, dv);        /* kv = S^T k */
-    for (int j = 0; j < dv; j++) kv[j] = (v[j] - kv[j]) * beta;                        /* delta */
-    for (int i = 0; i < dk; i++) scalar_axpy(S + (size_t)i * dv, k[i], kv, dv);        /* S += k delta^T */
-    for (int j = 0; j < dv; j++) o[j] = 0.0f;
-    for (int i = 0; i < dk; i++) scalar_axpy(o, q[i], S + (size_t)i * dv, dv);         /* o = S^T q */
+static void scalar_delta_rule(float *S, const qhx_delta_args *a) {
+    const int dk = a->dk, dv = a->dv;
+    float *kv = a->work;
+    for (int t = 0; t < a->T; t++) {
+        const float *q = a->q + (size_t)t * a->stride, *k = a->k + (size_t)t * a->stride, *v = a->v + (size_t)t * a->stride;
+        const float decay = expf(a->g[(size_t)t * a->gstride]), beta = a->beta[(size_t)t * a->gstride];
+        float *o = a->o + (size_t)t * a->ostride;
+        for (int i = 0; i < dk * dv; i++) S[i] *= decay;
+        for (int j = 0; j < dv; j++) kv[j] = 0.0f;
+        for (int i = 0; i < dk; i++) scalar_axpy(kv, k[i], S + (size_t)i * dv, dv); /* kv = S^T k */
+        for (int j = 0; j < dv; j++) kv[j] = (v[j] - kv[j]) * beta;                 /* delta */
+        for (int i = 0; i < dk; i++) scalar_axpy(S + (size_t)i * dv, k[i], kv, dv); /* S += k delta^T */
+        for (int j = 0; j < dv; j++) o[j] = 0.0f;
+        for (int i = 0; i < dk; i++) scalar_axpy(o, q[i], S + (size_t)i * dv, dv);  /* o = S^T q */
+    }
 }
 
 static void scalar_silu(float *x, const float *mul, size_t n) {
@@ -286,11 +291,11 @@ static void ref_attend(const qhx_attend_args *a) {
     free(acc);
 }
 
-const qhx_fp32_ops qhx_fp32_ref = {.matmul = ref_matmul, .axpy = scalar_axpy, .gemm = ref_gemm,
-                                   .delta_step = scalar_delta_step, .silu = scalar_silu, .attend = ref_attend,
+const qhx_fp32_ops qhx_fp32_ref = {.matmul = ref_matmul, .gemm = ref_gemm,
+                                   .delta_rule = scalar_delta_rule, .silu = scalar_silu, .attend = ref_attend,
                                    .exp_sum = ref_exp_sum, .kv_widen = qhx_kv_widen_scalar};
-const qhx_fp32_ops qhx_fp32_scalar = {.matmul = scalar_matmul, .axpy = scalar_axpy, .gemm = scalar_gemm,
-                                      .delta_step = scalar_delta_step, .silu = scalar_silu, .attend = qhx_attend_scalar,
+const qhx_fp32_ops qhx_fp32_scalar = {.matmul = scalar_matmul, .gemm = scalar_gemm,
+                                      .delta_rule = scalar_delta_rule, .silu = scalar_silu, .attend = qhx_attend_scalar,
                                       .exp_sum = scalar_exp_sum, .kv_widen = qhx_kv_widen_scalar};
 const qhx_acts_ops qhx_acts_scalar_q8 = {.form = QHX_ACTS_Q8, .matmul = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,
                                          .round = scalar_round_q8, .round_q8 = scalar_round_q8};

@@ -67,8 +67,8 @@ static void compose(void) {
     for (size_t i = 0; i < N_SETS; i++) {
         const recipe *r = &recipes[i];
         snprintf(names[i], sizeof names[i], "%s%s", r->layer, r->acts ? suffix[r->acts->form] : "");
-        sets[i] = (qhx_kernel_set){.name = names[i], .matmul = r->fp32->matmul, .axpy = r->fp32->axpy,
-                                   .gemm = r->fp32->gemm, .delta_step = r->fp32->delta_step, .silu = r->fp32->silu,
+        sets[i] = (qhx_kernel_set){.name = names[i], .matmul = r->fp32->matmul,
+                                   .gemm = r->fp32->gemm, .delta_rule = r->fp32->delta_rule, .silu = r->fp32->silu,
                                    .attend = r->fp32->attend, .exp_sum = r->fp32->exp_sum, .kv_widen = r->fp32->kv_widen,
                                    .ieee = r->fp32 == &qhx_fp32_ref, .supported = (cpu & r->needs) == r->needs};
         if (r->acts)

@@ -33,7 +33,7 @@ void qhx_hostop_reset(qhx_hostop_state *hs, const qhx_model *m) {
 static qhx_status forward(const qhx_model *m, const qhx_exec *ex, const qhx_run *runs, int n_runs, float *x, int T, int stepwise) {
     qhx_status rc = qhx_state_begin(ex, runs, n_runs, stepwise);
     for (int i = 0; i < m->n_shards && !rc; i++)
-        rc = qhx_qwen35_layers(ex, &m->cfg, m->w, runs, n_runs, m->shards[i].l0, m->shards[i].l1, x, T, stepwise);
+        rc = qhx_qwen35_layers(ex, &m->cfg, m->w, runs, n_runs, m->shards[i].l0, m->shards[i].l1, x, T);
     return rc;
 }
 

@@ -150,12 +150,13 @@ typedef struct {
  * [l0, l1) over the residual stream x[T][hidden] in place, each run at its state's position (the
  * range that ends at the last layer also applies the final norm), once per shard in order; the
  * projections read each weight once for all rows. qhx_state_end advances every run's state. On
- * failure the states are part-way through the call: reset them. `stepwise` selects the recurrent
- * delta rule (one token at a time) instead of the chunked one, and with ex->per_token decode's
- * numerics for every row: a row is then what a lone step of its sequence gives, bit for bit. */
+ * failure the states are part-way through the call: reset them. The delta rule is the recurrent
+ * one however the rows are split (kernels.h: qhx_delta_args); `stepwise` (the mark's records)
+ * with ex->per_token (attention's numerics) makes every row what a lone step of its sequence
+ * gives, bit for bit. */
 qhx_status qhx_state_begin(const qhx_exec *ex, const qhx_run *runs, int n_runs, int stepwise);
 qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const qhx_run *runs, int n_runs,
-                             int l0, int l1, float *x, int T, int stepwise);
+                             int l0, int l1, float *x, int T);
 void qhx_state_end(const qhx_run *runs, int n_runs);
 
 /* Bytes of weights one token's forward reads: every layer (of a MoE layer, top_k experts of the

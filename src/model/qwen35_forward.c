@@ -20,8 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK 64 /* chunk length of the chunked delta rule, as in HF */
-
 /* ---- scratch: one block per call, carved into named arrays ---------------------------------- */
 
 typedef struct {
@@ -32,11 +30,6 @@ static float *carve(carver *cv, size_t n) {
     float *p = cv->next;
     cv->next += (n + 15) & ~(size_t)15;
     return p;
-}
-
-/* floats of one thread's work area for delta_chunk (delta_step uses dv of it) */
-static size_t chunk_work_floats(int dk, int dv) {
-    return ((size_t)CHUNK * CHUNK * 4 + (size_t)CHUNK * (2 * dv + 3 * dk + 2) + 15) & ~(size_t)15;
 }
 
 #define QBLOCK 32            /* queries of one attention_blocks item */
@@ -56,9 +49,8 @@ static size_t attention_block_floats(int hd, int group) {
 /* floats of scratch one call over n tokens needs, with `threads` work areas */
 static size_t scratch_need(const qhx_config *c, int n, int threads) {
     size_t T = (size_t)n, D = c->hidden, conv = qhx_config_conv_dim(c);
-    size_t hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, attn = (size_t)c->n_heads * c->head_dim;
-    size_t work = chunk_work_floats((int)dk, (int)dv);
-    size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + work * threads;
+    size_t hv = c->lin_v_heads, dv = c->lin_v_dim, attn = (size_t)c->n_heads * c->head_dim;
+    size_t gdn = T * conv * 2 + T * hv * dv * 2 + T * hv * 4 + ((dv + 15) & ~(size_t)15) * threads;
     size_t att = T * attn * 3 + T * (size_t)c->n_kv_heads * c->head_dim * 2 + attention_block_floats(c->head_dim, c->n_heads / c->n_kv_heads) * threads;
     size_t mlp = T * (size_t)c->ffn * 2;
     if (c->n_experts) { /* moe()'s arrays (ints in float-sized slots), then the shared expert's mlp() */
@@ -118,75 +110,6 @@ static void l2norm(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-/* The chunked rule (§3.5.2) over n <= CHUNK tokens for one value head; the same maths as n delta
- * steps, with the products over the chunk as small matrix products (ks->gemm). q/k/v rows are
- * `stride` floats apart; o rows are `ostride` apart. */
-static void delta_chunk(const qhx_kernel_set *ks, float *S, const float *q, const float *k, const float *v,
-                        size_t stride, const float *beta, const float *g, size_t gstride, int n, int dk, int dv,
-                        float *o, size_t ostride, float *work) {
-    float *L = work;                      /* [CHUNK][CHUNK] (kb_i · k_j) e^{G_i - G_j}, j < i */
-    float *P = L + CHUNK * CHUNK;         /* [CHUNK][CHUNK] (q_i · k_j) e^{G_i - G_j}, j <= i, else 0 */
-    float *E = P + CHUNK * CHUNK;         /* [CHUNK][CHUNK] e^{G_i - G_j}, j <= i */
-    float *U = E + CHUNK * CHUNK;         /* [CHUNK][dv]   (I + L)^-1 (v β) */
-    float *Wk = U + CHUNK * dv;           /* [CHUNK][dk]   (I + L)^-1 (k β e^G) */
-    float *Vn = Wk + CHUNK * dk;          /* [CHUNK][dv]   U - W S */
-    float *KT = Vn + CHUNK * dv;          /* [dk][CHUNK]   k transposed (later scaled per column) */
-    float *G = KT + (size_t)dk * CHUNK;   /* [CHUNK]       cumulative log-decay */
-    float *eG = G + CHUNK;                /* [CHUNK]       e^{G_i} */
-    float *Ti = eG + CHUNK;               /* [CHUNK][CHUNK] (I + L)^-1, lower triangular */
-    float *KB = Ti + CHUNK * CHUNK;       /* [CHUNK][dk]   k β e^G */
-    float acc = 0.0f;
-    for (int i = 0; i < n; i++) G[i] = acc += g[i * gstride], eG[i] = expf(G[i]);
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j <= i; j++) E[i * CHUNK + j] = expf(G[i] - G[j]);
-    for (int j = 0; j < n; j++)
-        for (int d = 0; d < dk; d++) KT[(size_t)d * CHUNK + j] = k[j * stride + d];
-
-    /* L and P: all (k_i · k_j) and (q_i · k_j) at once, then masked and decayed */
-    memset(L, 0, sizeof(float) * (size_t)n * CHUNK);
-    memset(P, 0, sizeof(float) * (size_t)n * CHUNK);
-    ks->gemm(n, n, dk, 1.0f, k, (int)stride, KT, CHUNK, L, CHUNK);
-    ks->gemm(n, n, dk, 1.0f, q, (int)stride, KT, CHUNK, P, CHUNK);
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++) {
-            L[i * CHUNK + j] = j < i ? L[i * CHUNK + j] * beta[i * gstride] * E[i * CHUNK + j] : 0.0f;
-            P[i * CHUNK + j] = j <= i ? P[i * CHUNK + j] * E[i * CHUNK + j] : 0.0f;
-        }
-
-    /* (I + L)^-1 by forward substitution over its rows (n^3 / 3 multiply-adds), then both right-hand
-     * sides through it as products: U = (I + L)^-1 (v β), Wk = (I + L)^-1 (k β e^G). Substituting
-     * the right-hand sides row by row instead was n^2 short axpys of dv + dk floats. */
-    memset(Ti, 0, sizeof(float) * (size_t)n * CHUNK);
-    for (int i = 0; i < n; i++) {
-        float *ti = Ti + i * CHUNK;
-        ti[i] = 1.0f;
-        for (int j = 0; j < i; j++) ks->axpy(ti, -L[i * CHUNK + j], Ti + j * CHUNK, i); /* row j is zero past j */
-    }
-    for (int i = 0; i < n; i++) {
-        for (int e = 0; e < dv; e++) Vn[i * dv + e] = v[i * stride + e] * beta[i * gstride];
-        for (int e = 0; e < dk; e++) KB[i * dk + e] = k[i * stride + e] * beta[i * gstride] * eG[i];
-    }
-    memset(U, 0, sizeof(float) * (size_t)n * dv);
-    memset(Wk, 0, sizeof(float) * (size_t)n * dk);
-    ks->gemm(n, dv, n, 1.0f, Ti, CHUNK, Vn, dv, U, dv);
-    ks->gemm(n, dk, n, 1.0f, Ti, CHUNK, KB, dk, Wk, dk);
-    memcpy(Vn, U, sizeof(float) * (size_t)n * dv); /* Vn = U - W S */
-    ks->gemm(n, dv, dk, -1.0f, Wk, dk, S, dv, Vn, dv);
-
-    /* o_i = e^{G_i} q_i S + sum_{j <= i} (q_i · k_j) e^{G_i - G_j} Vn_j */
-    for (int i = 0; i < n; i++) memset(o + i * ostride, 0, sizeof(float) * dv);
-    ks->gemm(n, dv, dk, 1.0f, q, (int)stride, S, dv, o, (int)ostride);
-    for (int i = 0; i < n; i++)
-        for (int e = 0; e < dv; e++) o[i * ostride + e] *= eG[i];
-    ks->gemm(n, dv, n, 1.0f, P, CHUNK, Vn, dv, o, (int)ostride);
-
-    /* S = e^{G_n} S + sum_j e^{G_n - G_j} k_j^T Vn_j */
-    for (int d = 0; d < dk * dv; d++) S[d] *= eG[n - 1];
-    for (int j = 0; j < n; j++)
-        for (int d = 0; d < dk; d++) KT[(size_t)d * CHUNK + j] *= E[(n - 1) * CHUNK + j];
-    ks->gemm(dk, dv, n, 1.0f, KT, CHUNK, Vn, dv, S, dv);
-}
-
 /* Everything after the projections happens per key head and the value heads that read it (HF
  * repeat_interleave: value head j reads key head j / group), so it runs in parallel with no
  * sharing: the conv of their channels, q/k normalisation, the gates, the delta rule, the gated
@@ -196,8 +119,7 @@ typedef struct {
     const qhx_config *c;
     const qhx_layer_weights *lw;
     float *conv, *mixed, *ssm, *xc, *z, *b, *a, *beta, *g, *o, *work;
-    size_t work_floats;
-    int T, stepwise;
+    int T;
 } heads_job;
 
 static void deltanet_heads(void *arg, int th, int nth) {
@@ -207,9 +129,9 @@ static void deltanet_heads(void *arg, int th, int nth) {
     const int T = J->T, C = qhx_config_conv_dim(c), hk = c->lin_k_heads, hv = c->lin_v_heads;
     const int dk = c->lin_k_dim, dv = c->lin_v_dim, group = hv / hk;
     const float qscale = 1.0f / sqrtf((float)dk);
-    float *work = J->work + (size_t)th * J->work_floats;
+    float *work = J->work + (size_t)th * ((dv + 15) & ~15);
     /* a run of key heads a thread: the value-head states it steps lie one after another, and each
-     * step fetches the next one's (delta_step's next) */
+     * head's last token fetches the next one's (qhx_delta_args.next) */
     const int kh1 = hk * (th + 1) / nth;
     for (int kh = hk * th / nth; kh < kh1; kh++) {
         causal_conv(J->ks, c, lw, J->conv, J->mixed, J->xc, T, kh * dk, (kh + 1) * dk);
@@ -230,22 +152,10 @@ static void deltanet_heads(void *arg, int th, int nth) {
                 J->g[i] = A * qhx_softplus(J->a[i] + dt_bias);
             }
             float *S = J->ssm + (size_t)j * dk * dv;
-            const float *v = J->xc + (size_t)2 * hk * dk + (size_t)j * dv;
-            if (J->stepwise) {
-                const float *next = j + 1 < kh1 * group ? S + (size_t)dk * dv : NULL;
-                for (int t = 0; t < T; t++)
-                    J->ks->delta_step(S, q + (size_t)t * C, k + (size_t)t * C, v + (size_t)t * C, J->beta[(size_t)t * hv + j],
-                                      expf(J->g[(size_t)t * hv + j]), dk, dv, J->o + ((size_t)t * hv + j) * dv, work,
-                                      t == T - 1 ? next : NULL);
-            } else {
-                for (int t0 = 0; t0 < T; t0 += CHUNK) {
-                    const int n = T - t0 < CHUNK ? T - t0 : CHUNK;
-                    const size_t off = (size_t)t0 * C;
-                    delta_chunk(J->ks, S, q + off, k + off, v + off, (size_t)C, J->beta + (size_t)t0 * hv + j,
-                                J->g + (size_t)t0 * hv + j, (size_t)hv, n, dk, dv, J->o + ((size_t)t0 * hv + j) * dv,
-                                (size_t)hv * dv, work);
-                }
-            }
+            const qhx_delta_args da = {q, k, J->xc + (size_t)2 * hk * dk + (size_t)j * dv, (size_t)C, J->beta + j, J->g + j,
+                                       (size_t)hv, J->o + (size_t)j * dv, (size_t)hv * dv, T, dk, dv, work,
+                                       j + 1 < kh1 * group ? S + (size_t)dk * dv : NULL};
+            J->ks->delta_rule(S, &da);
             for (int t = 0; t < T; t++) { /* gated RMSNorm: plain weight, then * silu(z) */
                 float *or = J->o + ((size_t)t * hv + j) * dv, *zr = J->z + ((size_t)t * hv + j) * dv;
                 double ss = 0.0;
@@ -261,14 +171,13 @@ static void deltanet_heads(void *arg, int th, int nth) {
 /* The projections over all T rows; the rest a run (a sequence) at a time, on its own state. A run
  * whose state is marked records its recurrence inputs for a rewind (model/rewind.c). */
 static qhx_status gated_deltanet(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, int l,
-                                 const qhx_run *runs, int n_runs, const float *h, float *out, int T, int stepwise, carver cv) {
+                                 const qhx_run *runs, int n_runs, const float *h, float *out, int T, carver cv) {
     const int C = qhx_config_conv_dim(c), hv = c->lin_v_heads, dv = c->lin_v_dim;
     float *mixed = carve(&cv, (size_t)T * C), *xc = carve(&cv, (size_t)T * C);
     float *z = carve(&cv, (size_t)T * hv * dv), *o = carve(&cv, (size_t)T * hv * dv);
     float *b = carve(&cv, (size_t)T * hv), *a = carve(&cv, (size_t)T * hv);
     float *beta = carve(&cv, (size_t)T * hv), *g = carve(&cv, (size_t)T * hv);
-    const size_t work_floats = chunk_work_floats(c->lin_k_dim, dv);
-    float *work = carve(&cv, work_floats * (size_t)qhx_pool_size(ex->pool));
+    float *work = carve(&cv, (size_t)((dv + 15) & ~15) * qhx_pool_size(ex->pool));
 
     const qhx_tensor *const W[] = {&lw->qkv, &lw->z, &lw->b, &lw->a};
     float *const Y[] = {mixed, z, b, a};
@@ -278,7 +187,7 @@ static qhx_status gated_deltanet(const qhx_exec *ex, const qhx_config *c, const 
         qhx_layer_state *ls = qhx_state_layer(runs[r].st, l);
         const size_t t0 = (size_t)runs[r].row0;
         heads_job job = {ex->ks, c, lw, ls->conv, mixed + t0 * C, ls->ssm, xc + t0 * C, z + t0 * hv * dv, b + t0 * hv,
-                         a + t0 * hv, beta + t0 * hv, g + t0 * hv, o + t0 * hv * dv, work, work_floats, runs[r].n, stepwise};
+                         a + t0 * hv, beta + t0 * hv, g + t0 * hv, o + t0 * hv * dv, work, runs[r].n};
         qhx_pool_run(ex->pool, deltanet_heads, &job);
         const qhx_state *s = runs[r].st;
         if (s->mark >= 0) qhx_state_record(c, ls, s->pos - s->mark, job.mixed, job.xc, job.beta, job.g, runs[r].n);
@@ -585,7 +494,7 @@ void qhx_state_end(const qhx_run *runs, int n_runs) {
 }
 
 qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const qhx_run *runs, int n_runs,
-                             int l0, int l1, float *x, int n, int stepwise) {
+                             int l0, int l1, float *x, int n) {
     const int D = c->hidden;
     carver cv = {runs[0].st->scratch};
     float *h = carve(&cv, (size_t)n * D), *delta = carve(&cv, (size_t)n * D);
@@ -596,7 +505,7 @@ qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_
         const qhx_layer_weights *lw = &w->layers[l];
         for (int t = 0; t < n; t++) qhx_rmsnorm1p(h + (size_t)t * D, x + (size_t)t * D, &lw->in_norm, D, c->eps);
         rc = c->full_attn[l] ? gated_attention(ex, c, lw, l, runs, n_runs, h, delta, n, cv)
-                             : gated_deltanet(ex, c, lw, l, runs, n_runs, h, delta, n, stepwise, cv);
+                             : gated_deltanet(ex, c, lw, l, runs, n_runs, h, delta, n, cv);
         if (rc) break;
         for (size_t i = 0; i < (size_t)n * D; i++) x[i] += delta[i];
 
@@ -635,7 +544,7 @@ qhx_status qhx_qwen35_mtp(const qhx_exec *ex, const qhx_weights *w, qhx_state *s
     free(e);
     const qhx_run run = {s, 0, n};
     if (!rc) rc = qhx_state_begin(ex, &run, 1, 0);
-    if (!rc) rc = qhx_qwen35_layers(ex, c, &m->block, &run, 1, 0, c->n_layers, y, n, 0);
+    if (!rc) rc = qhx_qwen35_layers(ex, c, &m->block, &run, 1, 0, c->n_layers, y, n);
     if (!rc) qhx_state_end(&run, 1);
     return rc;
 }

@@ -4,7 +4,7 @@
  * delta-rule state, one copy), and every stepwise token after the mark leaves what the recurrence
  * read: the conv's input row and the delta rule's inputs (q, k, v after the conv, l2-norm and
  * scale; beta; the log-decay g). Rewinding to the mark plus k tokens puts the copy back and runs
- * the same delta_step over the first k of them, so the state is bit for bit the one those k tokens
+ * the same delta rule over the first k of them, so the state is bit for bit the one those k tokens
  * left, for the cost of the recurrence alone (no projection is read again). */
 #include "kernels/kernels.h"
 #include "model/qwen35.h"
@@ -64,18 +64,16 @@ static void replay_part(void *arg, int th, int nth) {
     const qhx_config *c = J->s->cfg;
     const int hv = c->lin_v_heads, hk = c->lin_k_heads, dk = c->lin_k_dim, dv = c->lin_v_dim, group = hv / hk;
     const size_t C = qhx_config_conv_dim(c), conv = qhx_state_conv_floats(c), tf = token_floats(c);
-    float *o = J->scratch + (size_t)th * 2 * dv, *work = o + dv;
+    float *o = J->scratch + (size_t)th * 2 * dv, *work = o + dv; /* o: each token's overwrites the last's */
     for (int item = th; item < J->n_linear * hv; item += nth) {
         const qhx_layer_state *ls = qhx_state_layer(J->s, J->linear[item / hv]);
         const int j = item % hv, kh = j / group;
         float *S = ls->ssm + (size_t)j * dk * dv;
         memcpy(S, ls->undo + conv + (size_t)j * dk * dv, sizeof(float) * dk * dv);
-        const float *r = ls->undo + conv + qhx_state_ssm_floats(c);
-        for (int t = 0; t < J->k; t++, r += tf) {
-            const float *xc = r + C, *beta = r + 2 * C, *g = beta + hv;
-            J->ks->delta_step(S, xc + (size_t)kh * dk, xc + (size_t)(hk + kh) * dk, xc + (size_t)2 * hk * dk + (size_t)j * dv,
-                              beta[j], expf(g[j]), dk, dv, o, work, NULL);
-        }
+        const float *xc = ls->undo + conv + qhx_state_ssm_floats(c) + C, *beta = xc + C, *g = beta + hv;
+        const qhx_delta_args da = {xc + (size_t)kh * dk, xc + (size_t)(hk + kh) * dk, xc + (size_t)2 * hk * dk + (size_t)j * dv, tf,
+                                   beta + j, g + j, tf, o, 0, J->k, dk, dv, work, NULL};
+        J->ks->delta_rule(S, &da);
     }
 }
 
