@@ -1,7 +1,9 @@
 /* What each kernel set streams (the -q16 and -q8 sets decode W8 with fp32 activations, as qhx_matmul does): W8 and W4 matrices of the 4B shape's MLP (9216 x 2560, 23.6 MB in W8, 13.3 MB in W4; eight of
  * them in turn, so the weights come from memory, not the 32 MB L3), decode (1 token) on one thread and on the pool, and prefill (64 tokens) on
  * the pool. Decode reports weight GB/s, prefill multiply-adds per second; both next to the read
- * bandwidth of a plain streaming loop measured in the same run. Ratios only: the machine is shared.
+ * bandwidth of a plain streaming loop measured in the same run, and the AVX-512 sets' prefill next to
+ * the machine's VNNI peak (vpdpbusd over registers on every thread; the -q16 sets issue two per
+ * int16 product, so their peak is half). Ratios only: the machine is shared.
  *   build/kernel_bench [THREADS [PREFILL_TOKENS]] */
 #include "format/w4.h"
 #include "kernels/kernels.h"
@@ -46,6 +48,52 @@ static void stream_part(void *arg, int i, int n) {
     j->sum[i] = s0 ^ s1 ^ s2 ^ s3;
 }
 
+#ifdef QHX_HAVE_AVX512
+#include <immintrin.h>
+/* 12 independent chains of vpdpbusd (64 int8 multiply-adds each) over registers, n steps */
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) static int vnni_chains(long n) {
+    __m512i a[12];
+    const __m512i x = _mm512_set1_epi32(0x01010101), y = _mm512_set1_epi32(0x02020202);
+    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_epi32(i);
+    for (long k = 0; k < n; k++)
+        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) {
+            a[i] = _mm512_dpbusd_epi32(a[i], x, y);
+            __asm__("" : "+v"(a[i])); /* keep each chain's instruction */
+        }
+    __m512i s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm512_add_epi32(s, a[i]);
+    return _mm512_reduce_add_epi32(s);
+}
+#endif
+
+typedef struct {
+    long n;
+    int sink[64];
+} peak_job;
+
+static void peak_part(void *arg, int i, int n) {
+    peak_job *j = arg;
+    (void)n;
+#ifdef QHX_HAVE_AVX512
+    j->sink[i & 63] += vnni_chains(j->n);
+#else
+    (void)j;
+#endif
+}
+
+/* int8 multiply-adds a second that vpdpbusd gives on every thread of the pool; 0: no VNNI */
+static double vnni_peak(qhx_pool *pool) {
+#ifdef QHX_HAVE_AVX512
+    if (!__builtin_cpu_supports("avx512vnni")) return 0;
+    peak_job j = {20000000, {0}};
+    const double t = BEST(5, qhx_pool_run(pool, peak_part, &j));
+    return (double)j.n * 12 * 64 * qhx_pool_size(pool) / t;
+#else
+    (void)pool;
+    return 0;
+#endif
+}
+
 int main(int argc, char **argv) {
     const int threads = argc > 1 ? atoi(argv[1]) : 2;
     const int rows = 9216, cols = 2560, T = argc > 2 ? atoi(argv[2]) : 64;
@@ -74,6 +122,8 @@ int main(int argc, char **argv) {
     const double st = BEST(5, qhx_pool_run(pool, stream_part, &sj));
     const double bw = sbytes / st / 1e9;
     printf("read bandwidth, %d threads: %.1f GB/s\n", qhx_pool_size(pool), bw);
+    const double peak = vnni_peak(pool) / 1e9;
+    if (peak > 0) printf("VNNI peak, %d threads: %.1f G int8 multiply-adds/s (int16 x int8 in two passes: %.1f)\n", qhx_pool_size(pool), peak, peak / 2);
 
     const char *sets[] = {"avx2", "avx2-q16", "avx2-q8", "avx512", "avx512-q16", "avx512-q8", "amx-bf16", "scalar"};
     for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
@@ -85,16 +135,22 @@ int main(int argc, char **argv) {
         const double d1 = BEST(reps, for (size_t m = 0; m < NM; m++) qhx_matmul(&one, &W[m], X, 1, Y)) / NM;
         const double dn = BEST(reps, for (size_t m = 0; m < NM; m++) qhx_matmul(&all, &W[m], X, 1, Y)) / NM;
         const double pf = BEST(reps / 4 + 1, qhx_matmul(&all, &W[0], X, T, Y));
-        printf("%-10s decode 1 thread %5.1f GB/s | decode %d threads %5.1f GB/s = %.2f of bandwidth | prefill %d: %6.1f GMAC/s\n",
-               sets[s], wbytes / d1 / 1e9, qhx_pool_size(pool), wbytes / dn / 1e9, wbytes / dn / 1e9 / bw, T,
-               (double)wbytes * T / pf / 1e9);
+        const double gmac = (double)wbytes * T / pf / 1e9;
+        /* the VNNI sets' W8 prefill: int8 activations one vpdpbusd a product, int16 two */
+        const double set_peak = !strcmp(sets[s], "avx512-q8") ? peak : !strcmp(sets[s], "avx512-q16") ? peak / 2 : 0;
+        printf("%-10s decode 1 thread %5.1f GB/s | decode %d threads %5.1f GB/s = %.2f of bandwidth | prefill %d: %6.1f GMAC/s",
+               sets[s], wbytes / d1 / 1e9, qhx_pool_size(pool), wbytes / dn / 1e9, wbytes / dn / 1e9 / bw, T, gmac);
+        if (set_peak > 0) printf(" = %.2f of its VNNI peak", gmac / set_peak);
+        printf("\n");
         if (ks->matmul_acts_w4) {
             const double e1 = BEST(reps, for (size_t m = 0; m < NM; m++) qhx_matmul(&one, &W4[m], X, 1, Y)) / NM;
             const double en = BEST(reps, for (size_t m = 0; m < NM; m++) qhx_matmul(&all, &W4[m], X, 1, Y)) / NM;
             const double pf4 = BEST(reps / 4 + 1, qhx_matmul(&all, &W4[0], X, T, Y));
-            printf("%-10s W4 decode 1 thread %5.1f GB/s | decode %d threads %5.1f GB/s = %.2f of bandwidth, %.2fx W8's tokens | prefill %d: %6.1f GMAC/s\n",
-                   sets[s], w4bytes / e1 / 1e9, qhx_pool_size(pool), w4bytes / en / 1e9, w4bytes / en / 1e9 / bw, dn / en, T,
-                   (double)wbytes * T / pf4 / 1e9);
+            const double gmac4 = (double)wbytes * T / pf4 / 1e9;
+            printf("%-10s W4 decode 1 thread %5.1f GB/s | decode %d threads %5.1f GB/s = %.2f of bandwidth, %.2fx W8's tokens | prefill %d: %6.1f GMAC/s",
+                   sets[s], w4bytes / e1 / 1e9, qhx_pool_size(pool), w4bytes / en / 1e9, w4bytes / en / 1e9 / bw, dn / en, T, gmac4);
+            if (set_peak > 0) printf(" = %.2f of the VNNI peak (int8 activations)", gmac4 / peak); /* W4 takes int8 in every set */
+            printf("\n");
         }
         qhx_acts_free(&acts);
     }

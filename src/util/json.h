@@ -1,4 +1,6 @@
-/* The one JSON library is jansson; what every reader and writer of it here shares. */
+/* jansson is the JSON library of every reader and writer here but one: what they share. The one
+ * exception is the tokenizer.json loader (tokenizer/tokenizer_json.c), which keeps cJSON because
+ * jansson parses that 11 MB file 2.3x slower (bench/README.md, "Tokenizer"). */
 #ifndef QHX_JSON_H
 #define QHX_JSON_H
 #include <jansson.h>
