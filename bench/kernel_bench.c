@@ -52,17 +52,17 @@ static void stream_part(void *arg, int i, int n) {
 #include <immintrin.h>
 /* 12 independent chains of vpdpbusd (64 int8 multiply-adds each) over registers, n steps */
 __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) static int vnni_chains(long n) {
-    __m512i a[12];
     const __m512i x = _mm512_set1_epi32(0x01010101), y = _mm512_set1_epi32(0x02020202);
-    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_epi32(i);
-    for (long k = 0; k < n; k++)
-        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) {
-            a[i] = _mm512_dpbusd_epi32(a[i], x, y);
-            __asm__("" : "+v"(a[i])); /* keep each chain's instruction */
-        }
-    __m512i s = a[0];
-    for (int i = 1; i < 12; i++) s = _mm512_add_epi32(s, a[i]);
-    return _mm512_reduce_add_epi32(s);
+    __m512i a0 = x, a1 = x, a2 = x, a3 = x, a4 = x, a5 = x, a6 = x, a7 = x, a8 = x, a9 = x, a10 = x, a11 = x;
+#define CHAIN(a) a = _mm512_dpbusd_epi32(a, x, y); __asm__("" : "+v"(a)); /* each chain's instruction kept */
+    for (long k = 0; k < n; k++) {
+        CHAIN(a0) CHAIN(a1) CHAIN(a2) CHAIN(a3) CHAIN(a4) CHAIN(a5)
+        CHAIN(a6) CHAIN(a7) CHAIN(a8) CHAIN(a9) CHAIN(a10) CHAIN(a11)
+    }
+#undef CHAIN
+    const __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                                       _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
+    return _mm512_reduce_add_epi32(_mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11))));
 }
 #endif
 
