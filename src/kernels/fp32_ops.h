@@ -12,7 +12,7 @@
  *     all T tokens; without, decode's tiles over plain rows (W8 groups unpacked), widening in
  *     registers: the layer says which its registers and caches favour.
  *   attention's tile products (gemm), the delta rule, silu; attention over the KV
- *   cache (attend, kv_widen, exp_sum). */
+ *   cache (attend, kv_widen) and prefill attention's running softmax (softmax_tile). */
 #include "format/w4.h"
 #include "format/w8.h"
 #include "kernels/kernels.h"
@@ -348,17 +348,17 @@ QV_TARGET static float QV_NAME(dot)(const float *a, const float *b, int n) {
 
 
 /* MR rows x (2 QV_LANES) columns of C, n of them in place: 2 MR accumulators, B's row loaded once
- * per k for all MR rows */
-QV_INLINE void gemm_tile(int MR, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int n) {
+ * per k for all MR rows; A(r, k) at A[r lda + k acs] */
+QV_INLINE void gemm_tile(int MR, int K, float alpha, const float *A, int lda, int acs, const float *B, int ldb, float *C, int ldc, int n) {
     qv_f32 acc[QV_GEMM_ROWS][2];
     const int n0 = n < QV_LANES ? n : QV_LANES, n1 = n - n0;
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = qv_zero();
     for (int k = 0; k < K; k++) {
-        const float *b = B + (size_t)k * ldb;
+        const float *b = B + (size_t)k * ldb, *ak = A + (size_t)k * acs;
         const qv_f32 b0 = n0 == QV_LANES ? qv_load(b) : qv_load_n(b, n0);
         const qv_f32 b1 = n1 == QV_LANES ? qv_load(b + QV_LANES) : n1 ? qv_load_n(b + QV_LANES, n1) : qv_zero();
         _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {
-            const qv_f32 a = qv_set1(A[(size_t)r * lda + k]);
+            const qv_f32 a = qv_set1(ak[(size_t)r * lda]);
             acc[r][0] = qv_fma(a, b0, acc[r][0]);
             acc[r][1] = qv_fma(a, b1, acc[r][1]);
         }
@@ -374,10 +374,9 @@ QV_INLINE void gemm_tile(int MR, int K, float alpha, const float *A, int lda, co
 }
 
 /* full-width strips with the width a constant, so the tile's loop carries no test for a ragged edge */
-#define GEMM_TILE(MR, n) ((n) == 2 * QV_LANES ? gemm_tile(MR, K, alpha, A + (size_t)i * lda, lda, B + j, ldb, C + (size_t)i * ldc + j, ldc, 2 * QV_LANES) \
-                                              : gemm_tile(MR, K, alpha, A + (size_t)i * lda, lda, B + j, ldb, C + (size_t)i * ldc + j, ldc, n))
-QV_TARGET static void QV_NAME(gemm)(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C,
-                                    int ldc) {
+#define GEMM_TILE(MR, n) ((n) == 2 * QV_LANES ? gemm_tile(MR, K, alpha, A + (size_t)i * lda, lda, acs, B + j, ldb, C + (size_t)i * ldc + j, ldc, 2 * QV_LANES) \
+                                              : gemm_tile(MR, K, alpha, A + (size_t)i * lda, lda, acs, B + j, ldb, C + (size_t)i * ldc + j, ldc, n))
+QV_INLINE void gemm_strips(int M, int N, int K, float alpha, const float *A, int lda, int acs, const float *B, int ldb, float *C, int ldc) {
     for (int j = 0; j < N; j += 2 * QV_LANES) {
         const int n = N - j < 2 * QV_LANES ? N - j : 2 * QV_LANES;
         int i = 0;
@@ -389,6 +388,12 @@ QV_TARGET static void QV_NAME(gemm)(int M, int N, int K, float alpha, const floa
     }
 }
 #undef GEMM_TILE
+
+QV_TARGET static void QV_NAME(gemm)(int M, int N, int K, float alpha, const float *A, int lda, int acs, const float *B, int ldb,
+                                    float *C, int ldc) {
+    if (acs == 1) gemm_strips(M, N, K, alpha, A, lda, 1, B, ldb, C, ldc); /* A's rows contiguous: the usual case */
+    else gemm_strips(M, N, K, alpha, A, lda, acs, B, ldb, C, ldc);
+}
 
 /* The gated delta rule (spec §3.5.1) a block of columns at a time, every token over the block
  * before the next block: columns are independent, so each token's block stays in L1 (64 columns x
@@ -630,7 +635,48 @@ QV_TARGET static void QV_NAME(attend)(const qhx_attend_args *a) {
 #undef ATT_R
 #undef ATT_C
 
+/* A lane a query: each row of the tile is one load for QV_LANES queries, so the maxima, the
+ * exponentials and the sums need no transposition (kernels.h). w: the live lanes, QV_LANES but at
+ * a ragged last group */
+QV_INLINE qv_f32 qv_load_w(const float *p, int w) { return w == QV_LANES ? qv_load(p) : qv_load_n(p, w); }
+QV_INLINE void qv_store_w(float *p, qv_f32 v, int w) {
+    if (w == QV_LANES) qv_store(p, v);
+    else qv_store_n(p, v, w);
+}
+QV_TARGET static void QV_NAME(softmax_tile)(float *s, int n, int ld, int nq, const int *seen, float *m, float *sum, float *o,
+                                            size_t ostride, int hd) {
+    const qv_f32 ninf = qv_set1(-INFINITY);
+    for (int c = 0; c < nq; c += QV_LANES) {
+        const int w = nq - c < QV_LANES ? nq - c : QV_LANES;
+        float sf[QV_LANES] = {0}, sh[QV_LANES];
+        for (int i = 0; i < w; i++) sf[i] = (float)seen[c + i];
+        const qv_f32 sv = qv_load(sf), mold = qv_load_w(m + c, w);
+        qv_f32 mx = mold;
+        for (int p = 0; p < n; p++)
+            mx = qv_max(mx, qv_select(qv_gt(sv, qv_set1((float)p)), qv_load_w(s + (size_t)p * ld + c, w), ninf));
+        const qv_f32 shrink = qv_select(qv_gt(mx, ninf), qv_exp(qv_sub(mold, mx)), qv_set1(1.0f)); /* no row seen yet: 1 */
+        qv_f32 acc = qv_zero();
+        for (int p = 0; p < n; p++) {
+            float *row = s + (size_t)p * ld + c;
+            const qv_f32 e = qv_select(qv_gt(sv, qv_set1((float)p)), qv_exp(qv_sub(qv_load_w(row, w), mx)), qv_zero());
+            qv_store_w(row, e, w);
+            acc = qv_add(acc, e);
+        }
+        qv_store_w(sum + c, qv_fma(qv_load_w(sum + c, w), shrink, acc), w);
+        qv_store_w(m + c, mx, w);
+        qv_store(sh, shrink);
+        for (int i = 0; i < w; i++) {
+            if (sh[i] == 1.0f) continue;
+            float *oi = o + (size_t)(c + i) * ostride;
+            const qv_f32 f = qv_set1(sh[i]);
+            int e = 0;
+            for (; e + QV_LANES <= hd; e += QV_LANES) qv_store(oi + e, qv_mul(f, qv_load(oi + e)));
+            if (e < hd) qv_store_n(oi + e, qv_mul(f, qv_load_n(oi + e, hd - e)), hd - e);
+        }
+    }
+}
+
 const qhx_fp32_ops QV_PASTE(qhx_fp32, QV_ISA) = {.matmul = QV_NAME(matmul), 
                                          .gemm = QV_NAME(gemm), .delta_rule = QV_NAME(delta_rule), .silu = QV_NAME(silu),
-                                         .attend = QV_NAME(attend), .exp_sum = QV_NAME(exp_sum),
+                                         .attend = QV_NAME(attend), .softmax_tile = QV_NAME(softmax_tile),
                                          .kv_widen = QV_NAME(kv_widen)};

@@ -91,15 +91,20 @@ typedef struct {
  * twin the others are tested against) and qhx_fp32_ref (the oracle). */
 typedef struct {
     qhx_matmul_fn matmul;  /* every dtype: F32, BF16, F16 and I8 */
-    /* C[M][N] += alpha A[M][K] B[K][N], row-major with row strides: prefill attention's tiles */
-    void (*gemm)(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
+    /* C[M][N] += alpha A[M][K] B[K][N]: B and C row-major with row strides, A(i, k) at
+     * A[i lda + k acs] (acs 1: row-major; lda 1: A stored transposed). Prefill attention's tiles. */
+    void (*gemm)(int M, int N, int K, float alpha, const float *A, int lda, int acs, const float *B, int ldb, float *C, int ldc);
     /* The recurrent gated delta rule (spec §3.5.1) over T tokens of one value head */
     void (*delta_rule)(float *S, const qhx_delta_args *a);
     /* x = silu(x) * mul elementwise (mul NULL: silu(x)); silu(x) = x / (1 + e^-x) */
     void (*silu)(float *x, const float *mul, size_t n);
     void (*attend)(const qhx_attend_args *a);
-    /* x[i] = e^(x[i] - sub) for i < n, their sum returned: a softmax less its division */
-    float (*exp_sum)(float *x, int n, float sub);
+    /* One tile of prefill attention's running softmax over a block of queries, a query a column:
+     * s [n][ld] holds the tile's scores (row p, column i < nq) and query i sees its first seen[i]
+     * rows. With m_i the running maximum over this and earlier tiles, s becomes e^(s - m_i), 0 past
+     * seen[i]; sum[i] and query i's output row o + i ostride (hd floats) are scaled by
+     * e^(m_old - m_i), and the new weights' sum is added to sum[i]. */
+    void (*softmax_tile)(float *s, int n, int ld, int nq, const int *seen, float *m, float *sum, float *o, size_t ostride, int hd);
     /* n head rows (kernels/kv.h), `stride` bytes apart, widened to fp32 rows ld floats apart */
     void (*kv_widen)(qhx_kv_form form, const unsigned char *rows, size_t stride, int hd, int n, float *out, int ld);
 } qhx_fp32_ops;
@@ -153,11 +158,11 @@ typedef struct {
     void (*round_acts)(const float *x, size_t cols, const qhx_acts *a, size_t t);
     void (*round_q8)(const float *x, size_t cols, const qhx_acts *a, size_t t); /* for W4 */
     int panel_rows;
-    void (*gemm)(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
+    void (*gemm)(int M, int N, int K, float alpha, const float *A, int lda, int acs, const float *B, int ldb, float *C, int ldc);
     void (*delta_rule)(float *S, const qhx_delta_args *a);
     void (*silu)(float *x, const float *mul, size_t n);
     void (*attend)(const qhx_attend_args *a);
-    float (*exp_sum)(float *x, int n, float sub);
+    void (*softmax_tile)(float *s, int n, int ld, int nq, const int *seen, float *m, float *sum, float *o, size_t ostride, int hd);
     void (*kv_widen)(qhx_kv_form form, const unsigned char *rows, size_t stride, int hd, int n, float *out, int ld);
     int ieee;       /* computes without flush-to-zero (ref): see qhx_fp_enter */
     int supported;  /* this CPU (and OS) runs it */

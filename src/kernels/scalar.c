@@ -172,17 +172,17 @@ static void scalar_to_bf16(const float *x, size_t cols, const qhx_acts *a, size_
     for (size_t c = 0; c < a->pad; c++) a->bf[qhx_acts_bf16_at(a, t, c)] = c < cols ? qhx_f32_to_bf16(x[c]) : 0;
 }
 
-/* row by row, k by k: the order of an axpy per (i, k), as the delta rule was first written */
-static void scalar_gemm(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+/* row by row, k by k: an axpy per (i, k) */
+static void scalar_gemm(int M, int N, int K, float alpha, const float *A, int lda, int acs, const float *B, int ldb, float *C, int ldc) {
     for (int i = 0; i < M; i++)
-        for (int k = 0; k < K; k++) scalar_axpy(C + (size_t)i * ldc, alpha * A[(size_t)i * lda + k], B + (size_t)k * ldb, N);
+        for (int k = 0; k < K; k++) scalar_axpy(C + (size_t)i * ldc, alpha * A[(size_t)i * lda + (size_t)k * acs], B + (size_t)k * ldb, N);
 }
 
-static void ref_gemm(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+static void ref_gemm(int M, int N, int K, float alpha, const float *A, int lda, int acs, const float *B, int ldb, float *C, int ldc) {
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             double acc = 0.0;
-            for (int k = 0; k < K; k++) acc += (double)A[(size_t)i * lda + k] * B[(size_t)k * ldb + j];
+            for (int k = 0; k < K; k++) acc += (double)A[(size_t)i * lda + (size_t)k * acs] * B[(size_t)k * ldb + j];
             C[(size_t)i * ldc + j] = (float)(C[(size_t)i * ldc + j] + alpha * acc);
         }
 }
@@ -214,10 +214,22 @@ static float scalar_exp_sum(float *x, int n, float sub) {
     return sum;
 }
 
-static float ref_exp_sum(float *x, int n, float sub) {
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += x[i] = expf(x[i] - sub);
-    return (float)sum;
+static void scalar_softmax_tile(float *s, int n, int ld, int nq, const int *seen, float *m, float *sum, float *o, size_t ostride,
+                                int hd) {
+    for (int i = 0; i < nq; i++) {
+        float mx = m[i], acc = 0.0f;
+        for (int p = 0; p < seen[i]; p++) mx = s[(size_t)p * ld + i] > mx ? s[(size_t)p * ld + i] : mx;
+        const float shrink = mx > -INFINITY ? expf(m[i] - mx) : 1.0f; /* no row seen yet: 1 */
+        for (int p = 0; p < n; p++) {
+            float *x = s + (size_t)p * ld + i;
+            *x = p < seen[i] ? expf(*x - mx) : 0.0f;
+            acc += *x;
+        }
+        sum[i] = sum[i] * shrink + acc;
+        m[i] = mx;
+        if (shrink != 1.0f)
+            for (int e = 0; e < hd; e++) o[(size_t)i * ostride + e] *= shrink;
+    }
 }
 
 void qhx_kv_widen_scalar(qhx_kv_form form, const unsigned char *rows, size_t stride, int hd, int n, float *out, int ld) {
@@ -293,10 +305,10 @@ static void ref_attend(const qhx_attend_args *a) {
 
 const qhx_fp32_ops qhx_fp32_ref = {.matmul = ref_matmul, .gemm = ref_gemm,
                                    .delta_rule = scalar_delta_rule, .silu = scalar_silu, .attend = ref_attend,
-                                   .exp_sum = ref_exp_sum, .kv_widen = qhx_kv_widen_scalar};
+                                   .softmax_tile = scalar_softmax_tile, .kv_widen = qhx_kv_widen_scalar};
 const qhx_fp32_ops qhx_fp32_scalar = {.matmul = scalar_matmul, .gemm = scalar_gemm,
                                       .delta_rule = scalar_delta_rule, .silu = scalar_silu, .attend = qhx_attend_scalar,
-                                      .exp_sum = scalar_exp_sum, .kv_widen = qhx_kv_widen_scalar};
+                                      .softmax_tile = scalar_softmax_tile, .kv_widen = qhx_kv_widen_scalar};
 const qhx_acts_ops qhx_acts_scalar_q8 = {.form = QHX_ACTS_Q8, .matmul = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,
                                          .round = scalar_round_q8, .round_q8 = scalar_round_q8};
 const qhx_acts_ops qhx_acts_scalar_q16 = {.form = QHX_ACTS_Q16, .matmul = scalar_int_matmul, .decode = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,

@@ -69,7 +69,7 @@ static void compose(void) {
         snprintf(names[i], sizeof names[i], "%s%s", r->layer, r->acts ? suffix[r->acts->form] : "");
         sets[i] = (qhx_kernel_set){.name = names[i], .matmul = r->fp32->matmul,
                                    .gemm = r->fp32->gemm, .delta_rule = r->fp32->delta_rule, .silu = r->fp32->silu,
-                                   .attend = r->fp32->attend, .exp_sum = r->fp32->exp_sum, .kv_widen = r->fp32->kv_widen,
+                                   .attend = r->fp32->attend, .softmax_tile = r->fp32->softmax_tile, .kv_widen = r->fp32->kv_widen,
                                    .ieee = r->fp32 == &qhx_fp32_ref, .supported = (cpu & r->needs) == r->needs};
         if (r->acts)
             sets[i].matmul_acts = r->acts->matmul, sets[i].decode_acts = r->acts->decode, sets[i].acts = r->acts->form, sets[i].round_acts = r->acts->round,

@@ -37,11 +37,10 @@ static float *carve(carver *cv, size_t n) {
 #define ATTN_BLOCKED_FROM 8  /* tokens a run; fewer: a gemm this narrow wastes most of its lanes */
 
 /* floats of one attention thread's scratch, whatever the depth: attention_blocks' queries
- * [group][hd][QBLOCK], scores [KTILE][QBLOCK] and [QBLOCK][KTILE], widened key and value tiles
- * [KTILE][hd] and the running maxima and sums [group][QBLOCK]; or attend's tile of scores a query
- * head */
+ * [group][hd][QBLOCK], scores [KTILE][QBLOCK], widened key and value tiles [KTILE][hd] and the
+ * running maxima and sums [group][QBLOCK]; or attend's tile of scores a query head */
 static size_t attention_block_floats(int hd, int group) {
-    const size_t blocks = (size_t)group * hd * QBLOCK + (size_t)2 * KTILE * QBLOCK + (size_t)2 * KTILE * hd + (size_t)2 * group * QBLOCK,
+    const size_t blocks = (size_t)group * hd * QBLOCK + (size_t)KTILE * QBLOCK + (size_t)2 * KTILE * hd + (size_t)2 * group * QBLOCK,
                  pairs = (size_t)group * QHX_ATTEND_TILE;
     return ((blocks > pairs ? blocks : pairs) + 15) & ~(size_t)15;
 }
@@ -255,15 +254,17 @@ static const float *head_tile(const attn_job *J, const unsigned char *cache, int
 
 /* One item is a KV head and a block of queries: each tile of the head's rows is widened once for
  * the query heads that share it (at 16k tokens a head's rows outgrow the caches, and widening them
- * once a query head read them from memory that many times) */
+ * once a query head read them from memory that many times). The scores come out a query a column
+ * (K q), the running softmax takes them a query a lane (ks->softmax_tile), and the weights go into
+ * the product with V as they lie (A transposed, ks->gemm's acs). */
 static void attention_blocks(void *arg, int th, int nth) {
     const attn_job *J = arg;
     const int hd = J->hd, G = J->group, hkv = J->hq / G, blocks = (J->T + QBLOCK - 1) / QBLOCK, ostride = J->hq * hd;
     float *QT = J->scratch + (size_t)th * J->scratch_floats; /* [G][hd][QBLOCK]: the block's queries, transposed */
-    float *ST = QT + (size_t)G * hd * QBLOCK;               /* [KTILE][QBLOCK]: K q, one column a query */
-    float *S = ST + (size_t)KTILE * QBLOCK;                 /* [QBLOCK][KTILE]: weights, one row a query */
-    float *KB = S + (size_t)QBLOCK * KTILE, *VB = KB + (size_t)KTILE * hd; /* widened tiles */
+    float *ST = QT + (size_t)G * hd * QBLOCK;               /* [KTILE][QBLOCK]: K q, then the weights, one column a query */
+    float *KB = ST + (size_t)KTILE * QBLOCK, *VB = KB + (size_t)KTILE * hd; /* widened tiles */
     float *mx = VB + (size_t)KTILE * hd, *sum = mx + (size_t)G * QBLOCK; /* [G][QBLOCK] each */
+    int seen[QBLOCK];
     for (int item = th; item < hkv * blocks; item += nth) {
         const int kvh = item % hkv, t0 = item / hkv * QBLOCK;
         const int nq = J->T - t0 < QBLOCK ? J->T - t0 : QBLOCK, n = J->pos0 + t0 + nq; /* the block's last query sees n */
@@ -279,24 +280,16 @@ static void attention_blocks(void *arg, int th, int nth) {
         for (int p0 = 0; p0 < n; p0 += KTILE) {
             const int kt = n - p0 < KTILE ? n - p0 : KTILE;
             const float *K = head_tile(J, J->kc, kvh, p0, kt, KB), *V = head_tile(J, J->vc, kvh, p0, kt, VB);
+            for (int i = 0; i < nq; i++) { /* causal: rows of this tile query i sees */
+                const int r = J->pos0 + t0 + i + 1 - p0;
+                seen[i] = r < 0 ? 0 : r > kt ? kt : r;
+            }
             for (int g = 0; g < G; g++) {
-                float *o = J->att + ((size_t)t0 * J->hq + kvh * G + g) * hd, *m_g = mx + g * QBLOCK, *sum_g = sum + g * QBLOCK;
+                float *o = J->att + ((size_t)t0 * J->hq + kvh * G + g) * hd;
                 memset(ST, 0, sizeof(float) * (size_t)kt * QBLOCK);
-                J->ks->gemm(kt, nq, hd, J->scale, K, hd, QT + (size_t)g * hd * QBLOCK, QBLOCK, ST, QBLOCK);
-                for (int i = 0; i < nq; i++) {
-                    int seen = J->pos0 + t0 + i + 1 - p0; /* causal: rows of this tile query i sees */
-                    seen = seen < 0 ? 0 : seen > kt ? kt : seen;
-                    float *si = S + (size_t)i * KTILE, m = m_g[i];
-                    for (int p = 0; p < seen; p++) si[p] = ST[(size_t)p * QBLOCK + i], m = si[p] > m ? si[p] : m;
-                    for (int p = seen; p < kt; p++) si[p] = 0.0f;
-                    if (!seen) continue;
-                    const float shrink = expf(m_g[i] - m);
-                    sum_g[i] = sum_g[i] * shrink + J->ks->exp_sum(si, seen, m);
-                    m_g[i] = m;
-                    if (shrink != 1.0f)
-                        for (int e = 0; e < hd; e++) o[(size_t)i * ostride + e] *= shrink;
-                }
-                J->ks->gemm(nq, hd, kt, 1.0f, S, KTILE, V, hd, o, ostride);
+                J->ks->gemm(kt, nq, hd, J->scale, K, hd, 1, QT + (size_t)g * hd * QBLOCK, QBLOCK, ST, QBLOCK);
+                J->ks->softmax_tile(ST, kt, QBLOCK, nq, seen, mx + g * QBLOCK, sum + g * QBLOCK, o, (size_t)ostride, hd);
+                J->ks->gemm(nq, hd, kt, 1.0f, ST, 1, QBLOCK, V, hd, o, ostride);
             }
         }
         for (int g = 0; g < G; g++)
