@@ -151,8 +151,9 @@ static void state_files(opened o[3], const int32_t *ids) {
     unlink(path);
 }
 
-/* rows written at every position of every head of a 2-KV-head model, then the cache grown twice:
- * each row must be where it was written, in every form */
+/* rows written at every position of every head of a 2-KV-head model, then the cache grown twice,
+ * the second time to the context (3000) where doubling would pass it: each row must be where it
+ * was written, in every form */
 static void growth(void) {
     qhx_config c;
     if (qhx_config_load(&c, "models/q35-rand-tiny")) {
@@ -162,7 +163,9 @@ static void growth(void) {
     for (int f = QHX_KV_F32; f <= QHX_KV_Q8; f++) {
         qhx_state st;
         int intact = 1;
-        CHECK(qhx_state_init(&st, &c, (qhx_kv_form)f) == QHX_OK && qhx_state_reserve_kv(&st, 200) == QHX_OK, "%s", qhx_last_error());
+        CHECK(qhx_state_init(&st, &c, (qhx_kv_form)f) == QHX_OK, "%s", qhx_last_error());
+        st.kv_limit = 3000;
+        CHECK(qhx_state_reserve_kv(&st, 200) == QHX_OK, "%s", qhx_last_error());
         float row[512], back[512];
         const int hd = c.head_dim, written = 200;
         for (int grow = 0; grow < 3; grow++) {
@@ -184,6 +187,7 @@ static void growth(void) {
         printf("  %s: %d heads' rows intact through two growths of the cache (to %d rows): %s\n", form_name((qhx_kv_form)f),
                c.n_kv_heads, st.kv_capacity, intact ? "yes" : "NO");
         CHECK(intact && c.n_kv_heads > 1, "%s: rows moved wrong when the cache grew", form_name((qhx_kv_form)f));
+        CHECK(st.kv_capacity == 3000, "%s: the cache grew to %d rows past a context of 3000", form_name((qhx_kv_form)f), st.kv_capacity);
         qhx_state_free(&st);
     }
     qhx_config_free(&c);

@@ -97,7 +97,8 @@ fail:
 }
 
 /* Prefill of 512 tokens and decode after `depth` tokens of context (evaluated untimed, in pieces of
- * 512 as a server would), from one snapshot: what long contexts cost. The depths rise, each
+ * 512 as a server would), from one snapshot, with the caches already grown to hold them: what long
+ * contexts cost. The depths rise, each
  * context grown from the last, so the deepest is filled once. */
 static int bench_depths(qhx_model *m, qhx_session *s, const int32_t *depths, int n, int n_decode, json_t *report) {
     qhx_model_info in;
@@ -119,6 +120,14 @@ static int bench_depths(qhx_model *m, qhx_session *s, const int32_t *depths, int
         }
         if (qhx_session_snapshot(s, &snap)) { api_error(); goto done; }
         for (int j = 0; j < 512; j++) seed = seed * 6364136223846793005ull + 1442695040888963407ull, piece[j] = (int32_t)((seed >> 33) % (uint64_t)in.vocab_size);
+        /* the 512 tokens once untimed, so the KV caches have grown to hold them: a session grows
+         * them once a doubling, which the timed run would otherwise charge to these 512 tokens
+         * alone (llama.cpp allocates its whole context up front) */
+        if (qhx_session_eval(s, piece, 512, QHX_EVAL_SEQUENCE, NULL, NULL) || qhx_session_restore(s, snap)) {
+            api_error();
+            qhx_snapshot_free(snap);
+            goto done;
+        }
         double t0 = now_s();
         qhx_status st = qhx_session_eval(s, piece, 512, QHX_EVAL_SEQUENCE, NULL, NULL);
         const double pre = 512 / (now_s() - t0);

@@ -10,7 +10,9 @@
 
 qhx_status qhx_hostop_init(qhx_hostop_state *hs, const qhx_model *m) {
     memset(hs, 0, sizeof *hs);
-    return qhx_state_init(&hs->st, &m->cfg, m->rt->kv);
+    const qhx_status rc = qhx_state_init(&hs->st, &m->cfg, m->rt->kv);
+    hs->st.kv_limit = m->context;
+    return rc;
 }
 
 void qhx_hostop_free(qhx_hostop_state *hs, const qhx_model *m) {

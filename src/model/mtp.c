@@ -48,6 +48,7 @@ qhx_status qhx_mtp_new(qhx_session *s, qhx_mtp **out) {
     d->logits = malloc(sizeof(float) * d->vocab);
     qhx_status rc = d->logits ? qhx_state_init(&d->st, &m->w->mtp->cfg, m->rt->kv) : qhx_fail(QHX_ERR_NOMEM, "MTP drafter: out of memory");
     if (rc) { qhx_mtp_free(d); return rc; }
+    d->st.kv_limit = m->context;
     *out = d;
     return QHX_OK;
 }

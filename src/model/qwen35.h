@@ -95,6 +95,7 @@ typedef struct {
     int pos;           /* tokens consumed */
     int mark;          /* the position qhx_state_rewind can go back to from, or -1 */
     int kv_capacity;   /* tokens the KV caches hold before they grow */
+    int kv_limit;      /* positions the caches never need beyond (the context), or 0: none */
     qhx_kv_form kv;    /* the form the KV caches hold rows in */
     size_t kv_head;    /* bytes of one head's row (qhx_kv_head_bytes) */
     float *scratch;    /* per-call work buffers, grown on demand and reused */

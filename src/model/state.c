@@ -88,6 +88,7 @@ qhx_status qhx_state_reserve_kv(qhx_state *s, int need) {
     if (need <= s->kv_capacity) return QHX_OK;
     int cap = s->kv_capacity ? s->kv_capacity : 256;
     while (cap < need) cap = cap > (1 << 29) ? need : cap * 2;
+    if (s->kv_limit && need <= s->kv_limit && cap > s->kv_limit) cap = s->kv_limit; /* doubling past the context wastes up to half */
     const int heads = s->cfg->n_kv_heads, L = s->cfg->n_layers;
     const size_t old = (size_t)s->kv_capacity * s->kv_head, now = (size_t)cap * s->kv_head; /* bytes of a head's rows */
     /* every new cache allocated first (a failure leaves the old ones as they were), then each
