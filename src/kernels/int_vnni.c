@@ -223,7 +223,7 @@ TARGET static qhx_status vnni_int_matmul(const qhx_tensor *W, const qhx_acts *X,
  * same sums (vpdpwssd), and the 64 columns are scaled once into fp32 lanes. A row's block costs one
  * widening and one product; the conversion and multiply-add, once per 64 columns, are what bound
  * the kernel over blocks of 32 (Zen 5, one thread: 0.80 of a read loop against 0.85 over 64; in
- * the model +5-6 %; bench/README.md, 2026-12-05). Each token alone, so results do not depend on T. */
+ * the model +5-6 %; bench/README.md in git history, 2026-12-05). Each token alone, so results do not depend on T. */
 INLINE __m512i w8_widen(const int8_t *p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p)); }
 
 TARGET static qhx_status vnni_w8_decode(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
@@ -282,7 +282,7 @@ INLINE __m512i fold4(const __m512i s[4]) {
  * are non-temporal (each line is read once, so it need not displace L2). Over 576 MB, 2 threads,
  * each distance alternated 21 times with a plain read loop in one
  * process: 0.94-0.98 of the loop 40 blocks (2.5 KiB) ahead, 0.88-0.93 at 32, 0.90-0.94 at 48,
- * against 0.81-0.87 for 64 into every level, at 58-65 GB/s (bench/README.md, 2026-12-03). */
+ * against 0.81-0.87 for 64 into every level, at 58-65 GB/s (bench/README.md in git history, 2026-12-03). */
 #define W4_AHEAD 40
 
 INLINE __m512i bcast16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }

@@ -176,7 +176,7 @@ qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, con
      * llama.cpp's 4-bit types take Q8_0 ones: its integer kernels compute each token alone
      * (per_token holds), and the rounding (1/254 of a block's largest value) is noise below the
      * 4-bit weights' own. On q35-kjv's W4 bundle it moves perplexity by 0.04 % where int16 moved
-     * it by 0.00 %, and it halves the integer work (W4 prefill 1.21-1.25x W8's, bench/README.md).
+     * it by 0.00 %, and it halves the integer work (W4 prefill 1.21-1.25x W8's; bench/README.md in git history, 2026-12-03).
      * A group that mixes W4 and W8 (no bundle does) runs its W8 matrices on fp32 activations. */
     j.w4_acts = any_w4 && ex->ks->matmul_acts_w4;
     j.i8_decode = any_i8 && !j.w4_acts && ex->ks->decode_acts && (T == 1 || ex->per_token) && T <= QHX_DECODE_MAX_T;

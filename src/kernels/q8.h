@@ -42,7 +42,7 @@ static inline void qhx_q8_quantize_abs(const float *x, size_t cols, int8_t *q, i
  * 1/65024 of the block's largest value: two orders of magnitude below the W8 weights' own
  * rounding, where int8 activations are about level with it. Blocks of 64, not int8's 32: a block
  * costs decode one conversion and one multiply-add a row, and over 32 columns those bound the
- * AVX-512 kernel on Zen 5 (W8 decode +5-6 % with 64; bench/README.md, 2026-12-05).
+ * AVX-512 kernel on Zen 5 (W8 decode +5-6 % with 64; bench/README.md in git history, 2026-12-05).
  * Int8 multipliers take v as v = 256 hi + lo (qhx_q16_split), hi in [-127, 127] and lo in
  * [-128, 127]: two passes, exact. */
 #define QHX_Q16_MAX 32512

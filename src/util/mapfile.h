@@ -14,7 +14,7 @@ typedef struct {
 qhx_status qhx_map_open(qhx_mapfile *f, const char *path);
 /* The file read into anonymous memory on transparent huge pages: decode streams every weight each
  * token, and with 4 KiB page-cache pages each 4 KiB costs a TLB miss, which under a hypervisor walks
- * two page tables (1.3-1.4x slower decode and prefill measured on a VM, bench/README.md). Falls
+ * two page tables (1.3-1.4x slower decode and prefill measured on a VM; bench/README.md in git history). Falls
  * back to mapping when there is no memory for the copy. */
 qhx_status qhx_map_open_resident(qhx_mapfile *f, const char *path);
 void qhx_map_close(qhx_mapfile *f);
