@@ -20,6 +20,7 @@ ik=${IK:?IK: the directory holding ik_llama.cpp llama-sweep-bench}
 root=$(cd "$(dirname "$0")/.." && pwd)
 make -C "$root" -s build/qhx build/gguf_synth
 mkdir -p "$dir"
+dir=$(cd "$dir" && pwd) ik=$(cd "$ik" && pwd) # ik_llama.cpp runs inside DIR
 IFS=, read -ra ds <<<"$depths"
 deepest=${ds[-1]} ctx=$((${ds[-1]} + 512))
 stride=$((${ds[1]:-512} / 512))
@@ -33,9 +34,9 @@ done
 for t in q8_0 q4_0; do [[ -s $dir/4b.$t.gguf ]] || "$root/build/gguf_synth" preset:4b "$dir/4b.$t.gguf" $t; done
 
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $threads threads, depths $depths, $decode decode steps"
-ik_run() { # GGUF: "depth prefill decode" for each wanted depth (sweep-bench writes its JSON lines to stderr)
-    "$ik/llama-sweep-bench" -m "$1" -c $ctx -ub 512 -b 512 -n "$decode" -t "$threads" -fa 1 --no-mmap \
-        -ctk "${IK_KV:-f16}" -ctv "${IK_KV:-f16}" --sweep-stride $stride --output-format jsonl 2>&1 >/dev/null |
+ik_run() { # GGUF: "depth prefill decode" for each wanted depth (sweep-bench writes its JSON lines to stderr, its llama.log into DIR)
+    (cd "$dir" && "$ik/llama-sweep-bench" -m "$1" -c $ctx -ub 512 -b 512 -n "$decode" -t "$threads" -fa 1 --no-mmap \
+        -ctk "${IK_KV:-f16}" -ctv "${IK_KV:-f16}" --sweep-stride $stride --output-format jsonl 2>&1 >/dev/null) |
         tee "$dir/ik-$(basename "$1").jsonl" | grep '^{' | python3 -c '
 import json, sys
 wanted = set(int(d) for d in sys.argv[1].split(","))
