@@ -347,6 +347,13 @@ QV_TARGET static float QV_NAME(dot)(const float *a, const float *b, int n) {
 }
 
 
+/* w: the live lanes, QV_LANES but at a ragged edge */
+QV_INLINE qv_f32 qv_load_w(const float *p, int w) { return w == QV_LANES ? qv_load(p) : qv_load_n(p, w); }
+QV_INLINE void qv_store_w(float *p, qv_f32 v, int w) {
+    if (w == QV_LANES) qv_store(p, v);
+    else qv_store_n(p, v, w);
+}
+
 /* MR rows x (2 QV_LANES) columns of C, n of them in place: 2 MR accumulators, B's row loaded once
  * per k for all MR rows; A(r, k) at A[r lda + k acs] */
 QV_INLINE void gemm_tile(int MR, int K, float alpha, const float *A, int lda, int acs, const float *B, int ldb, float *C, int ldc, int n) {
@@ -355,7 +362,7 @@ QV_INLINE void gemm_tile(int MR, int K, float alpha, const float *A, int lda, in
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = qv_zero();
     for (int k = 0; k < K; k++) {
         const float *b = B + (size_t)k * ldb, *ak = A + (size_t)k * acs;
-        const qv_f32 b0 = n0 == QV_LANES ? qv_load(b) : qv_load_n(b, n0);
+        const qv_f32 b0 = qv_load_w(b, n0);
         const qv_f32 b1 = n1 == QV_LANES ? qv_load(b + QV_LANES) : n1 ? qv_load_n(b + QV_LANES, n1) : qv_zero();
         _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {
             const qv_f32 a = qv_set1(ak[(size_t)r * lda]);
@@ -366,10 +373,8 @@ QV_INLINE void gemm_tile(int MR, int K, float alpha, const float *A, int lda, in
     const qv_f32 al = qv_set1(alpha);
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {
         float *c = C + (size_t)r * ldc;
-        if (n0 == QV_LANES) qv_store(c, qv_fma(al, acc[r][0], qv_load(c)));
-        else qv_store_n(c, qv_fma(al, acc[r][0], qv_load_n(c, n0)), n0);
-        if (n1 == QV_LANES) qv_store(c + QV_LANES, qv_fma(al, acc[r][1], qv_load(c + QV_LANES)));
-        else if (n1) qv_store_n(c + QV_LANES, qv_fma(al, acc[r][1], qv_load_n(c + QV_LANES, n1)), n1);
+        qv_store_w(c, qv_fma(al, acc[r][0], qv_load_w(c, n0)), n0);
+        if (n1) qv_store_w(c + QV_LANES, qv_fma(al, acc[r][1], qv_load_w(c + QV_LANES, n1)), n1);
     }
 }
 
@@ -636,13 +641,7 @@ QV_TARGET static void QV_NAME(attend)(const qhx_attend_args *a) {
 #undef ATT_C
 
 /* A lane a query: each row of the tile is one load for QV_LANES queries, so the maxima, the
- * exponentials and the sums need no transposition (kernels.h). w: the live lanes, QV_LANES but at
- * a ragged last group */
-QV_INLINE qv_f32 qv_load_w(const float *p, int w) { return w == QV_LANES ? qv_load(p) : qv_load_n(p, w); }
-QV_INLINE void qv_store_w(float *p, qv_f32 v, int w) {
-    if (w == QV_LANES) qv_store(p, v);
-    else qv_store_n(p, v, w);
-}
+ * exponentials and the sums need no transposition (kernels.h) */
 QV_TARGET static void QV_NAME(softmax_tile)(float *s, int n, int ld, int nq, const int *seen, float *m, float *sum, float *o,
                                             size_t ostride, int hd) {
     const qv_f32 ninf = qv_set1(-INFINITY);
