@@ -32,6 +32,7 @@
 #define PANEL 32                     /* rows packed at once: two registers */
 #define UNITS (QHX_W8_BLOCK / 4 + 1) /* a 16-row block: 8 column quads, then -128 x its row sums */
 #define TOKENS 4                     /* tokens per pass: 2 x 4 int32 + 2 x 4 fp32 accumulators */
+#define DTOKENS 4                    /* decode: tokens per pass over a row group (W8 16 accumulators, W4 8) */
 
 /* qhx_q8_quantize, 16 lanes at a time, and the biased copy for vpdpbusd's unsigned operand. The max
  * is exact, 127 / max and the products are the same fp32 operations, and vcvtps2dq rounds to
@@ -226,35 +227,60 @@ TARGET static qhx_status vnni_int_matmul(const qhx_tensor *W, const qhx_acts *X,
  * the model +5-6 %; bench/README.md in git history, 2026-12-05). Each token alone, so results do not depend on T. */
 INLINE __m512i w8_widen(const int8_t *p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p)); }
 
+/* NT tokens (1-4) over one row group: each block widened once for all of them, each token's
+ * accumulators stepped exactly as it alone steps them (so a batch gives each token its solo result) */
+INLINE void w8_decode_tokens(const int8_t *g, size_t nb, const qhx_acts *X, int t0, const int NT, __m512 acc[DTOKENS][QHX_W8_GROUP]) {
+    enum { GB = QHX_W8_GROUP * QHX_W8_BLOCK }; /* bytes of a row group's block */
+    const size_t nbx = X->pad / QHX_Q16_BLOCK, pairs = nb / 2;
+    const int16_t *v[DTOKENS];
+    const float *s[DTOKENS];
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
+        v[t] = X->v + (size_t)(t0 + t) * X->pad, s[t] = X->s + (size_t)(t0 + t) * nbx;
+        _Pragma("GCC unroll 4") for (int i = 0; i < QHX_W8_GROUP; i++) acc[t][i] = _mm512_setzero_ps();
+    }
+    for (size_t p = 0; p < pairs; p++) {
+        const int8_t *wb = g + 2 * p * GB;
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) _mm_prefetch((const char *)wb + QHX_STREAM_AHEAD + 64 * k, _MM_HINT_NTA);
+        __m512i w0[QHX_W8_GROUP], w1[QHX_W8_GROUP];
+        _Pragma("GCC unroll 4") for (int i = 0; i < QHX_W8_GROUP; i++) w0[i] = w8_widen(wb + i * QHX_W8_BLOCK), w1[i] = w8_widen(wb + GB + i * QHX_W8_BLOCK);
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
+            const __m512i x0 = _mm512_load_si512(v[t] + p * QHX_Q16_BLOCK), x1 = _mm512_load_si512(v[t] + p * QHX_Q16_BLOCK + 32);
+            const __m512 sc = _mm512_set1_ps(s[t][p]);
+            _Pragma("GCC unroll 4") for (int i = 0; i < QHX_W8_GROUP; i++) {
+                const __m512i sum = _mm512_dpwssd_epi32(_mm512_madd_epi16(w0[i], x0), w1[i], x1);
+                acc[t][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc, acc[t][i]);
+            }
+        }
+    }
+    if (nb % 2) { /* a last block of 32 alone: the first half of its activation block */
+        const int8_t *wb = g + (nb - 1) * GB;
+        __m512i w0[QHX_W8_GROUP];
+        _Pragma("GCC unroll 4") for (int i = 0; i < QHX_W8_GROUP; i++) w0[i] = w8_widen(wb + i * QHX_W8_BLOCK);
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
+            const __m512i x0 = _mm512_load_si512(v[t] + pairs * QHX_Q16_BLOCK);
+            const __m512 sc = _mm512_set1_ps(s[t][pairs]);
+            _Pragma("GCC unroll 4") for (int i = 0; i < QHX_W8_GROUP; i++)
+                acc[t][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(w0[i], x0)), sc, acc[t][i]);
+        }
+    }
+}
+
 TARGET static qhx_status vnni_w8_decode(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
-    const size_t nbx = X->pad / QHX_Q16_BLOCK, pairs = nb / 2;
-    enum { GB = QHX_W8_GROUP * QHX_W8_BLOCK }; /* bytes of a row group's block */
     for (int r = r0; r < r1; r += QHX_W8_GROUP) {
         const int8_t *g = (const int8_t *)W->data + (size_t)r / QHX_W8_GROUP * gbytes;
         const int nr = r1 - r < QHX_W8_GROUP ? r1 - r : QHX_W8_GROUP;
-        for (int t = 0; t < T; t++) {
-            const int16_t *v = X->v + (size_t)t * X->pad;
-            const float *s = X->s + (size_t)t * nbx;
-            __m512 acc[QHX_W8_GROUP] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-            for (size_t p = 0; p < pairs; p++) {
-                const int8_t *wb = g + 2 * p * GB;
-                _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) _mm_prefetch((const char *)wb + QHX_STREAM_AHEAD + 64 * k, _MM_HINT_NTA);
-                const __m512i x0 = _mm512_load_si512(v + p * QHX_Q16_BLOCK), x1 = _mm512_load_si512(v + p * QHX_Q16_BLOCK + 32);
-                const __m512 sc = _mm512_set1_ps(s[p]);
-                _Pragma("GCC unroll 4") for (int i = 0; i < QHX_W8_GROUP; i++) {
-                    const __m512i sum = _mm512_dpwssd_epi32(_mm512_madd_epi16(w8_widen(wb + i * QHX_W8_BLOCK), x0), w8_widen(wb + GB + i * QHX_W8_BLOCK), x1);
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc, acc[i]);
-                }
+        for (int t0 = 0; t0 < T; t0 += DTOKENS) {
+            const int nt = T - t0 < DTOKENS ? T - t0 : DTOKENS;
+            __m512 acc[DTOKENS][QHX_W8_GROUP];
+            switch (nt) {
+            case 4: w8_decode_tokens(g, nb, X, t0, 4, acc); break;
+            case 3: w8_decode_tokens(g, nb, X, t0, 3, acc); break;
+            case 2: w8_decode_tokens(g, nb, X, t0, 2, acc); break;
+            default: w8_decode_tokens(g, nb, X, t0, 1, acc); break;
             }
-            if (nb % 2) { /* a last block of 32 alone: the first half of its activation block */
-                const int8_t *wb = g + (nb - 1) * GB;
-                const __m512i x0 = _mm512_load_si512(v + pairs * QHX_Q16_BLOCK);
-                const __m512 sc = _mm512_set1_ps(s[pairs]);
-                _Pragma("GCC unroll 4") for (int i = 0; i < QHX_W8_GROUP; i++)
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(w8_widen(wb + i * QHX_W8_BLOCK), x0)), sc, acc[i]);
-            }
-            for (int i = 0; i < nr; i++) Y[(size_t)t * W->rows + r + i] = _mm512_reduce_add_ps(acc[i]) * W->scale[r + i];
+            for (int t = 0; t < nt; t++)
+                for (int i = 0; i < nr; i++) Y[(size_t)(t0 + t) * W->rows + r + i] = _mm512_reduce_add_ps(acc[t][i]) * W->scale[r + i];
         }
     }
     return QHX_OK;
@@ -287,36 +313,42 @@ INLINE __m512i fold4(const __m512i s[4]) {
 
 INLINE __m512i bcast16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
 
-/* one token over NG (1 or 2) row groups: per group the 16 lanes of (row, block % 4)
- * accumulators. Two groups share each activation broadcast. */
-INLINE void w4_token(const uint8_t *g, size_t gbytes, size_t nb, int NG, const int8_t *h, const int32_t *c8, const float *sx,
-                     __m512 acc[2]) {
+/* NT tokens (1-4) over NG (1 or 2) row groups: per group and token the 16 lanes of (row,
+ * block % 4) accumulators. Each group's codes are unpacked once for every token, and two groups
+ * share each activation broadcast; a token's sums and accumulation are what it alone gets. */
+INLINE void w4_tokens(const uint8_t *g, size_t gbytes, size_t nb, int NG, const int NT, const qhx_acts *X, int t0, __m512 acc[DTOKENS][2]) {
     const __m512i m = _mm512_set1_epi8(15);
     const uint16_t *ds[2] = {(const uint16_t *)(g + nb * QHX_W4_CODE_BYTES), (const uint16_t *)(g + gbytes + nb * QHX_W4_CODE_BYTES)};
-    acc[0] = acc[1] = _mm512_setzero_ps();
+    const int8_t *h[DTOKENS];
+    const int32_t *c8[DTOKENS];
+    const float *sx[DTOKENS];
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
+        h[t] = X->w4h + (size_t)(t0 + t) * X->w4pad, c8[t] = X->w4c + (size_t)(t0 + t) * nb, sx[t] = X->w4s + (size_t)(t0 + t) * nb;
+        acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+    }
     for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
-        __m512i sh[2][4];
         const size_t ahead = u + W4_AHEAD, a = ahead < nb ? ahead : ahead - nb;
         const uint8_t *pf = (ahead < nb ? g : g + 2 * gbytes) + a * QHX_W4_CODE_BYTES; /* its codes; its scales: */
         const uint8_t *pfd = pf + (nb - a) * QHX_W4_CODE_BYTES + a / QHX_W4_UNIT * QHX_W4_UNIT * QHX_W4_GROUP * 2;
-        _Pragma("GCC unroll 2") for (int q = 0; q < NG; q++) __builtin_prefetch(pfd + q * gbytes, 0, 0);
-        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
-            const size_t c = (u + k) * QHX_W4_BLOCK;
-            const __m512i xl = bcast16(h + c), xh = bcast16(h + c + 16);
-            _Pragma("GCC unroll 2") for (int q = 0; q < NG; q++) {
-                const uint8_t *cb = g + q * gbytes + (u + k) * QHX_W4_CODE_BYTES;
-                __builtin_prefetch(pf + q * gbytes + k * QHX_W4_CODE_BYTES, 0, 0);
-                const __m512i v = _mm512_loadu_si512(cb);
-                const __m512i lo = _mm512_and_si512(v, m), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
-                sh[q][k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xl), hi, xh);
-            }
-        }
-        const __m512i corr = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(c8 + u)));
-        const __m512 s = _mm512_broadcast_f32x4(_mm_loadu_ps(sx + u));
         _Pragma("GCC unroll 2") for (int q = 0; q < NG; q++) {
-            const __m512i tot = _mm512_sub_epi32(fold4(sh[q]), corr);
+            __builtin_prefetch(pfd + q * gbytes, 0, 0);
+            __m512i lo[4], hi[4];
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+                __builtin_prefetch(pf + q * gbytes + k * QHX_W4_CODE_BYTES, 0, 0);
+                const __m512i v = _mm512_loadu_si512(g + q * gbytes + (u + k) * QHX_W4_CODE_BYTES);
+                lo[k] = _mm512_and_si512(v, m), hi[k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+            }
             const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ds[q] + u * QHX_W4_GROUP)));
-            acc[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(d, s), acc[q]);
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
+                __m512i sh[4];
+                _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+                    const size_t c = (u + k) * QHX_W4_BLOCK;
+                    sh[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[k], bcast16(h[t] + c)), hi[k], bcast16(h[t] + c + 16));
+                }
+                const __m512i corr = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(c8[t] + u)));
+                const __m512 s = _mm512_broadcast_f32x4(_mm_loadu_ps(sx[t] + u));
+                acc[t][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(fold4(sh), corr)), _mm512_mul_ps(d, s), acc[t][q]);
+            }
         }
     }
 }
@@ -379,18 +411,19 @@ TARGET static qhx_status vnni_w4_prefill(const qhx_tensor *W, const qhx_acts *X,
 
 TARGET static qhx_status vnni_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     if (T > QHX_DECODE_MAX_T) return vnni_w4_prefill(W, X, T, Y, r0, r1);
-    const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), gbytes = qhx_w4_group_bytes(cols), pad = X->w4pad;
+    const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), gbytes = qhx_w4_group_bytes(cols);
     for (int r = r0; r < r1; r += 2 * QHX_W4_GROUP) {
         const uint8_t *g = (const uint8_t *)W->data + (size_t)r / QHX_W4_GROUP * gbytes;
         const int nr = r1 - r < 2 * QHX_W4_GROUP ? r1 - r : 2 * QHX_W4_GROUP;
-        for (int t = 0; t < T; t++) {
-            const int8_t *h = X->w4h + (size_t)t * pad;
-            const int32_t *c8 = X->w4c + (size_t)t * nb;
-            const float *sx = X->w4s + (size_t)t * nb;
-            __m512 acc[2];
-            if (nr > QHX_W4_GROUP) w4_token(g, gbytes, nb, 2, h, c8, sx, acc);
-            else w4_token(g, gbytes, nb, 1, h, c8, sx, acc);
-            w4_store(acc, nr, Y + (size_t)t * W->rows + r);
+        for (int t0 = 0; t0 < T; t0 += DTOKENS) {
+            const int nt = T - t0 < DTOKENS ? T - t0 : DTOKENS, ng = nr > QHX_W4_GROUP ? 2 : 1;
+            __m512 acc[DTOKENS][2];
+#define W4_NT(NG) (nt == 4 ? w4_tokens(g, gbytes, nb, NG, 4, X, t0, acc) : nt == 3 ? w4_tokens(g, gbytes, nb, NG, 3, X, t0, acc) \
+                   : nt == 2 ? w4_tokens(g, gbytes, nb, NG, 2, X, t0, acc) : w4_tokens(g, gbytes, nb, NG, 1, X, t0, acc))
+            if (ng == 2) W4_NT(2);
+            else W4_NT(1);
+#undef W4_NT
+            for (int t = 0; t < nt; t++) w4_store(acc[t], nr, Y + (size_t)(t0 + t) * W->rows + r);
         }
     }
     return QHX_OK;
