@@ -250,6 +250,31 @@ check "grep -qE '^qhx serve: cmpl-[0-9a-f]+ 200 prompt [0-9]+ \(cached 0\) gener
 kill -INT "$server_pid"; wait "$server_pid"
 expect_err 2 "--api-key: empty" "$qhx" serve models/q35-kjv --api-key ""
 
+# --timeout: a client sending its headers or its body too slowly, or idle between requests, is
+# cut off within a quarter second of the deadline; a reply that takes longer than it is not
+start_server "$tmp/logt" --parallel 1 --timeout 1 --kernels ref || bad "server with --timeout"
+url="http://127.0.0.1:$port"
+slowpids=()
+for mode in headers body idle; do
+    node tests/oracle/slow_client.js "$port" $mode 10 >"$tmp/slow.$mode" &
+    slowpids+=($!)
+done
+curl -s -o "$tmp/long" -w '%{http_code} %{time_total}' "$(post completions)" -d '{"prompt":"And God said","max_tokens":400,"temperature":0}' >"$tmp/long.t"
+wait "${slowpids[@]}"
+limits=(headers "1 1.6" body "1 1.6" idle "1 1.6") # seconds from connecting: the timeout (and the idle reply's few ms) .. + 0.25 + slack
+for ((i = 0; i < ${#limits[@]}; i += 2)); do
+    read -r lo hi <<<"${limits[i + 1]}"
+    check "awk -v t=\"\$(cat $tmp/slow.${limits[i]})\" 'BEGIN{exit !(t + 0 >= $lo && t + 0 <= $hi && t !~ /no reply/)}'" \
+        "--timeout 1: a slow client's ${limits[i]} closed after '$(cat "$tmp/slow.${limits[i]}")' s, want $lo-$hi"
+done
+check "[[ \$(cut -d' ' -f1 $tmp/long.t) == 200 ]] && awk '{exit !(\$2 > 1)}' $tmp/long.t && grep -q '\"finish_reason\":\"length\"' $tmp/long" \
+    "--timeout 1: a reply taking longer than the timeout: $(cat "$tmp/long.t") $(head -c 200 "$tmp/long")"
+curl -s "$url/metrics" >"$tmp/metrics"
+check "grep -qx 'qhx_connections_timed_out_total 3' $tmp/metrics" "/metrics after 3 timeouts: $(grep timed_out "$tmp/metrics")"
+check "[[ \$(grep -c 'took longer than 1 s (--timeout)' $tmp/logt) == 3 ]]" "timeouts not logged: $(tail -4 "$tmp/logt")"
+kill -INT "$server_pid"; wait "$server_pid"
+expect_err 2 "--timeout" "$qhx" serve models/q35-kjv --timeout 0
+
 # one slot: a client that hangs up mid-stream must free it for the next request
 start_server "$tmp/log1" --parallel 1 -n 200000 || { echo "server: $pass passed, $((fail + 1)) failed"; exit 1; }
 url="http://127.0.0.1:$port"

@@ -114,7 +114,7 @@ static int flag_in(const char *list, const char *a) {
 /* every flag parse_common knows: only the wording of a refusal depends on it */
 static const char all_flags[] =
     "-m -p --prompt -n --n-predict -t --threads --kernels --backend --mmap --kv --tokens -o --out --ctx -c --ctx-size --chunks "
-    "--decode --prompts --depth -f --file --prompt-cache --system --host --api-key --cors --port --cache-mb --parallel -np --think --no-think "
+    "--decode --prompts --depth -f --file --prompt-cache --system --host --api-key --cors --port --cache-mb --parallel -np --timeout -to --think --no-think "
     "--verbose --temp --temperature --top-k --top-p --min-p --repeat-penalty --presence-penalty --frequency-penalty "
     "--repeat-last-n --draft --draft-max --seed -s --stop --ignore-eos --json --greedy --ids --stepwise --second-half --special "
     "--grammar --json-schema";
@@ -172,6 +172,9 @@ int parse_common(int argc, char **argv, opts *o, const char *allowed) {
         }
         else if (!strcmp(a, "--cache-mb")) {
             if (want_value(argc, argv, &i) || parse_long("--cache-mb", argv[i], 0, 1 << 24, &o->cache_mb)) return -1;
+        }
+        else if (!strcmp(a, "--timeout") || !strcmp(a, "-to")) {
+            if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 86400, &o->timeout)) return -1;
         }
         else if (!strcmp(a, "--parallel") || !strcmp(a, "-np")) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 64, &o->parallel)) return -1;

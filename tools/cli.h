@@ -22,7 +22,7 @@ int write_atomic(const char *path, const void *data, size_t len);
 
 typedef struct {
     const char *model, *tokens, *out, *prompt, *kernels, *prompts, *file, *system, *host, *prompt_cache, *api_key, *cors, *depths, *grammar, *json_schema;
-    long long n, threads, ctx, chunks, decode, port, parallel, cache_mb;
+    long long n, threads, ctx, chunks, decode, port, parallel, cache_mb, timeout;
     int greedy, ids, stepwise, special, json, help, think, seed_set, mmap, verbose, second_half;
     qhx_kv_form kv;                       /* --kv */
     qhx_generate_opts gen;                /* sampling flags */

@@ -15,6 +15,7 @@
 
 static const char serve_help[] =
     "usage: qhx serve MODEL [--host 127.0.0.1] [--port 8080] [--parallel 4] [--ctx N] [-n 4096] [--cache-mb 2048]\n"
+    "                 [--timeout 30]\n"
     "An OpenAI-compatible HTTP server: GET /health, GET /v1/models, POST /v1/completions,\n"
     "POST /v1/chat/completions (stream, max_tokens, temperature, top_p, top_k, min_p, seed, stop,\n"
     "presence/frequency/repetition penalties, logit_bias, logprobs, tools and tool_calls,\n"
@@ -28,6 +29,9 @@ static const char serve_help[] =
     "  --api-key KEY  require \"Authorization: Bearer KEY\" on every route but /health (or set\n"
     "                 QHX_API_KEY); without one, listening beyond loopback prints a warning\n"
     "  --cors ORIGIN  let browser pages from ORIGIN (or *) call the server; preflights answered\n"
+    "  --timeout S    a client has S seconds to send a request's headers (from connecting, or\n"
+    "                 from the end of its last reply) and S more for its body, else the\n"
+    "                 connection is closed (default 30; -to); replies have no deadline\n"
     "  --parallel N   sessions generating at once, taking turns token by token (default 4; -np)\n"
     "  --ctx N        positions a slot may use, prompt and reply (default: the model's context;\n"
     "                 -c, --ctx-size); the memory a slot can reach is printed at start\n"
@@ -42,8 +46,8 @@ static const char serve_help[] =
 
 
 int cmd_serve(int argc, char **argv) {
-    opts o = {.n = 4096, .port = 8080, .parallel = 4, .host = "127.0.0.1", .cache_mb = 2048};
-    if (parse_common(argc, argv, &o, "-m -n --n-predict --host --port --api-key --cors --parallel -np --cache-mb --ctx -c --ctx-size --draft --draft-max" RUNTIME_FLAGS)) return 2;
+    opts o = {.n = 4096, .port = 8080, .parallel = 4, .host = "127.0.0.1", .cache_mb = 2048, .timeout = 30};
+    if (parse_common(argc, argv, &o, "-m -n --n-predict --host --port --api-key --cors --timeout -to --parallel -np --cache-mb --ctx -c --ctx-size --draft --draft-max" RUNTIME_FLAGS)) return 2;
     if (o.help) return fputs(serve_help, stdout), 0;
     if (!o.model || o.prompt) return die("needs MODEL and nothing else (see qhx serve --help)"), 2;
     if (o.n < 1) return die("-n: at least 1"), 2;
@@ -63,10 +67,11 @@ int cmd_serve(int argc, char **argv) {
     if (o.api_key && !*o.api_key) o.api_key = NULL;
     if (o.cors && (!*o.cors || strpbrk(o.cors, "\r\n"))) return die("--cors: '%s' is not an origin", o.cors), 2;
     server sv = {.max_tokens = (int)o.n, .n_slots = (int)o.parallel, .draft = o.gen.draft, .draft_max = o.gen.draft_max,
-                 .api_key = o.api_key, .cors = o.cors};
+                 .api_key = o.api_key, .cors = o.cors, .dl.timeout = (double)o.timeout};
     qhx_runtime *rt = NULL;
     int rc = 1;
     struct MHD_Daemon *d = NULL;
+    int watching = 0;
     pthread_mutex_init(&sv.lock, NULL);
     pthread_cond_init(&sv.cv, NULL);
     sv.slot = calloc((size_t)sv.n_slots, sizeof *sv.slot);
@@ -105,6 +110,8 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     unsigned port;
+    if (deadline_start(&sv)) { die("cannot start a thread"); goto done; }
+    watching = 1;
     d = serve_listen(&sv, (struct sockaddr *)&addr, v6, (unsigned)o.port, &port);
     if (!d) { die("cannot listen on %s port %lld: %s", o.host, o.port, strerror(errno)); goto done; }
     const double slot_mb = (sv.mi.state_bytes + (double)sv.mi.kv_bytes_per_token * sv.mi.max_context) / 1048576.0;
@@ -136,6 +143,7 @@ int cmd_serve(int argc, char **argv) {
             cs.evictions, cs.entries, cs.bytes / 1048576.0);
     rc = 0;
 done:
+    if (watching) deadline_stop(&sv); /* after the daemon: its connections are gone */
     qhx_prefix_cache_free(sv.cache);
     for (int i = 0; sv.slot && i < sv.n_slots; i++) qhx_session_free(sv.slot[i]);
     free(sv.slot);

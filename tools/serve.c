@@ -698,6 +698,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (!up) { /* headers are in; the body (if any) follows */
         if (!(up = calloc(1, sizeof *up))) return MHD_NO;
         *con_cls = up;
+        deadline_set(sv, c, "body");
         return MHD_YES;
     }
     if (*data_size) {
@@ -710,6 +711,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         *data_size = 0;
         return MHD_YES;
     }
+    deadline_set(sv, c, NULL); /* the request is in: its reply takes what it takes */
     const int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (!strcmp(method, "OPTIONS") && sv->cors) { /* a browser's preflight */
         struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
@@ -746,6 +748,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 }
 
 static void request_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)toe;
+    deadline_set(cls, c, "headers"); /* of the connection's next request */
     upload *up = *con_cls;
     if (up) free(up->body);
     free(up);
@@ -755,8 +759,9 @@ static void request_done(void *cls, struct MHD_Connection *c, void **con_cls, en
 struct MHD_Daemon *serve_listen(server *sv, const struct sockaddr *addr, int v6, unsigned port, unsigned *bound) {
     struct MHD_Daemon *d =
         MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | (v6 ? MHD_USE_IPv6 : 0), (uint16_t)port,
-                         NULL, NULL, handle, sv, MHD_OPTION_SOCK_ADDR, addr, MHD_OPTION_NOTIFY_COMPLETED, request_done, NULL,
-                         MHD_OPTION_CONNECTION_LIMIT, 128u, MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_END);
+                         NULL, NULL, handle, sv, MHD_OPTION_SOCK_ADDR, addr, MHD_OPTION_NOTIFY_COMPLETED, request_done, sv,
+                         MHD_OPTION_NOTIFY_CONNECTION, deadline_notify, sv, MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
+                         MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_END);
     const union MHD_DaemonInfo *di = d ? MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT) : NULL;
     *bound = di ? di->port : port;
     return d;

@@ -10,6 +10,15 @@
 #include <pthread.h>
 #include <signal.h>
 
+#define MAX_CONNECTIONS 128 /* libmicrohttpd's limit: a thread each */
+
+typedef struct {
+    struct MHD_Connection *c;   /* NULL: a free entry */
+    int fd;
+    double deadline;            /* monotonic seconds; 0: none (a reply is being made) */
+    const char *what;           /* what must be in by then: "headers" or "body" */
+} watched;
+
 typedef struct {
     qhx_model *m;
     qhx_tokenizer *tok;
@@ -32,6 +41,15 @@ typedef struct {
     float *batch_logits;        /* [n_slots][vocab] */
     const char *api_key;        /* --api-key: every route but /health wants "Authorization: Bearer KEY" */
     const char *cors;           /* --cors: the origin browsers may call from (or "*") */
+    struct {                    /* deadlines for what clients send (tools/serve_deadline.c), under their own lock */
+        double timeout;         /* --timeout: seconds for a request's headers, as many for its body */
+        pthread_mutex_t lock;
+        pthread_cond_t cv;
+        pthread_t thread;
+        int stop;
+        unsigned long closed;   /* connections shut for a missed deadline */
+        watched w[MAX_CONNECTIONS];
+    } dl;
     struct {                    /* GET /metrics, under lock */
         unsigned long by_status[600];
         unsigned long long prompt_tokens, cached_tokens, generated_tokens, decode_tokens;
@@ -109,6 +127,13 @@ enum MHD_Result serve_side_route(server *sv, struct MHD_Connection *c, const cha
                                  size_t len, int too_big);
 /* "Bearer KEY" with the server's key, compared in time independent of where they differ. */
 int serve_key_ok(const char *key, const char *authorization);
+/* Deadlines (tools/serve_deadline.c): deadline_notify is libmicrohttpd's connection callback;
+ * deadline_set gives the connection `what` ("body", "headers") to arrive in --timeout seconds from
+ * now, or (NULL) no deadline while its reply is made. */
+int deadline_start(server *sv);
+void deadline_stop(server *sv);
+void deadline_notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code);
+void deadline_set(server *sv, struct MHD_Connection *c, const char *what);
 struct MHD_Daemon *serve_listen(server *sv, const struct sockaddr *addr, int v6, unsigned port, unsigned *bound);
 
 #endif

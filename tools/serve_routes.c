@@ -23,6 +23,9 @@ static enum MHD_Result metrics(server *sv, struct MHD_Connection *c) {
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     if (!f) return send_error(sv, c, 500, "server_error", NULL, NULL, "out of memory");
+    pthread_mutex_lock(&sv->dl.lock);
+    const unsigned long closed = sv->dl.closed;
+    pthread_mutex_unlock(&sv->dl.lock);
     pthread_mutex_lock(&sv->lock);
     fprintf(f, "# HELP qhx_requests_total HTTP responses by status code.\n# TYPE qhx_requests_total counter\n");
     for (unsigned s = 100; s < sizeof sv->stats.by_status / sizeof *sv->stats.by_status; s++)
@@ -36,6 +39,7 @@ static enum MHD_Result metrics(server *sv, struct MHD_Connection *c) {
         {"qhx_prompt_tokens_total", "counter", "Prompt tokens of finished generations.", (double)sv->stats.prompt_tokens},
         {"qhx_cached_tokens_total", "counter", "Prompt tokens resumed from the prefix cache.", (double)sv->stats.cached_tokens},
         {"qhx_generated_tokens_total", "counter", "Tokens generated.", (double)sv->stats.generated_tokens},
+        {"qhx_connections_timed_out_total", "counter", "Connections closed for sending a request slower than --timeout.", (double)closed},
         {"qhx_prefill_seconds_total", "counter", "Time spent evaluating prompts (slot taken to first token).", sv->stats.prefill_s},
         {"qhx_decode_seconds_total", "counter", "Time spent generating after the first token.", sv->stats.decode_s},
         {"qhx_prefill_tokens_per_second", "gauge", "Uncached prompt tokens over prefill time, since start.",
