@@ -7,7 +7,8 @@
 # A synthetic bundle (qhx synth, qhx forge) has no tokenizer: copy one in first (the Qwen3 one in
 # build/data/tokenizers/qwen3/tokenizer.json serves; its ids are a prefix of the vocabulary).
 # With LLAMA_SERVER=PATH and GGUF=FILE it runs llama.cpp's llama-server with the same number of
-# slots (-np) on the same shape in the same run, the rounds alternated.
+# slots (-np) on the same shape in the same run, the rounds alternated; it reads its weights in
+# (--no-mmap; newer llama.cpp spells it LLAMA_SERVER_ARGS="-lm none").
 set -euo pipefail
 tokens=64 rounds=2
 while getopts n:r: o; do
@@ -69,7 +70,7 @@ for ((r = 0; r < rounds; r++)); do
     if [[ -n ${LLAMA_SERVER:-} ]]; then
         for n in 1 2 4 8; do
             port=$(free_port)
-            run_server llama "$port" "$LLAMA_SERVER" -m "$GGUF" --port "$port" -np "$n" -c $((n * (tokens + 16))) -t "$(nproc)" --no-mmap
+            run_server llama "$port" "$LLAMA_SERVER" -m "$GGUF" --port "$port" -np "$n" -c $((n * (tokens + 16))) -t "$(nproc)" ${LLAMA_SERVER_ARGS---no-mmap}
             echo "llama-server $n $(streams "http://127.0.0.1:$port" "$n")" >>"$out/all"
             kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
         done
