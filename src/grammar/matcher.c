@@ -9,8 +9,10 @@
  *
  * The mask walks the tokenizer's pieces as a trie from the current state, dropping a whole subtree
  * as soon as its prefix is refused, and is kept per state (the same state, e.g. inside the same
- * string, gives the same mask). Callers check the sampled token first and ask for the mask only
- * when it is refused. */
+ * string, gives the same mask). Inside a string that takes any character, which is where most
+ * pieces are allowed, it walks only the 3 % of pieces that hold a '"', '\' or control, from that
+ * byte on (qhx_trie.tail). Callers check the sampled token first and ask for the mask only when
+ * it is refused. */
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer_internal.h"
 #include "util/buf.h"
@@ -38,6 +40,15 @@ struct qhx_trie {
     size_t n_node;
     int32_t *ids;
     int n_vocab;
+    /* Inside a JSON string that takes every character (a string state: the same state after each),
+     * a piece is allowed by what follows its first '"', '\' or control, the characters before it
+     * leaving the state as it was. So the tokenizer's trie keeps its pieces sorted three ways:
+     * `clean`, the ids (bits) of pieces of string characters only (valid UTF-8, possibly ending
+     * inside a character); `tail`, a trie of the other pieces from their first such byte (under
+     * their own ids), for those whose characters before it are whole and valid; and the rest,
+     * which no string state takes. NULL in a tail trie. */
+    uint64_t *clean;
+    struct qhx_trie *tail;
 };
 
 /* UTF-8 validity as an 8-state automaton: 0 between characters, 1-3 continuation bytes still
@@ -115,21 +126,22 @@ void qhx_trie_free(qhx_trie *t) {
     free(t->node);
     free(t->ascii);
     free(t->ids);
+    free(t->clean);
+    qhx_trie_free(t->tail);
     free(t);
 }
 
-static qhx_trie *build_trie(const qhx_tokenizer *t) {
+/* The bytes a JSON string may hold unescaped: not '"', '\\' or a control (and all of >= 0x80). */
+static const uint64_t STRING_ASCII[2] = {0xFFFFFFFB00000000ull, 0xFFFFFFFFEFFFFFFFull};
+
+static int string_byte(uint8_t b) { return b >= 128 || (STRING_ASCII[b >> 6] >> (b & 63) & 1); }
+
+/* The trie of the n pieces r (sorted in place), each under its id. */
+static qhx_trie *trie_of(piece_ref *r, size_t n, int n_vocab) {
     qhx_trie *tr = calloc(1, sizeof *tr);
-    piece_ref *r = malloc(sizeof *r * (size_t)(t->n_ids + 1));
-    uint8_t *special = calloc((size_t)t->n_ids + 1, 1);
-    size_t n = 0;
-    if (!tr || !r || !special) goto fail;
-    for (int i = 0; i < t->n_added; i++)
-        if (t->added[i].special && t->added[i].id >= 0 && t->added[i].id < t->n_ids) special[t->added[i].id] = 1;
-    for (int32_t id = 0; id < t->n_ids; id++)
-        if (t->piece[id] && t->piece_len[id] && !special[id]) r[n++] = (piece_ref){t->piece[id], t->piece_len[id], id};
+    if (!tr) return NULL;
     qsort(r, n, sizeof *r, cmp_piece);
-    tr->n_vocab = t->n_ids;
+    tr->n_vocab = n_vocab;
     if (!(tr->ids = malloc(sizeof *tr->ids * (n + 1)))) goto fail;
     for (size_t i = 0; i < n; i++) tr->ids[i] = r[i].id;
     /* breadth first: a node's children are made together, so they lie side by side */
@@ -168,16 +180,43 @@ static qhx_trie *build_trie(const qhx_tokenizer *t) {
         }
     }
     free(w);
-    free(r);
-    free(special);
-    if (!(tr->ascii = malloc(sizeof *tr->ascii * tr->n_node))) { qhx_trie_free(tr); return NULL; }
+    if (!(tr->ascii = malloc(sizeof *tr->ascii * tr->n_node))) goto fail;
     summarize(tr);
     return tr;
 fail:
     qhx_trie_free(tr);
-    free(r);
-    free(special);
     return NULL;
+}
+
+static qhx_trie *build_trie(const qhx_tokenizer *t) {
+    qhx_trie *tr = NULL;
+    piece_ref *r = malloc(sizeof *r * (size_t)(t->n_ids + 1)), *tails = malloc(sizeof *r * (size_t)(t->n_ids + 1));
+    uint8_t *special = calloc((size_t)t->n_ids + 1, 1);
+    uint64_t *clean = calloc(((size_t)t->n_ids + 63) / 64 + 1, sizeof *clean);
+    size_t n = 0, n_tail = 0;
+    if (!r || !tails || !special || !clean) goto done;
+    for (int i = 0; i < t->n_added; i++)
+        if (t->added[i].special && t->added[i].id >= 0 && t->added[i].id < t->n_ids) special[t->added[i].id] = 1;
+    for (int32_t id = 0; id < t->n_ids; id++) {
+        if (!t->piece[id] || !t->piece_len[id] || special[id]) continue;
+        const char *p = t->piece[id];
+        const uint32_t len = t->piece_len[id];
+        r[n++] = (piece_ref){p, len, id};
+        uint32_t k = 0;
+        int st = 0;
+        while (k < len && st >= 0 && string_byte((uint8_t)p[k])) st = utf8_next(st, (uint8_t)p[k++]);
+        if (st < 0) continue; /* invalid UTF-8 before any special byte */
+        if (k == len) clean[id >> 6] |= 1ull << (id & 63);
+        else if (st == 0) tails[n_tail++] = (piece_ref){p + k, len - k, id};
+    }
+    if ((tr = trie_of(r, n, t->n_ids)) && (tr->tail = trie_of(tails, n_tail, t->n_ids))) tr->clean = clean, clean = NULL;
+    else qhx_trie_free(tr), tr = NULL;
+done:
+    free(r);
+    free(tails);
+    free(special);
+    free(clean);
+    return tr;
 }
 
 const qhx_trie *qhx_tokenizer_trie(const qhx_tokenizer *ct) {
@@ -551,9 +590,6 @@ static void loops_kept(qhx_gmatch *m, size_t from, size_t n, loop_info *lp) {
     e->li.bits[0] = lp->bits[0], e->li.bits[1] = lp->bits[1], e->li.high = lp->high, e->li.looked = 1;
 }
 
-/* The bytes a JSON string may hold unescaped: not '"', '\\' or a control (and all of >= 0x80). */
-static const uint64_t STRING_ASCII[2] = {0xFFFFFFFB00000000ull, 0xFFFFFFFFEFFFFFFFull};
-
 /* How many string characters in a row the state takes where every such character leads to the
  * same state ('e' stands for them): inside a string with a maxLength, what is left of it (255: no
  * end). Kept per state (each step along the way is the next position's state). 0 when the state
@@ -596,11 +632,15 @@ static void allow(qhx_gmatch *m, const qhx_trie *tr, uint32_t from, uint32_t to)
     for (uint32_t i = from; i < to; i++) m->mask[tr->ids[i] >> 6] |= 1ull << (tr->ids[i] & 63);
 }
 
-static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, size_t n, upart u, loop_info *lp) {
+/* The pieces below trie node t allowed from the state work[from..from+n) with the partial
+ * character u, into m->mask; children whose first byte has its bit in skip (NULL: none) are left
+ * out. */
+static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, size_t n, upart u, loop_info *lp, const uint64_t *skip) {
     const tnode *nd = &tr->node[t];
     for (uint32_t c = 0; c < nd->n_child && !m->oom; c++) {
         const uint32_t ci = nd->child + c;
         const tnode *ch = &tr->node[ci];
+        if (skip && (skip[ch->byte >> 6] >> (ch->byte & 63) & 1)) continue;
         if (u.need == 0 && ch->end - ch->tok >= 8) {
             if (!lp->looked) loops_kept(m, from, n, lp);
             if (!(tr->ascii[ci][0] & ~lp->bits[0]) && !(tr->ascii[ci][1] & ~lp->bits[1]) && (!ch->high || (lp->high && (ch->utf8_ok & 1)))) {
@@ -618,7 +658,7 @@ static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, siz
         }
         if (u.need == 0 && lp->looked && ch->byte < 128 && (lp->bits[ch->byte >> 6] >> (ch->byte & 63) & 1)) {
             allow(m, tr, ch->tok, ch->tok + ch->n_tok); /* the same state: no step */
-            if (ch->n_child) walk(m, tr, ci, from, n, u, lp);
+            if (ch->n_child) walk(m, tr, ci, from, n, u, lp, NULL);
             continue;
         }
         upart v = u;
@@ -629,55 +669,135 @@ static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, siz
         if (k > 0) {
             allow(m, tr, ch->tok, ch->tok + ch->n_tok);
             loop_info sub = {.runway = -1};
-            if (ch->n_child) walk(m, tr, ci, at, (size_t)k, v, &sub);
+            if (ch->n_child) walk(m, tr, ci, at, (size_t)k, v, &sub, NULL);
         }
         m->n_work = mark;
     }
 }
 
-static uint64_t state_hash(const qhx_gmatch *m) {
+static int string_state(const loop_info *lp) {
+    return lp->high && (lp->bits[0] & STRING_ASCII[0]) == STRING_ASCII[0] && (lp->bits[1] & STRING_ASCII[1]) == STRING_ASCII[1];
+}
+
+static int same_sorted(qhx_gmatch *m, size_t at, size_t k, const int32_t *set, size_t n) {
+    if (k != n) return 0;
+    int32_t t[16];
+    memcpy(t, m->work + at, sizeof *t * k);
+    qsort(t, k, sizeof *t, cmp_i32);
+    return !memcmp(t, set, sizeof *t * k);
+}
+
+/* Where a state that is no string state enters one: an object key where any key may stand beside
+ * the named ones (the named keys' literals mix with "any other key", so the walk would step through
+ * every piece holding a '"'). L, the state after DEL (a string character no named key holds), when
+ * it is a string state: into[b / 64] bit b for every first byte b that leads there too, bit 128 +
+ * 0 when every non-ASCII character does. Then a piece starting with such a byte is allowed exactly
+ * when L allows it, since L takes the byte back to itself. 0 when there is no such L. */
+static size_t string_entry(qhx_gmatch *m, size_t n, int32_t L[16], uint64_t into[4]) {
+    memset(into, 0, sizeof(uint64_t) * 4);
+    upart v = {0};
+    size_t at;
+    const long k = step(m, 0, n, &v, 0x7F, &at);
+    if (k <= 0 || k > 16) return 0;
+    loop_info lp = {.runway = -1};
+    loops_kept(m, at, (size_t)k, &lp);
+    if (!string_state(&lp)) return 0;
+    memcpy(L, m->work + at, sizeof *L * (size_t)k);
+    qsort(L, (size_t)k, sizeof *L, cmp_i32);
+    m->n_work = n;
+    for (int b = 0; b < 128; b++) {
+        if (!string_byte((uint8_t)b)) continue;
+        upart w = {0};
+        const long kb = step(m, 0, n, &w, (uint8_t)b, &at);
+        if (kb > 0 && same_sorted(m, at, (size_t)kb, L, (size_t)k)) into[b >> 6] |= 1ull << (b & 63);
+        m->n_work = n;
+    }
+    int all = 1; /* every stack takes every non-ASCII character or none (then U+0080 stands for them all) */
+    for (size_t i = 0; i < n && all; i++) {
+        int32_t id = m->work[i];
+        if (id == ACCEPT) continue;
+        const qhx_gcharset *c = top(m, id);
+        all = (covers(m->g, c, 0x80, 0xD7FF) && covers(m->g, c, 0xE000, 0x10FFFF)) || !qhx_gcharset_any(m->g, c, 0x80, 0x10FFFF);
+    }
+    upart w = {0};
+    long kh = all ? step(m, 0, n, &w, 0xC2, &at) : 0;
+    if (kh > 0) kh = step(m, at, (size_t)kh, &w, 0x80, &at);
+    if (kh > 0 && same_sorted(m, at, (size_t)kh, L, (size_t)k)) into[2] = into[3] = ~0ull;
+    m->n_work = n;
+    return (size_t)k;
+}
+
+/* The mask of the state set[0..n) (sorted) with the partial character m->u, kept per state: NULL
+ * when out of memory. A string state (one that every string character leaves as it is) takes its
+ * pieces as the trie sorted them (qhx_trie.clean, .tail); a state that enters one (string_entry)
+ * takes that state's mask for the pieces that start by entering it, and walks the rest. */
+static const uint64_t *mask_of(qhx_gmatch *m, const int32_t *set, size_t n, int nested) {
+    const qhx_trie *tr = m->g->trie;
     uint64_t h = 0x9e3779b97f4a7c15ull ^ m->u.acc ^ (uint64_t)m->u.need << 32;
-    for (size_t i = 0; i < m->n_cur; i++) h = (h ^ (uint32_t)m->cur[i]) * 0xbf58476d1ce4e5b9ull, h ^= h >> 29;
-    return h;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint32_t)set[i]) * 0xbf58476d1ce4e5b9ull, h ^= h >> 29;
+    for (int i = 0; i < N_CACHED; i++) {
+        cached *c = &m->cache[i];
+        if (c->mask && c->hash == h && c->n == (int)n && !memcmp(&c->u, &m->u, sizeof c->u) && !memcmp(c->set, set, sizeof *c->set * n))
+            return c->mask;
+    }
+    cached *c = &m->cache[m->next_cache]; /* a nested call takes the next entry, not this one */
+    m->next_cache = (m->next_cache + 1) % N_CACHED;
+    free(c->set);
+    c->set = malloc(sizeof *c->set * (n + 1));
+    if (!c->mask) c->mask = malloc(sizeof *c->mask * m->n_words);
+    if (!c->set || !c->mask) { free(c->set); c->set = NULL; c->mask = NULL; return NULL; }
+    c->hash = 0, c->n = -1;
+    memcpy(c->set, set, sizeof *c->set * n);
+    m->oom = 0;
+    m->n_work = 0;
+    if (qhx_reserve(&m->work, &m->cap_work, n, sizeof *m->work)) return NULL;
+    memcpy(m->work, set, sizeof *m->work * n);
+    m->n_work = n;
+    loop_info top = {.runway = -1};
+    if (m->u.need == 0 && n <= 16) loops_kept(m, 0, n, &top);
+    int32_t L[16];
+    uint64_t into[4];
+    size_t nl = 0;
+    if (string_state(&top)) {
+        memcpy(c->mask, tr->clean, sizeof *c->mask * m->n_words);
+        m->mask = c->mask;
+        walk(m, tr->tail, 0, 0, n, m->u, &top, NULL);
+    } else if (!nested && m->u.need == 0 && n <= 16 && (nl = string_entry(m, n, L, into)) > 0) {
+        const uint64_t *lm = mask_of(m, L, nl, 1);
+        if (!lm) return NULL;
+        memcpy(c->mask, lm, sizeof *c->mask * m->n_words);
+        const tnode *root = &tr->node[0];
+        for (uint32_t i = 0; i < root->n_child; i++) { /* the pieces that enter it some other way, or not at all */
+            const tnode *ch = &tr->node[root->child + i];
+            if (into[ch->byte >> 6] >> (ch->byte & 63) & 1) continue;
+            for (uint32_t k = ch->tok; k < ch->end; k++) c->mask[tr->ids[k] >> 6] &= ~(1ull << (tr->ids[k] & 63));
+        }
+        memcpy(m->work, set, sizeof *m->work * n); /* the nested walk wrote over it */
+        m->n_work = n;
+        m->mask = c->mask;
+        loop_info lp = {.runway = -1};
+        walk(m, tr, 0, 0, n, m->u, &lp, into);
+    } else {
+        memset(c->mask, 0, sizeof *c->mask * m->n_words);
+        m->mask = c->mask;
+        walk(m, tr, 0, 0, n, m->u, &top, NULL);
+    }
+    if (m->oom) return NULL;
+    c->n = (int)n;
+    c->u = m->u;
+    c->hash = h;
+    return c->mask;
 }
 
 const uint64_t *qhx_gmatch_mask(qhx_gmatch *m) {
-    const qhx_trie *tr = m->g->trie;
-    if (!tr) return NULL;
+    if (!m->g->trie) return NULL;
     /* a state is a set: the same set in another order is the same state */
     for (size_t i = 1; i < m->n_cur; i++)
         for (size_t j = i; j > 0 && m->cur[j - 1] > m->cur[j]; j--) {
             int32_t t = m->cur[j];
             m->cur[j] = m->cur[j - 1], m->cur[j - 1] = t;
         }
-    uint64_t h = state_hash(m);
-    for (int i = 0; i < N_CACHED; i++) {
-        cached *c = &m->cache[i];
-        if (c->mask && c->hash == h && c->n == (int)m->n_cur && !memcmp(&c->u, &m->u, sizeof c->u) &&
-            !memcmp(c->set, m->cur, sizeof *c->set * m->n_cur))
-            return c->mask;
-    }
-    cached *c = &m->cache[m->next_cache];
-    m->next_cache = (m->next_cache + 1) % N_CACHED;
-    free(c->set);
-    c->set = malloc(sizeof *c->set * (m->n_cur + 1));
-    if (!c->mask) c->mask = malloc(sizeof *c->mask * m->n_words);
-    if (!c->set || !c->mask) { free(c->set); c->set = NULL; c->mask = NULL; return NULL; }
-    m->mask = c->mask;
-    memset(m->mask, 0, sizeof *m->mask * m->n_words);
-    m->oom = 0;
-    m->n_work = 0;
-    if (qhx_reserve(&m->work, &m->cap_work, m->n_cur, sizeof *m->work)) return NULL;
-    memcpy(m->work, m->cur, sizeof *m->work * m->n_cur);
-    m->n_work = m->n_cur;
-    loop_info top_loop = {.runway = -1};
-    walk(m, tr, 0, 0, m->n_cur, m->u, &top_loop);
-    if (m->oom) { c->hash = 0, c->n = -1; return NULL; }
-    memcpy(c->set, m->cur, sizeof *c->set * m->n_cur);
-    c->n = (int)m->n_cur;
-    c->u = m->u;
-    c->hash = h;
-    return c->mask;
+    return mask_of(m, m->cur, m->n_cur, 0);
 }
 
 void qhx_gmatch_reset(qhx_gmatch *m) {
