@@ -314,8 +314,8 @@ INLINE __m512i fold4(const __m512i s[4]) {
 INLINE __m512i bcast16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
 
 /* NT tokens (1-4) over NG (1 or 2) row groups: per group and token the 16 lanes of (row,
- * block % 4) accumulators. Each group's codes are unpacked once for every token, and two groups
- * share each activation broadcast; a token's sums and accumulation are what it alone gets. */
+ * block % 4) accumulators. Each group's codes are unpacked once for every token; a token's sums
+ * and accumulation are what it alone gets. */
 INLINE void w4_tokens(const uint8_t *g, size_t gbytes, size_t nb, int NG, const int NT, const qhx_acts *X, int t0, __m512 acc[DTOKENS][2]) {
     const __m512i m = _mm512_set1_epi8(15);
     const uint16_t *ds[2] = {(const uint16_t *)(g + nb * QHX_W4_CODE_BYTES), (const uint16_t *)(g + gbytes + nb * QHX_W4_CODE_BYTES)};
