@@ -167,8 +167,8 @@ typedef struct qhx_session qhx_session;
 
 /* A fresh session on m: its conv and delta-rule states and its KV caches (sized for the model's
  * context) are allocated here. Sessions are independent of each other, but a runtime's threads run
- * one evaluation at a time: threads sharing a runtime must take turns (qhx serve alternates its
- * sessions token by token). */
+ * one evaluation at a time: threads sharing a runtime must take turns (or step their sessions
+ * together with qhx_sessions_step, as qhx serve does). */
 qhx_status qhx_session_new(qhx_model *m, qhx_session **out);
 /* Frees a session (NULL is fine). */
 void qhx_session_free(qhx_session *s);

@@ -36,5 +36,9 @@ mutant value-heads src/model/gguf_model.c 'const int reorder = c->lin_v_heads !=
 mutant batch-positions src/model/qwen35_forward.c 'const int pos0 = st->pos, t0' 'const int pos0 = runs[0].st->pos, t0'
 # a growing KV cache leaving each head's rows where they were (the cache is head-major)
 mutant kv-growth src/model/state.c 'for (int j = 0; j < heads && *cache; j++)' 'for (int j = 0; j < 1 && *cache; j++)'
+# a batched W8 decode pass scaling every token's block by the first token's activation scale
+mutant decode-tokens src/kernels/int_vnni.c 'const __m512 sc = _mm512_set1_ps(s[t][p]);' 'const __m512 sc = _mm512_set1_ps(s[0][p]);'
+# a string state's mask without the pieces that leave the string (a '"', '\\' or control inside)
+mutant string-tails src/grammar/matcher.c 'walk(m, tr->tail, 0, 0, n, m->u, &top, NULL);' '(void)0;'
 
 finish mutants
