@@ -14,6 +14,7 @@
 /* widen 4 rows once for prefill: a 4 x 4 tile widening in registers would spill the 16 */
 #define QV_PREFILL_WIDEN 1
 #define QV_GEMM_ROWS 4
+#define QV_DECODE_ROWS 1 /* rows side by side in a batched decode over row-major rows: 16 registers hold one row's 4 x 2 accumulators */
 
 typedef __m256 qv_f32;
 typedef __m256 qv_mask;

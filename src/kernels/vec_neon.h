@@ -13,6 +13,7 @@
 #define QV_PREFILL_TOKENS 4 /* 4 x 4 accumulators + 4 activations + 4 weights of 32 registers */
 #define QV_PREFILL_WIDEN 0  /* 32 registers hold a 4 x 4 tile widening in registers */
 #define QV_GEMM_ROWS 8
+#define QV_DECODE_ROWS 2 /* rows side by side in a batched decode over row-major rows: 2 x 4 tokens x 2 accumulators + 4 weights + 2 activations */
 
 typedef float32x4_t qv_f32;
 typedef uint32x4_t qv_mask;
