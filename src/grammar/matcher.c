@@ -525,6 +525,23 @@ static int covers(const qhx_grammar *g, const qhx_gcharset *c, uint32_t lo, uint
     return 0;
 }
 
+/* The state after any non-ASCII character from work[from..from+n), at work[*at..]: its size, or
+ * -1 when some stack takes some non-ASCII characters but not all (otherwise U+0080 stands for
+ * them all). */
+static long after_high(qhx_gmatch *m, size_t from, size_t n, size_t *at) {
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = m->work[from + i];
+        if (id == ACCEPT) continue;
+        const qhx_gcharset *c = top(m, id);
+        int all = covers(m->g, c, 0x80, 0xD7FF) && covers(m->g, c, 0xE000, 0x10FFFF);
+        if (!all && qhx_gcharset_any(m->g, c, 0x80, 0x10FFFF)) return -1;
+    }
+    upart v = {0};
+    long k = step(m, from, n, &v, 0xC2, at);
+    if (k > 0) k = step(m, *at, (size_t)k, &v, 0x80, at);
+    return k;
+}
+
 /* The bytes that lead the state work[from..from+n) back to itself: ASCII ones as bits, and
  * whether every non-ASCII character does (inside a JSON string, all but " \ and controls). Only
  * through such bytes can a whole subtree of pieces be allowed without walking it. */
@@ -543,21 +560,9 @@ static void loops_of(qhx_gmatch *m, size_t from, size_t n, uint64_t loop[2], int
         if (k < 0 || (first && !same)) return;
         if (same) loop[b >> 6] |= 1ull << (b & 63);
     }
-    for (size_t i = 0; i < n; i++) { /* all of them or none take every non-ASCII character */
-        int32_t id = m->work[from + i];
-        if (id == ACCEPT) continue;
-        const qhx_gcharset *c = top(m, id);
-        int all = covers(m->g, c, 0x80, 0xD7FF) && covers(m->g, c, 0xE000, 0x10FFFF);
-        if (!all && qhx_gcharset_any(m->g, c, 0x80, 0x10FFFF)) return;
-    }
-    size_t mark = m->n_work;
-    upart v = {0};
-    size_t at;
-    long k = step(m, from, n, &v, 0xC2, &at); /* U+0080 stands for them all */
-    if (k > 0) {
-        k = step(m, at, (size_t)k, &v, 0x80, &at);
-        *high = k == (long)n && same_set(m, from, at, n);
-    }
+    size_t mark = m->n_work, at;
+    const long k = after_high(m, from, n, &at);
+    *high = k == (long)n && same_set(m, from, at, n);
     m->n_work = mark;
 }
 
@@ -679,14 +684,6 @@ static int string_state(const loop_info *lp) {
     return lp->high && (lp->bits[0] & STRING_ASCII[0]) == STRING_ASCII[0] && (lp->bits[1] & STRING_ASCII[1]) == STRING_ASCII[1];
 }
 
-static int same_sorted(qhx_gmatch *m, size_t at, size_t k, const int32_t *set, size_t n) {
-    if (k != n) return 0;
-    int32_t t[16];
-    memcpy(t, m->work + at, sizeof *t * k);
-    qsort(t, k, sizeof *t, cmp_i32);
-    return !memcmp(t, set, sizeof *t * k);
-}
-
 /* Where a state that is no string state enters one: an object key where any key may stand beside
  * the named ones (the named keys' literals mix with "any other key", so the walk would step through
  * every piece holding a '"'). L, the state after DEL (a string character no named key holds), when
@@ -696,33 +693,23 @@ static int same_sorted(qhx_gmatch *m, size_t at, size_t k, const int32_t *set, s
 static size_t string_entry(qhx_gmatch *m, size_t n, int32_t L[16], uint64_t into[4]) {
     memset(into, 0, sizeof(uint64_t) * 4);
     upart v = {0};
-    size_t at;
-    const long k = step(m, 0, n, &v, 0x7F, &at);
+    size_t l0, at;
+    const long k = step(m, 0, n, &v, 0x7F, &l0);
     if (k <= 0 || k > 16) return 0;
     loop_info lp = {.runway = -1};
-    loops_kept(m, at, (size_t)k, &lp);
+    loops_kept(m, l0, (size_t)k, &lp);
     if (!string_state(&lp)) return 0;
-    memcpy(L, m->work + at, sizeof *L * (size_t)k);
-    qsort(L, (size_t)k, sizeof *L, cmp_i32);
-    m->n_work = n;
+    const size_t base = l0 + (size_t)k; /* L stays at work[l0..base) while the bytes are tried */
     for (int b = 0; b < 128; b++) {
         if (!string_byte((uint8_t)b)) continue;
         upart w = {0};
-        const long kb = step(m, 0, n, &w, (uint8_t)b, &at);
-        if (kb > 0 && same_sorted(m, at, (size_t)kb, L, (size_t)k)) into[b >> 6] |= 1ull << (b & 63);
-        m->n_work = n;
+        m->n_work = base;
+        if (step(m, 0, n, &w, (uint8_t)b, &at) == k && same_set(m, l0, at, (size_t)k)) into[b >> 6] |= 1ull << (b & 63);
     }
-    int all = 1; /* every stack takes every non-ASCII character or none (then U+0080 stands for them all) */
-    for (size_t i = 0; i < n && all; i++) {
-        int32_t id = m->work[i];
-        if (id == ACCEPT) continue;
-        const qhx_gcharset *c = top(m, id);
-        all = (covers(m->g, c, 0x80, 0xD7FF) && covers(m->g, c, 0xE000, 0x10FFFF)) || !qhx_gcharset_any(m->g, c, 0x80, 0x10FFFF);
-    }
-    upart w = {0};
-    long kh = all ? step(m, 0, n, &w, 0xC2, &at) : 0;
-    if (kh > 0) kh = step(m, at, (size_t)kh, &w, 0x80, &at);
-    if (kh > 0 && same_sorted(m, at, (size_t)kh, L, (size_t)k)) into[2] = into[3] = ~0ull;
+    m->n_work = base;
+    if (after_high(m, 0, n, &at) == k && same_set(m, l0, at, (size_t)k)) into[2] = into[3] = ~0ull;
+    memcpy(L, m->work + l0, sizeof *L * (size_t)k);
+    qsort(L, (size_t)k, sizeof *L, cmp_i32);
     m->n_work = n;
     return (size_t)k;
 }
