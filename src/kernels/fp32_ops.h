@@ -381,7 +381,7 @@ QV_INLINE void gemm_tile(int MR, int K, float alpha, const float *A, int lda, in
     for (int k = 0; k < K; k++) {
         const float *b = B + (size_t)k * ldb, *ak = A + (size_t)k * acs;
         const qv_f32 b0 = qv_load_w(b, n0);
-        const qv_f32 b1 = n1 == QV_LANES ? qv_load(b + QV_LANES) : n1 ? qv_load_n(b + QV_LANES, n1) : qv_zero();
+        const qv_f32 b1 = n1 ? qv_load_w(b + QV_LANES, n1) : qv_zero();
         _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {
             const qv_f32 a = qv_set1(ak[(size_t)r * lda]);
             acc[r][0] = qv_fma(a, b0, acc[r][0]);
