@@ -20,8 +20,9 @@ grep -q "lacks the instructions" "$tmp/err" && ok || bad "neon-q16 on a CPU with
 # parity against the golden logits, a kernel family at a time (test_kernels above holds every
 # set to its scalar twin): auto (int16 activations: neon-i8mm-q16 on -cpu max) and neon (fp32
 # activations); the -q8 sets are approximate opt-ins. The fp32 reference is plain C, checked natively.
+# The greedy check reads the teacher-forced decode steps (test_parity: QHX_PARITY_GREEDY).
 for set in auto neon; do
-    out=$(QHX_TEST_QUICK=1 emu max "$abuild/test_parity" ${set/auto/} 2>&1); rc=$?
+    out=$(QHX_TEST_QUICK=1 QHX_PARITY_GREEDY=rows emu max "$abuild/test_parity" ${set/auto/} 2>&1); rc=$?
     printf '%s\n' "$out" | grep -E 'worst|greedy|passed|FAIL' | sed "s/^/  [max $set] /"
     [[ $rc -eq 0 ]] && ok || bad "test_parity on aarch64 with $set"
 done

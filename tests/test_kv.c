@@ -18,7 +18,13 @@
 #include <unistd.h>
 
 #define MODEL "models/q35-kjv"
+/* under AddressSanitizer (make test-asan) the held-out prompt is a quarter as long: the same code
+ * paths (attention in tiles, the cache grown), 57 s -> 36 s; the native tiers hold 4,096 */
+#ifdef __SANITIZE_ADDRESS__
+#define LONG_TOKENS 1024
+#else
 #define LONG_TOKENS 4096
+#endif
 #define CONTINUE 32
 
 static const char *form_name(qhx_kv_form f) { return f == QHX_KV_F16 ? "f16" : f == QHX_KV_Q8 ? "q8" : "f32"; }
@@ -225,7 +231,7 @@ int main(void) {
     }
     json_decref(root);
 
-    /* 4,096 tokens of held-out text */
+    /* LONG_TOKENS of held-out text */
     qhx_tokenizer *tok;
     size_t len;
     char *text = tl_read("tests/data/corpora/kjv-dev.txt", &len);
@@ -236,7 +242,7 @@ int main(void) {
           "kjv-dev: %s", qhx_last_error());
     if (ids && n_ids >= LONG_TOKENS) {
         const double long_dev[3] = {0, 1.5e-2, 1.5e-1}, long_top[3] = {1, 1, 0.995};
-        compare(o, "kjv-dev 4096", ids, LONG_TOKENS, long_dev, long_top);
+        compare(o, LONG_TOKENS == 4096 ? "kjv-dev 4096" : "kjv-dev 1024", ids, LONG_TOKENS, long_dev, long_top);
         for (int f = 0; f < 3; f++) reuse(&o[f], ids, 300);
         state_files(o, ids);
     }
