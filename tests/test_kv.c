@@ -19,7 +19,7 @@
 
 #define MODEL "models/q35-kjv"
 /* under AddressSanitizer (make test-asan) the held-out prompt is a quarter as long: the same code
- * paths (attention in tiles, the cache grown), 57 s -> 36 s; the native tiers hold 4,096 */
+ * paths (attention in tiles, the cache grown) in far less time; the native tiers hold 4,096 */
 #ifdef __SANITIZE_ADDRESS__
 #define LONG_TOKENS 1024
 #else

@@ -245,6 +245,8 @@ qhx_status qhxf_write(const char *path, const qhxf_header *hdr, const qhxf_entry
         /* W8 and W4 are written in whole row groups (of 4 rows, both) */
         const size_t row = qhxf_data_bytes(t[i].dtype, 1, t[i].cols) / (t[i].dtype == QHX_I8 || t[i].dtype == QHX_Q4 ? QHX_W8_GROUP : 1);
         int step = (int)((16u << 20) / row);
+        const int rows = (t[i].rows + QHX_W8_GROUP - 1) / QHX_W8_GROUP * QHX_W8_GROUP; /* no more than the tensor */
+        if (step > rows) step = rows;
         if (step < QHX_W8_GROUP) step = QHX_W8_GROUP; /* whole W8 row groups */
         step -= step % QHX_W8_GROUP;
         free(buf);
