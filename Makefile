@@ -16,6 +16,15 @@ ARCH    := aarch64
 endif
 CC      ?= cc
 BUILD   ?= build
+# `make STATIC=1` (with CROSS=aarch64: the seed's deployment, qhx_generate pushed to a phone with
+# adb): qhx and qhx_generate statically linked, into BUILD-static, against Debian's static
+# archives, with cJSON and libmicrohttpd (no HTTPS) built from Debian's sources there
+# (scripts/static_deps.sh: Debian ships neither as a static archive that links)
+ifeq ($(STATIC),1)
+BUILD   := $(BUILD)-static
+STATIC_DEPS := $(BUILD)/static-deps
+STATIC_STAMP := $(STATIC_DEPS)/lib/libmicrohttpd.a
+endif
 ARCH    ?= $(shell uname -m)
 OPT     ?= -O2
 SAN     ?=
@@ -43,6 +52,11 @@ SONAME  := libqhexrt.so.$(firstword $(subst ., ,$(VERSION)))
 LIB_LIBS := -lcjson -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread
 LDLIBS  += -lmicrohttpd -ledit $(LIB_LIBS)
 LDFLAGS += $(SAN)
+ifeq ($(STATIC),1)
+CFLAGS  += -I$(STATIC_DEPS)/include
+LDFLAGS += -static -L$(STATIC_DEPS)/lib
+LDLIBS  := -lmicrohttpd -ledit -ltinfo -lbsd -lmd $(LIB_LIBS)
+endif
 
 LIB_SRC  := $(wildcard src/*.c src/*/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -53,13 +67,19 @@ FUZZ_REPLAY := $(FUZZERS:%=$(BUILD)/fuzz/%)
 
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
+ifeq ($(STATIC),1)
+all: $(BUILD)/qhx $(BUILD)/qhx_generate
+$(STATIC_STAMP):
+	scripts/static_deps.sh $(STATIC_DEPS) $(CC)
+else
 all: $(BUILD)/qhx $(BUILD)/qhx_generate $(BUILD)/gguf_synth $(BUILD)/$(SONAME) $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/pty_drive $(EXAMPLES)
+endif
 
 # objects rebuild when the compiler or its flags change, not only their sources
 FLAGS_FILE := $(BUILD)/.cflags
 $(shell mkdir -p $(BUILD) && echo '$(CC) $(CFLAGS)' | cmp -s - $(FLAGS_FILE) || echo '$(CC) $(CFLAGS)' > $(FLAGS_FILE))
 
-$(BUILD)/%.o: %.c $(FLAGS_FILE)
+$(BUILD)/%.o: %.c $(FLAGS_FILE) | $(STATIC_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -149,11 +169,12 @@ test-mutants: all
 	tests/mutants.sh $(BUILD)
 
 # the aarch64 build under qemu-aarch64: the library, the CLI and the two tests it runs there
-# (kernels, parity) and a cross-machine bundle (make check runs it); test-emu builds and runs the
-# whole suite that way (slow: every program emulated)
+# (kernels, parity), a cross-machine bundle and the statically linked CLI (make check runs it);
+# test-emu builds and runs the whole suite that way (slow: every program emulated)
 check-aarch64: all
-	$(MAKE) CROSS=aarch64 BUILD=build-aarch64 build-aarch64/qhx build-aarch64/test_kernels build-aarch64/test_parity
-	tests/aarch64_test.sh build-aarch64 $(BUILD)
+	$(MAKE) CROSS=aarch64 BUILD=build-aarch64 build-aarch64/qhx build-aarch64/qhx_generate build-aarch64/test_kernels build-aarch64/test_parity
+	$(MAKE) CROSS=aarch64 STATIC=1
+	tests/aarch64_test.sh build-aarch64 $(BUILD) build-aarch64-static
 
 EMU_CPU ?= max
 test-emu: all
@@ -169,7 +190,7 @@ test-valgrind: all
 	tests/valgrind.sh $(BUILD)
 
 clean:
-	rm -rf build build-asan build-fuzz build-aarch64 build-aarch64-emu
+	rm -rf build build-asan build-fuzz build-aarch64 build-aarch64-emu build-aarch64-static build-static
 
 .SECONDARY:
 .PHONY: all test test-quick test-mutants test-asan test-valgrind clean fuzz install check-aarch64 test-emu

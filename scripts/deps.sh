@@ -9,10 +9,11 @@ for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -
 [[ ${QHX_TEST_DEPS:-0} == 1 ]] && ! command -v curl >/dev/null && missing+=(curl)    # server tests
 [[ ${QHX_TEST_DEPS:-0} == 1 ]] && ! command -v pkg-config >/dev/null && missing+=(pkg-config) # install test
 # the aarch64 build and its tests (make CROSS=aarch64, make check-aarch64): Debian's cross compiler,
-# qemu's user-mode emulator and the arm64 builds of the libraries (multiarch)
+# qemu's user-mode emulator and the arm64 builds of the libraries (multiarch); dpkg-dev unpacks the
+# Debian sources that the static build compiles (scripts/static_deps.sh)
 cross=()
 if [[ ${QHX_TEST_DEPS:-0} == 1 || ${QHX_CROSS:-} == aarch64 ]]; then
-    for p in gcc-aarch64-linux-gnu qemu-user file libc6-dev:arm64 "${pkgs[@]/%/:arm64}"; do
+    for p in gcc-aarch64-linux-gnu qemu-user file dpkg-dev libc6-dev:arm64 libncurses-dev:arm64 libbsd-dev:arm64 "${pkgs[@]/%/:arm64}"; do
         [[ $p == gcc:arm64 || $p == make:arm64 ]] && continue
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || cross+=("$p")
     done

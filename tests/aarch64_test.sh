@@ -3,10 +3,12 @@
 # on a CPU with the dot product and i8mm (-cpu max: every NEON set against its scalar twin) and on
 # one without (cortex-a53: neon alone, and auto falls back to it), the parity tests against the
 # golden logits for each kernel family that keeps fp32 parity, and a bundle forged on x86-64 run on aarch64
-# (same weight layout: accepted, and the logits of the two machines agree).
-# usage: tests/aarch64_test.sh AARCH64_BUILD NATIVE_BUILD
+# (same weight layout: accepted, and the logits of the two machines agree); then the statically
+# linked qhx (make CROSS=aarch64 STATIC=1), which needs no loader and no library on the device:
+# its greedy text equals the dynamic build's, through the seed's qhx_generate and through serve.
+# usage: tests/aarch64_test.sh AARCH64_BUILD NATIVE_BUILD [STATIC_BUILD]
 set -u
-abuild=${1:-build-aarch64} nbuild=${2:-build}
+abuild=${1:-build-aarch64} nbuild=${2:-build} sbuild=${3:-}
 cd "$(dirname "$0")/.."
 source tests/lib.sh "$nbuild"
 emu() { qemu-aarch64 -cpu "$1" "${@:2}"; }
@@ -52,4 +54,20 @@ across "$tmp/b4" "W4 bundle" 2e-2
 sed -i 's/"target": "cpu-x86_64"/"target": "gpu-hexagon-v81"/' "$tmp/b/manifest.json"
 emu max "$abuild/qhx" generate "$tmp/b" --tokens 1 -n 1 >/dev/null 2>"$tmp/err"
 grep -q "forge the checkpoint again" "$tmp/err" && ok || bad "another target's bundle: $(cat "$tmp/err")"
+if [[ -n $sbuild ]]; then
+    readelf -lW "$sbuild/qhx" >"$tmp/elf" 2>&1 && readelf -dW "$sbuild/qhx" >>"$tmp/elf" 2>&1
+    ! grep -qE 'INTERP|NEEDED' "$tmp/elf" && grep -q AArch64 <(readelf -h "$sbuild/qhx") && ok || bad "$sbuild/qhx is not a static aarch64 program: $(grep -E 'INTERP|NEEDED' "$tmp/elf" | head -3)"
+    emu max "$abuild/qhx_generate" "$tmp/b4/manifest.json" cpu - "$tmp/b4" 16 "And God said" >"$tmp/dyn.txt" 2>/dev/null
+    emu max "$sbuild/qhx_generate" "$tmp/b4/manifest.json" cpu - "$tmp/b4" 16 "And God said" >"$tmp/static.txt" 2>"$tmp/err"
+    [[ -s $tmp/dyn.txt ]] && cmp -s "$tmp/dyn.txt" "$tmp/static.txt" && ok || bad "static qhx_generate: '$(cat "$tmp/static.txt")' vs '$(cat "$tmp/dyn.txt")' ($(tail -1 "$tmp/err"))"
+    echo "  static qhx_generate on aarch64: $(tr '\n' ' ' <"$tmp/static.txt")"
+    qemu-aarch64 -cpu max "$sbuild/qhx" serve "$tmp/b4" --port 0 2>"$tmp/slog" & # not through emu(): SIGINT must reach it
+    spid=$!
+    for _ in $(seq 300); do port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/slog" | grep -o '[0-9]*$'); [[ -n $port ]] && break; sleep 0.1; done
+    curl -s "http://127.0.0.1:${port:-1}/v1/completions" -d '{"prompt":"And God said","max_tokens":16,"temperature":0}' >"$tmp/sreply"
+    kill -INT "$spid"; wait "$spid"
+    node -e 'const r=JSON.parse(require("fs").readFileSync(process.argv[1])), want=require("fs").readFileSync(process.argv[2],"utf8");
+             process.exit(want.startsWith("And God said" + r.choices[0].text) ? 0 : 1)' "$tmp/sreply" "$tmp/static.txt" && ok ||
+        bad "static qhx serve: $(head -c 300 "$tmp/sreply") ($(tail -2 "$tmp/slog"))"
+fi
 finish aarch64
