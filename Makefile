@@ -17,14 +17,10 @@ endif
 CC      ?= cc
 BUILD   ?= build
 # `make STATIC=1` (with CROSS=aarch64: the seed's deployment, qhx_generate pushed to a phone with
-# adb): qhx and qhx_generate statically linked, into BUILD-static, against Debian's static
-# archives, with cJSON and libmicrohttpd (no HTTPS) built from Debian's sources there
+# adb): qhx and qhx_generate statically linked, into BUILD/static, from the same objects, against
+# Debian's static archives, with cJSON and libmicrohttpd (no HTTPS) built from Debian's sources
 # (scripts/static_deps.sh: Debian ships neither as a static archive that links)
-ifeq ($(STATIC),1)
-BUILD   := $(BUILD)-static
-STATIC_DEPS := $(BUILD)/static-deps
-STATIC_STAMP := $(STATIC_DEPS)/lib/libmicrohttpd.a
-endif
+STATIC_DEPS = $(BUILD)/static-deps
 ARCH    ?= $(shell uname -m)
 OPT     ?= -O2
 SAN     ?=
@@ -52,11 +48,6 @@ SONAME  := libqhexrt.so.$(firstword $(subst ., ,$(VERSION)))
 LIB_LIBS := -lcjson -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm -lpthread
 LDLIBS  += -lmicrohttpd -ledit $(LIB_LIBS)
 LDFLAGS += $(SAN)
-ifeq ($(STATIC),1)
-CFLAGS  += -I$(STATIC_DEPS)/include
-LDFLAGS += -static -L$(STATIC_DEPS)/lib
-LDLIBS  := -lmicrohttpd -ledit -ltinfo -lbsd -lmd $(LIB_LIBS)
-endif
 
 LIB_SRC  := $(wildcard src/*.c src/*/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -68,9 +59,7 @@ FUZZ_REPLAY := $(FUZZERS:%=$(BUILD)/fuzz/%)
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
 ifeq ($(STATIC),1)
-all: $(BUILD)/qhx $(BUILD)/qhx_generate
-$(STATIC_STAMP):
-	scripts/static_deps.sh $(STATIC_DEPS) $(CC)
+all: $(BUILD)/static/qhx $(BUILD)/static/qhx_generate
 else
 all: $(BUILD)/qhx $(BUILD)/qhx_generate $(BUILD)/gguf_synth $(BUILD)/$(SONAME) $(TEST_BIN) $(FUZZ_REPLAY) $(BUILD)/pty_drive $(EXAMPLES)
 endif
@@ -79,7 +68,7 @@ endif
 FLAGS_FILE := $(BUILD)/.cflags
 $(shell mkdir -p $(BUILD) && echo '$(CC) $(CFLAGS)' | cmp -s - $(FLAGS_FILE) || echo '$(CC) $(CFLAGS)' > $(FLAGS_FILE))
 
-$(BUILD)/%.o: %.c $(FLAGS_FILE) | $(STATIC_STAMP)
+$(BUILD)/%.o: %.c $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -118,6 +107,16 @@ $(BUILD)/qhx: $(BUILD)/tools/main.o $(BUILD)/libqhxcli.a $(BUILD)/libqhexrt.a
 
 # the seed's positional CLI: the same binary under another name
 $(BUILD)/qhx_generate: $(BUILD)/qhx
+	ln -sf qhx $@
+
+$(STATIC_DEPS)/lib/libmicrohttpd.a:
+	scripts/static_deps.sh $(STATIC_DEPS) $(CC)
+
+$(BUILD)/static/qhx: $(BUILD)/tools/main.o $(BUILD)/libqhxcli.a $(BUILD)/libqhexrt.a | $(STATIC_DEPS)/lib/libmicrohttpd.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -static -L$(STATIC_DEPS)/lib -o $@ $^ -lmicrohttpd -ledit -ltinfo -lbsd -lmd $(LIB_LIBS)
+
+$(BUILD)/static/qhx_generate: $(BUILD)/static/qhx
 	ln -sf qhx $@
 
 # the fuzz harnesses built with the normal compiler and a file-replaying main (tests/fuzz_regress.sh)
@@ -173,8 +172,8 @@ test-mutants: all
 # test-emu builds and runs the whole suite that way (slow: every program emulated)
 check-aarch64: all
 	$(MAKE) CROSS=aarch64 BUILD=build-aarch64 build-aarch64/qhx build-aarch64/qhx_generate build-aarch64/test_kernels build-aarch64/test_parity
-	$(MAKE) CROSS=aarch64 STATIC=1
-	tests/aarch64_test.sh build-aarch64 $(BUILD) build-aarch64-static
+	$(MAKE) CROSS=aarch64 BUILD=build-aarch64 STATIC=1
+	tests/aarch64_test.sh build-aarch64 $(BUILD) build-aarch64/static
 
 EMU_CPU ?= max
 test-emu: all
@@ -190,7 +189,7 @@ test-valgrind: all
 	tests/valgrind.sh $(BUILD)
 
 clean:
-	rm -rf build build-asan build-fuzz build-aarch64 build-aarch64-emu build-aarch64-static build-static
+	rm -rf build build-asan build-fuzz build-aarch64 build-aarch64-emu
 
 .SECONDARY:
 .PHONY: all test test-quick test-mutants test-asan test-valgrind clean fuzz install check-aarch64 test-emu

@@ -4,13 +4,14 @@
 # HTTPS (Debian's libmicrohttpd.a needs GnuTLS, whose p11-kit has no static archive; qhx serve
 # speaks plain HTTP). Each is built from Debian's own source package, the version installed here,
 # Debian's patches applied (apt-get source, with a private package list: the system's apt sources
-# stay as they are), for the target compiler, into OUT/lib and OUT/include.
+# stay as they are), for the target compiler, into OUT/lib; the code compiles against the installed
+# headers of the same versions.
 # usage: scripts/static_deps.sh OUT CC
 set -eu
 out=$1 cc=$2
 [[ -s $out/lib/libcjson.a && -s $out/lib/libmicrohttpd.a ]] && exit 0
 host=$($cc -dumpmachine) || { echo "scripts/static_deps.sh: no compiler '$cc'" >&2; exit 1; }
-rm -rf "$out" && mkdir -p "$out/src" "$out/lib" "$out/include/cjson" "$out/apt/lists/partial" "$out/apt/cache/archives/partial"
+rm -rf "$out" && mkdir -p "$out/src" "$out/lib" "$out/apt/lists/partial" "$out/apt/cache/archives/partial"
 out=$(cd "$out" && pwd)
 log=$out/build.log
 fail() { echo "scripts/static_deps.sh: $1 (see $log)" >&2; exit 1; }
@@ -27,12 +28,10 @@ version() { dpkg-query -W -f='${source:Version}\n' "$1" 2>/dev/null | head -n 1;
 cj=$(echo "$out"/src/cjson-*/)
 "$cc" -std=c89 -O2 -fPIC -c "$cj/cJSON.c" -o "$out/src/cJSON.o" >>"$log" 2>&1 || fail "cJSON did not build"
 ar rcs "$out/lib/libcjson.a" "$out/src/cJSON.o"
-cp "$cj/cJSON.h" "$out/include/cjson/"
 
 mhd=$(echo "$out"/src/libmicrohttpd-*/)
 (cd "$mhd" && ./configure --host="$host" CC="$cc" --disable-https --disable-shared --enable-static --disable-doc \
      --disable-examples --disable-curl --disable-dependency-tracking && make -C src/microhttpd -j"$(nproc)") >>"$log" 2>&1 ||
     fail "libmicrohttpd did not build"
 cp "$mhd/src/microhttpd/.libs/libmicrohttpd.a" "$out/lib/"
-cp "$mhd/src/include/microhttpd.h" "$out/include/"
 echo "static archives in $out/lib: libcjson.a (cjson $(version libcjson-dev)), libmicrohttpd.a (libmicrohttpd $(version libmicrohttpd-dev), no HTTPS)"
