@@ -112,9 +112,10 @@ $(BUILD)/qhx_generate: $(BUILD)/qhx
 $(STATIC_DEPS)/lib/libmicrohttpd.a:
 	scripts/static_deps.sh $(STATIC_DEPS) $(CC)
 
+# libedit.a needs tinfo, bsd and md, which the shared libedit brings along
 $(BUILD)/static/qhx: $(BUILD)/tools/main.o $(BUILD)/libqhxcli.a $(BUILD)/libqhexrt.a | $(STATIC_DEPS)/lib/libmicrohttpd.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -static -L$(STATIC_DEPS)/lib -o $@ $^ -lmicrohttpd -ledit -ltinfo -lbsd -lmd $(LIB_LIBS)
+	$(CC) $(LDFLAGS) -static -L$(STATIC_DEPS)/lib -o $@ $^ $(LDLIBS) -ltinfo -lbsd -lmd
 
 $(BUILD)/static/qhx_generate: $(BUILD)/static/qhx
 	ln -sf qhx $@

@@ -56,13 +56,6 @@ static void close_form(opened *o) {
     qhx_runtime_free(o->rt);
 }
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* logits of a teacher-forced sequence, and the greedy continuation after it */
 static float *run(opened *o, const int32_t *ids, int n, int32_t *cont) {
     float *logits = malloc(sizeof(float) * (size_t)n * o->V), *last = malloc(sizeof(float) * o->V);
@@ -70,7 +63,7 @@ static float *run(opened *o, const int32_t *ids, int n, int32_t *cont) {
     CHECK(qhx_session_eval(o->s, ids, n, QHX_EVAL_SEQUENCE, logits, NULL) == QHX_OK, "%s", qhx_last_error());
     memcpy(last, logits + (size_t)(n - 1) * o->V, sizeof(float) * o->V);
     for (int i = 0; i < CONTINUE; i++) {
-        cont[i] = argmax(last, o->V);
+        cont[i] = tl_argmax(last, o->V);
         CHECK(qhx_session_eval(o->s, &cont[i], 1, QHX_EVAL_STEPWISE, NULL, last) == QHX_OK, "%s", qhx_last_error());
     }
     free(last);
@@ -91,7 +84,7 @@ static void compare(opened o[3], const char *what, const int32_t *ids, int n, co
         for (int t = 0; t < n; t++) {
             const double d = tl_row_dev(lg[f] + (size_t)t * V, lg[0] + (size_t)t * V, V);
             worst = d > worst ? d : worst;
-            same += argmax(lg[f] + (size_t)t * V, V) == argmax(lg[0] + (size_t)t * V, V);
+            same += tl_argmax(lg[f] + (size_t)t * V, V) == tl_argmax(lg[0] + (size_t)t * V, V);
         }
         int part = 0;
         while (part < CONTINUE && cont[f][part] == cont[0][part]) part++;

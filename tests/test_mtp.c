@@ -20,13 +20,6 @@
 
 static double worst_seen;
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* worst row deviation of rows [0, n) against golden rows [g0, g0 + n) */
 static double worst_dev(const float *ours, const float *gold, int g0, int n, int V) {
     double worst = 0;
@@ -88,8 +81,8 @@ static void check_golden(const char *dir, const char *kernels) {
         CHECK(!exact || w < TOL, "%s sequence: deviation %.3e >= %.1e", name, w, TOL);
         int agree = 0, hits = 0, gold_hits = (int)json_integer_value(json_object_get(c, "greedy_draft_hits"));
         const json_t *gam = json_object_get(c, "mtp_argmax");
-        for (int t = 0; t < T - 1; t++) agree += argmax(ours + (size_t)t * V, V) == (int)json_integer_value(json_array_get(gam, t));
-        for (int t = P - 1; t + 2 < T; t++) hits += argmax(ours + (size_t)t * V, V) == S[t + 2];
+        for (int t = 0; t < T - 1; t++) agree += tl_argmax(ours + (size_t)t * V, V) == (int)json_integer_value(json_array_get(gam, t));
+        for (int t = P - 1; t + 2 < T; t++) hits += tl_argmax(ours + (size_t)t * V, V) == S[t + 2];
         printf("  %s argmax = golden at %d/%d positions; greedy draft hits %d/%d (golden %d)\n", name, agree, T - 1, hits,
                T - 1 - P, gold_hits);
         /* W8 weights move the logits by ~1 %: near-ties of the head may flip, a few of them */

@@ -16,13 +16,6 @@
 static double worst_seen;
 static int greedy_from_rows; /* QHX_PARITY_GREEDY=rows */
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 typedef struct { int32_t *ids; int n; } idlist;
 
 static int collect(int32_t tok, const char *text, size_t len, void *user) {
@@ -106,7 +99,7 @@ static void check_model(const char *dir, const char *kernels) {
          * argmax of the teacher-forced stepwise rows, which are the same decode steps' logits */
         idlist got = {malloc(sizeof(int32_t) * G), 0};
         if (greedy_from_rows)
-            for (int i = 0; i < G; i++) got.ids[got.n++] = argmax(seq_ours[1] + (size_t)(T - 1 + i) * V, V);
+            for (int i = 0; i < G; i++) got.ids[got.n++] = tl_argmax(seq_ours[1] + (size_t)(T - 1 + i) * V, V);
         else {
             qhx_session_reset(s);
             qhx_generate_opts go = {.max_tokens = G, .ignore_eos = 1};

@@ -27,6 +27,13 @@ void *tl_read(const char *path, size_t *len) {
     return buf;
 }
 
+int tl_argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
 double tl_row_dev(const float *a, const float *g, int V) {
     double mean = 0, var = 0, mx = 0;
     for (int i = 0; i < V; i++) mean += g[i];

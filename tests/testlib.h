@@ -23,6 +23,8 @@ int tl_finish(const char *suite);
 /* max |a - g| over a row of V logits, divided by the standard deviation of the golden row g (the
  * logit scale): the parity tests' measure. A NaN in a gives NaN. */
 double tl_row_dev(const float *a, const float *g, int V);
+/* the index of a row's largest logit (ties: the first), as greedy decoding picks it */
+int tl_argmax(const float *x, int n);
 /* A runtime on `kernels`, the model at dir and a session on it, CHECKed; 0 when all opened (else
  * nothing is left open). */
 int tl_open(const char *dir, const char *kernels, qhx_runtime **rt, qhx_model **m, qhx_session **s);
