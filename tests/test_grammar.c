@@ -244,15 +244,23 @@ static void run_file(const char *file, tally *t, int tokens) {
     json_decref(doc);
 }
 
-/* The mask's shortcuts (a looping string state, a bounded string's runway) against the per-token
- * check at every position of strings with and without a maxLength, and of a key with other keys
- * allowed beside the named ones. */
+/* The mask's shortcuts (a looping string state, a bounded string's runway with its pieces by
+ * length) against the per-token check at every position of strings with and without a maxLength,
+ * and of keys with other keys allowed beside the named ones. */
 static void test_mask_shortcuts(void) {
     static const struct { const char *schema, *text; } cases[] = {
         {"{\"type\": \"string\", \"maxLength\": 12}", "\"ab c\u00e9\u4e2d\\\"d ef\""},
         {"{\"type\": \"string\", \"minLength\": 3, \"maxLength\": 40}", "\"Hello there, general Kenobi\""},
         {"{\"type\": \"string\"}", "\"a string that loops \u00e9\""},
         {"{\"type\": \"object\", \"properties\": {\"title\": {\"type\": \"string\", \"maxLength\": 5}}}", "{\"tix\": 1, \"title\": \"abcde\"}"},
+        /* keys sharing a prefix, the walk leaving them for any other key at every depth */
+        {"{\"type\": \"object\", \"properties\": {\"title\": {\"type\": \"string\"}, \"tile\": {\"type\": \"integer\"}, \"start\": {}}}",
+         "{\"tz\": 1, \"tile\": 2}"},
+        /* a string beside a literal: "__" leaves it for a string state that refuses the piece
+         * `__":\n` (nothing may follow the string), which the walk must not let through */
+        {"{\"anyOf\": [{\"const\": \"_a\"}, {\"type\": \"string\"}]}", "\"__x\""},
+        /* a maxLength past what a runway counts (255) and past the longest piece */
+        {"{\"type\": \"string\", \"maxLength\": 300}", "\"  many   spaces\""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases && qwen; i++) {
         qhx_grammar *g = NULL;

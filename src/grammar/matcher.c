@@ -49,7 +49,21 @@ struct qhx_trie {
      * which no string state takes. NULL in a tail trie. */
     uint64_t *clean;
     struct qhx_trie *tail;
+    /* Inside a string with a maxLength, R characters left, each leading to the same next state
+     * (runway()): the clean pieces of at most R characters, and the tail pieces of c <= R
+     * characters before their special byte, walked from the state after c characters. So the
+     * clean pieces are kept by length too: `upto[r]` those of at most r characters (r < N_UPTO),
+     * `longer` the rest with their lengths, longest first; and `tail_at[c]` the tails of c. */
+    uint64_t *upto;          /* [N_UPTO][n_words] */
+    int32_t *longer;
+    uint8_t *longer_chars;
+    size_t n_longer;
+    struct qhx_trie **tail_at;
+    int n_tail_at;
+    int max_chars;           /* the most characters of a clean piece or before a tail */
 };
+
+#define N_UPTO 16
 
 /* UTF-8 validity as an 8-state automaton: 0 between characters, 1-3 continuation bytes still
  * due, 4-7 the second byte's narrower ranges (E0, ED, F0, F4: no overlongs, surrogates or code
@@ -111,6 +125,7 @@ typedef struct {
     const char *p;
     uint32_t len;
     int32_t id;
+    uint8_t chars;   /* a tail's: the characters before it */
 } piece_ref;
 
 static int cmp_piece(const void *a, const void *b) {
@@ -128,6 +143,11 @@ void qhx_trie_free(qhx_trie *t) {
     free(t->ids);
     free(t->clean);
     qhx_trie_free(t->tail);
+    free(t->upto);
+    free(t->longer);
+    free(t->longer_chars);
+    for (int c = 0; c < t->n_tail_at; c++) qhx_trie_free(t->tail_at[c]);
+    free(t->tail_at);
     free(t);
 }
 
@@ -188,33 +208,86 @@ fail:
     return NULL;
 }
 
+/* The characters in p[0..len): the bytes that start one (a partial last one counts). */
+static unsigned chars_of(const char *p, size_t len) {
+    unsigned n = 0;
+    for (size_t k = 0; k < len; k++) n += ((uint8_t)p[k] & 0xC0) != 0x80;
+    return n;
+}
+
+/* The clean pieces by length (upto, longer) and the tails by the characters before them
+ * (tail_at), from the clean ids' lengths chars[] and the tails. */
+static int sort_by_length(qhx_trie *tr, const uint8_t *chars, const piece_ref *tails, size_t n_tail) {
+    const size_t words = ((size_t)tr->n_vocab + 63) / 64;
+    if (!(tr->upto = calloc(N_UPTO * words, sizeof *tr->upto))) return -1;
+    size_t n_longer = 0;
+    for (int32_t id = 0; id < tr->n_vocab; id++) {
+        if (!(tr->clean[id >> 6] >> (id & 63) & 1)) continue;
+        if (chars[id] > tr->max_chars) tr->max_chars = chars[id];
+        if (chars[id] >= N_UPTO) { n_longer++; continue; }
+        for (int r = chars[id]; r < N_UPTO; r++) tr->upto[(size_t)r * words + (id >> 6)] |= 1ull << (id & 63);
+    }
+    tr->longer = malloc(sizeof *tr->longer * (n_longer + 1));
+    tr->longer_chars = malloc(n_longer + 1);
+    if (!tr->longer || !tr->longer_chars) return -1;
+    size_t at[257] = {0}; /* longest first: a counting sort by 255 - length */
+    for (int32_t id = 0; id < tr->n_vocab; id++)
+        if ((tr->clean[id >> 6] >> (id & 63) & 1) && chars[id] >= N_UPTO) at[255 - chars[id] + 1]++;
+    for (int k = 1; k < 257; k++) at[k] += at[k - 1];
+    for (int32_t id = 0; id < tr->n_vocab; id++)
+        if ((tr->clean[id >> 6] >> (id & 63) & 1) && chars[id] >= N_UPTO) {
+            const size_t i = at[255 - chars[id]]++;
+            tr->longer[i] = id, tr->longer_chars[i] = chars[id];
+        }
+    tr->n_longer = n_longer;
+    int n_at = 0;
+    for (size_t i = 0; i < n_tail; i++) n_at = tails[i].chars + 1 > n_at ? tails[i].chars + 1 : n_at;
+    if (n_at - 1 > tr->max_chars) tr->max_chars = n_at - 1;
+    if (!(tr->tail_at = calloc((size_t)n_at + 1, sizeof *tr->tail_at))) return -1;
+    tr->n_tail_at = n_at;
+    piece_ref *group = malloc(sizeof *group * (n_tail + 1));
+    if (!group) return -1;
+    for (int c = 0; c < n_at; c++) {
+        size_t n = 0;
+        for (size_t i = 0; i < n_tail; i++)
+            if (tails[i].chars == c) group[n++] = tails[i];
+        if (n && !(tr->tail_at[c] = trie_of(group, n, tr->n_vocab))) { free(group); return -1; }
+    }
+    free(group);
+    return 0;
+}
+
 static qhx_trie *build_trie(const qhx_tokenizer *t) {
     qhx_trie *tr = NULL;
     piece_ref *r = malloc(sizeof *r * (size_t)(t->n_ids + 1)), *tails = malloc(sizeof *r * (size_t)(t->n_ids + 1));
-    uint8_t *special = calloc((size_t)t->n_ids + 1, 1);
+    uint8_t *special = calloc((size_t)t->n_ids + 1, 1), *chars = calloc((size_t)t->n_ids + 1, 1);
     uint64_t *clean = calloc(((size_t)t->n_ids + 63) / 64 + 1, sizeof *clean);
     size_t n = 0, n_tail = 0;
-    if (!r || !tails || !special || !clean) goto done;
+    if (!r || !tails || !special || !chars || !clean) goto done;
     for (int i = 0; i < t->n_added; i++)
         if (t->added[i].special && t->added[i].id >= 0 && t->added[i].id < t->n_ids) special[t->added[i].id] = 1;
     for (int32_t id = 0; id < t->n_ids; id++) {
         if (!t->piece[id] || !t->piece_len[id] || special[id]) continue;
         const char *p = t->piece[id];
         const uint32_t len = t->piece_len[id];
-        r[n++] = (piece_ref){p, len, id};
+        r[n++] = (piece_ref){p, len, id, 0};
         uint32_t k = 0;
         int st = 0;
         while (k < len && st >= 0 && string_byte((uint8_t)p[k])) st = utf8_next(st, (uint8_t)p[k++]);
         if (st < 0) continue; /* invalid UTF-8 before any special byte */
-        if (k == len) clean[id >> 6] |= 1ull << (id & 63);
-        else if (st == 0) tails[n_tail++] = (piece_ref){p + k, len - k, id};
+        unsigned c = chars_of(p, k);
+        c = c < 255 ? c : 255; /* 255: at least (max_chars says a runway path cannot count them) */
+        if (k == len) clean[id >> 6] |= 1ull << (id & 63), chars[id] = (uint8_t)c;
+        else if (st == 0) tails[n_tail++] = (piece_ref){p + k, len - k, id, (uint8_t)c};
     }
-    if ((tr = trie_of(r, n, t->n_ids)) && (tr->tail = trie_of(tails, n_tail, t->n_ids))) tr->clean = clean, clean = NULL;
-    else qhx_trie_free(tr), tr = NULL;
+    if (!(tr = trie_of(r, n, t->n_ids))) goto done;
+    tr->clean = clean, clean = NULL;
+    if (sort_by_length(tr, chars, tails, n_tail) || !(tr->tail = trie_of(tails, n_tail, t->n_ids))) qhx_trie_free(tr), tr = NULL;
 done:
     free(r);
     free(tails);
     free(special);
+    free(chars);
     free(clean);
     return tr;
 }
@@ -250,6 +323,7 @@ typedef struct {
     int n;
     upart u;
     uint64_t *mask;
+    int busy;                /* being built: a nested call takes another entry */
 } cached;
 
 /* What loops_of says of a state (looked: computed yet); shared down the bytes that keep the
@@ -505,9 +579,13 @@ int qhx_gmatch_can_go_on(const qhx_gmatch *m) {
     return 0;
 }
 
-static int cmp_i32(const void *a, const void *b) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return x < y ? -1 : x > y;
+/* A state's few ids in order (at most 16: insertion beats qsort's set-up many times over). */
+static void sort_ids(int32_t *a, size_t n) {
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && a[j - 1] > a[j]; j--) {
+            int32_t t = a[j];
+            a[j] = a[j - 1], a[j - 1] = t;
+        }
 }
 
 /* whether work[a..a+n) and work[b..b+n) hold the same ids (a set's order is not fixed) */
@@ -515,7 +593,7 @@ static int same_set(qhx_gmatch *m, size_t a, size_t b, size_t n) {
     int32_t x[16], y[16];
     if (n > 16) return 0;
     memcpy(x, m->work + a, sizeof(int32_t) * n), memcpy(y, m->work + b, sizeof(int32_t) * n);
-    qsort(x, n, sizeof *x, cmp_i32), qsort(y, n, sizeof *y, cmp_i32);
+    sort_ids(x, n), sort_ids(y, n);
     return !memcmp(x, y, sizeof(int32_t) * n);
 }
 
@@ -572,7 +650,7 @@ static loop_entry *entry_of(qhx_gmatch *m, size_t from, size_t n) {
     if (n > 16 || !m->loops) return NULL;
     int32_t key[16];
     memcpy(key, m->work + from, sizeof(int32_t) * n);
-    qsort(key, n, sizeof *key, cmp_i32);
+    sort_ids(key, n);
     uint64_t h = n;
     for (size_t i = 0; i < n; i++) h = (h ^ (uint32_t)key[i]) * 0x9e3779b97f4a7c15ull;
     loop_entry *e = &m->loops[(h >> 40) % N_LOOPS];
@@ -637,10 +715,37 @@ static void allow(qhx_gmatch *m, const qhx_trie *tr, uint32_t from, uint32_t to)
     for (uint32_t i = from; i < to; i++) m->mask[tr->ids[i] >> 6] |= 1ull << (tr->ids[i] & 63);
 }
 
+static int string_state(const loop_info *lp) {
+    return lp->high && (lp->bits[0] & STRING_ASCII[0]) == STRING_ASCII[0] && (lp->bits[1] & STRING_ASCII[1]) == STRING_ASCII[1];
+}
+
+static const uint64_t *mask_of(qhx_gmatch *m, const int32_t *set, size_t n, upart u, int nested);
+
+/* The pieces below node ci (its own included) as the mask of the string state work[at..at+k)
+ * has them; 0 when out of memory. */
+static int allow_as(qhx_gmatch *m, const qhx_trie *tr, const tnode *ch, size_t at, size_t k) {
+    int32_t L[16];
+    memcpy(L, m->work + at, sizeof *L * k);
+    sort_ids(L, k);
+    uint64_t *mask = m->mask;
+    const uint64_t *lm = mask_of(m, L, k, (upart){0}, 1);
+    m->mask = mask;
+    if (!lm) { m->oom = 1; return 0; }
+    for (uint32_t i = ch->tok; i < ch->end; i++) {
+        const int32_t id = tr->ids[i];
+        mask[id >> 6] |= lm[id >> 6] & 1ull << (id & 63);
+    }
+    return 1;
+}
+
 /* The pieces below trie node t allowed from the state work[from..from+n) with the partial
  * character u, into m->mask; children whose first byte has its bit in skip (NULL: none) are left
- * out. */
-static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, size_t n, upart u, loop_info *lp, const uint64_t *skip) {
+ * out. `clean`: the path to t holds string characters only, from no partial character. Then a
+ * subtree whose first byte leads into a string state L (an object key beside named ones, once
+ * the bytes leave the names) is allowed as L's own mask allows it: L takes the path back to
+ * itself, so from the root L and this path's state see the same rest. */
+static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, size_t n, upart u, loop_info *lp, const uint64_t *skip,
+                 int clean) {
     const tnode *nd = &tr->node[t];
     for (uint32_t c = 0; c < nd->n_child && !m->oom; c++) {
         const uint32_t ci = nd->child + c;
@@ -661,9 +766,10 @@ static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, siz
                 }
             }
         }
+        const int still = clean && string_byte(ch->byte);
         if (u.need == 0 && lp->looked && ch->byte < 128 && (lp->bits[ch->byte >> 6] >> (ch->byte & 63) & 1)) {
             allow(m, tr, ch->tok, ch->tok + ch->n_tok); /* the same state: no step */
-            if (ch->n_child) walk(m, tr, ci, from, n, u, lp, NULL);
+            if (ch->n_child) walk(m, tr, ci, from, n, u, lp, NULL, still);
             continue;
         }
         upart v = u;
@@ -671,18 +777,72 @@ static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, siz
         size_t at;
         long k = step(m, from, n, &v, ch->byte, &at);
         if (k < 0) { m->oom = 1; return; }
-        if (k > 0) {
-            allow(m, tr, ch->tok, ch->tok + ch->n_tok);
+        if (k > 0 && ch->n_child) {
             loop_info sub = {.runway = -1};
-            if (ch->n_child) walk(m, tr, ci, at, (size_t)k, v, &sub, NULL);
+            if (still && v.need == 0 && k <= 16 && ch->end - ch->tok >= 8) {
+                loops_kept(m, at, (size_t)k, &sub);
+                if (string_state(&sub)) {
+                    allow_as(m, tr, ch, at, (size_t)k);
+                    m->n_work = mark;
+                    continue;
+                }
+            }
+            allow(m, tr, ch->tok, ch->tok + ch->n_tok);
+            walk(m, tr, ci, at, (size_t)k, v, &sub, NULL, still);
+        } else if (k > 0) {
+            allow(m, tr, ch->tok, ch->tok + ch->n_tok);
         }
         m->n_work = mark;
     }
 }
 
-static int string_state(const loop_info *lp) {
-    return lp->high && (lp->bits[0] & STRING_ASCII[0]) == STRING_ASCII[0] && (lp->bits[1] & STRING_ASCII[1]) == STRING_ASCII[1];
+/* Whether the state R string characters after work[from..from+n) takes no string character at
+ * all (a string at its maxLength: only its closing quote): then no clean piece of more than R
+ * characters is allowed. */
+static int runway_closed(qhx_gmatch *m, size_t from, size_t n, int R) {
+    const size_t mark = m->n_work;
+    long k = (long)n;
+    for (int c = 0; c < R && k > 0; c++) {
+        upart v = {0};
+        k = step(m, from, (size_t)k, &v, 'e', &from);
+    }
+    int closed = k > 0;
+    for (long i = 0; i < k && closed; i++) {
+        const int32_t id = m->work[from + (size_t)i];
+        if (id == ACCEPT) continue;
+        const qhx_gcharset *c = top(m, id);
+        closed = !(c->ascii[0] & STRING_ASCII[0]) && !(c->ascii[1] & STRING_ASCII[1]) && !qhx_gcharset_any(m->g, c, 0x80, 0x10FFFF);
+    }
+    m->n_work = mark;
+    return closed;
 }
+
+/* The mask of a state with a runway of R characters that ends closed (a string with a maxLength:
+ * see qhx_trie): its clean pieces by length, and each tail group walked from the state after its
+ * characters. */
+static void runway_mask(qhx_gmatch *m, uint64_t *mask, size_t from, size_t n, int R) {
+    const qhx_trie *tr = m->g->trie;
+    if (R < N_UPTO) {
+        memcpy(mask, tr->upto + (size_t)R * m->n_words, sizeof *mask * m->n_words);
+    } else {
+        memcpy(mask, tr->clean, sizeof *mask * m->n_words);
+        for (size_t i = 0; i < tr->n_longer && tr->longer_chars[i] > R; i++) mask[tr->longer[i] >> 6] &= ~(1ull << (tr->longer[i] & 63));
+    }
+    m->mask = mask;
+    for (int c = 0; c < tr->n_tail_at && c <= R && !m->oom; c++) {
+        if (tr->tail_at[c]) {
+            loop_info lp = {.runway = -1};
+            walk(m, tr->tail_at[c], 0, from, n, (upart){0}, &lp, NULL, 0);
+        }
+        if (c == R || c + 1 == tr->n_tail_at) break;
+        upart v = {0}; /* every string character leads where 'e' does */
+        const long k = step(m, from, n, &v, 'e', &from);
+        if (k < 0) m->oom = 1;
+        if (k <= 0) break;
+        n = (size_t)k;
+    }
+}
+
 
 /* Where a state that is no string state enters one: an object key where any key may stand beside
  * the named ones (the named keys' literals mix with "any other key", so the walk would step through
@@ -690,11 +850,11 @@ static int string_state(const loop_info *lp) {
  * it is a string state: into[b / 64] bit b for every first byte b that leads there too, bit 128 +
  * 0 when every non-ASCII character does. Then a piece starting with such a byte is allowed exactly
  * when L allows it, since L takes the byte back to itself. 0 when there is no such L. */
-static size_t string_entry(qhx_gmatch *m, size_t n, int32_t L[16], uint64_t into[4]) {
+static size_t string_entry(qhx_gmatch *m, size_t from, size_t n, int32_t L[16], uint64_t into[4]) {
     memset(into, 0, sizeof(uint64_t) * 4);
     upart v = {0};
     size_t l0, at;
-    const long k = step(m, 0, n, &v, 0x7F, &l0);
+    const long k = step(m, from, n, &v, 0x7F, &l0);
     if (k <= 0 || k > 16) return 0;
     loop_info lp = {.runway = -1};
     loops_kept(m, l0, (size_t)k, &lp);
@@ -704,30 +864,33 @@ static size_t string_entry(qhx_gmatch *m, size_t n, int32_t L[16], uint64_t into
         if (!string_byte((uint8_t)b)) continue;
         upart w = {0};
         m->n_work = base;
-        if (step(m, 0, n, &w, (uint8_t)b, &at) == k && same_set(m, l0, at, (size_t)k)) into[b >> 6] |= 1ull << (b & 63);
+        if (step(m, from, n, &w, (uint8_t)b, &at) == k && same_set(m, l0, at, (size_t)k)) into[b >> 6] |= 1ull << (b & 63);
     }
     m->n_work = base;
-    if (after_high(m, 0, n, &at) == k && same_set(m, l0, at, (size_t)k)) into[2] = into[3] = ~0ull;
+    if (after_high(m, from, n, &at) == k && same_set(m, l0, at, (size_t)k)) into[2] = into[3] = ~0ull;
     memcpy(L, m->work + l0, sizeof *L * (size_t)k);
-    qsort(L, (size_t)k, sizeof *L, cmp_i32);
-    m->n_work = n;
+    sort_ids(L, (size_t)k);
+    m->n_work = from + n;
     return (size_t)k;
 }
 
-/* The mask of the state set[0..n) (sorted) with the partial character m->u, kept per state: NULL
+/* The mask of the state set[0..n) (sorted) with the partial character u, kept per state: NULL
  * when out of memory. A string state (one that every string character leaves as it is) takes its
- * pieces as the trie sorted them (qhx_trie.clean, .tail); a state that enters one (string_entry)
- * takes that state's mask for the pieces that start by entering it, and walks the rest. */
-static const uint64_t *mask_of(qhx_gmatch *m, const int32_t *set, size_t n, int nested) {
+ * pieces as the trie sorted them (qhx_trie.clean, .tail), a string with a maxLength by their
+ * lengths (runway_mask); a state that enters a string state (string_entry) takes that state's mask
+ * for the pieces that start by entering it, and walks the rest. It works above the scratch sets in
+ * use, so a walk may ask for another state's mask (`nested`: such a call, which enters no other). */
+static const uint64_t *mask_of(qhx_gmatch *m, const int32_t *set, size_t n, upart u, int nested) {
     const qhx_trie *tr = m->g->trie;
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ m->u.acc ^ (uint64_t)m->u.need << 32;
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ u.acc ^ (uint64_t)u.need << 32;
     for (size_t i = 0; i < n; i++) h = (h ^ (uint32_t)set[i]) * 0xbf58476d1ce4e5b9ull, h ^= h >> 29;
     for (int i = 0; i < N_CACHED; i++) {
         cached *c = &m->cache[i];
-        if (c->mask && c->hash == h && c->n == (int)n && !memcmp(&c->u, &m->u, sizeof c->u) && !memcmp(c->set, set, sizeof *c->set * n))
+        if (c->mask && c->hash == h && c->n == (int)n && !memcmp(&c->u, &u, sizeof c->u) && !memcmp(c->set, set, sizeof *c->set * n))
             return c->mask;
     }
-    cached *c = &m->cache[m->next_cache]; /* a nested call takes the next entry, not this one */
+    while (m->cache[m->next_cache].busy) m->next_cache = (m->next_cache + 1) % N_CACHED; /* a nested call keeps its callers' */
+    cached *c = &m->cache[m->next_cache];
     m->next_cache = (m->next_cache + 1) % N_CACHED;
     free(c->set);
     c->set = malloc(sizeof *c->set * (n + 1));
@@ -735,56 +898,59 @@ static const uint64_t *mask_of(qhx_gmatch *m, const int32_t *set, size_t n, int 
     if (!c->set || !c->mask) { free(c->set); c->set = NULL; c->mask = NULL; return NULL; }
     c->hash = 0, c->n = -1;
     memcpy(c->set, set, sizeof *c->set * n);
-    m->oom = 0;
-    m->n_work = 0;
-    if (qhx_reserve(&m->work, &m->cap_work, n, sizeof *m->work)) return NULL;
-    memcpy(m->work, set, sizeof *m->work * n);
-    m->n_work = n;
+    const size_t base = m->n_work;
+    if (qhx_reserve(&m->work, &m->cap_work, base + n, sizeof *m->work)) return NULL;
+    memcpy(m->work + base, set, sizeof *m->work * n);
+    m->n_work = base + n;
+    c->busy = 1;
     loop_info top = {.runway = -1};
-    if (m->u.need == 0 && n <= 16) loops_kept(m, 0, n, &top);
+    if (u.need == 0 && n <= 16) loops_kept(m, base, n, &top);
     int32_t L[16];
     uint64_t into[4];
     size_t nl = 0;
+    int R;
+    m->mask = c->mask;
     if (string_state(&top)) {
         memcpy(c->mask, tr->clean, sizeof *c->mask * m->n_words);
-        m->mask = c->mask;
-        walk(m, tr->tail, 0, 0, n, m->u, &top, NULL);
-    } else if (!nested && m->u.need == 0 && n <= 16 && (nl = string_entry(m, n, L, into)) > 0) {
-        const uint64_t *lm = mask_of(m, L, nl, 1);
-        if (!lm) return NULL;
-        memcpy(c->mask, lm, sizeof *c->mask * m->n_words);
-        const tnode *root = &tr->node[0];
-        for (uint32_t i = 0; i < root->n_child; i++) { /* the pieces that enter it some other way, or not at all */
-            const tnode *ch = &tr->node[root->child + i];
-            if (into[ch->byte >> 6] >> (ch->byte & 63) & 1) continue;
-            for (uint32_t k = ch->tok; k < ch->end; k++) c->mask[tr->ids[k] >> 6] &= ~(1ull << (tr->ids[k] & 63));
+        walk(m, tr->tail, 0, base, n, u, &top, NULL, 0);
+    } else if (u.need == 0 && n <= 16 && (R = runway(m, base, n, 0)) > 0 &&
+               (R > tr->max_chars || (R < 255 && runway_closed(m, base, n, R)))) {
+        runway_mask(m, c->mask, base, n, R);
+    } else if (!nested && u.need == 0 && n <= 16 && (nl = string_entry(m, base, n, L, into)) > 0) {
+        const uint64_t *lm = mask_of(m, L, nl, u, 1);
+        if (lm) {
+            memcpy(c->mask, lm, sizeof *c->mask * m->n_words);
+            const tnode *root = &tr->node[0];
+            for (uint32_t i = 0; i < root->n_child; i++) { /* the pieces that enter it some other way, or not at all */
+                const tnode *ch = &tr->node[root->child + i];
+                if (into[ch->byte >> 6] >> (ch->byte & 63) & 1) continue;
+                for (uint32_t k = ch->tok; k < ch->end; k++) c->mask[tr->ids[k] >> 6] &= ~(1ull << (tr->ids[k] & 63));
+            }
+            m->mask = c->mask;
+            loop_info lp = {.runway = -1};
+            walk(m, tr, 0, base, n, u, &lp, into, 1);
+        } else {
+            m->oom = 1;
         }
-        memcpy(m->work, set, sizeof *m->work * n); /* the nested walk wrote over it */
-        m->n_work = n;
-        m->mask = c->mask;
-        loop_info lp = {.runway = -1};
-        walk(m, tr, 0, 0, n, m->u, &lp, into);
     } else {
         memset(c->mask, 0, sizeof *c->mask * m->n_words);
-        m->mask = c->mask;
-        walk(m, tr, 0, 0, n, m->u, &top, NULL);
+        walk(m, tr, 0, base, n, u, &top, NULL, !nested && u.need == 0);
     }
+    c->busy = 0;
+    m->n_work = base;
     if (m->oom) return NULL;
     c->n = (int)n;
-    c->u = m->u;
+    c->u = u;
     c->hash = h;
     return c->mask;
 }
 
 const uint64_t *qhx_gmatch_mask(qhx_gmatch *m) {
     if (!m->g->trie) return NULL;
-    /* a state is a set: the same set in another order is the same state */
-    for (size_t i = 1; i < m->n_cur; i++)
-        for (size_t j = i; j > 0 && m->cur[j - 1] > m->cur[j]; j--) {
-            int32_t t = m->cur[j];
-            m->cur[j] = m->cur[j - 1], m->cur[j - 1] = t;
-        }
-    return mask_of(m, m->cur, m->n_cur, 0);
+    sort_ids(m->cur, m->n_cur); /* a state is a set: the same set in another order is the same state */
+    m->n_work = 0;
+    m->oom = 0;
+    return mask_of(m, m->cur, m->n_cur, m->u, 0);
 }
 
 void qhx_gmatch_reset(qhx_gmatch *m) {
