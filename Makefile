@@ -29,7 +29,7 @@ SAN     ?=
 # checks them under gcc's
 KERNEL_SAN ?= $(SAN)
 OBJ_SAN  = $(SAN)
-$(addprefix $(BUILD)/src/kernels/,fp32_avx2.o fp32_avx512.o int_avx2.o int_vnni.o amx.o): OBJ_SAN = $(KERNEL_SAN)
+$(addprefix $(BUILD)/src/kernels/,fp32_avx2.o fp32_avx512.o int_avx2.o int_vnni.o): OBJ_SAN = $(KERNEL_SAN)
 CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -Iinclude -Isrc $(OBJ_SAN) -MMD -MP \
            -fPIC -fvisibility=hidden
 # SIMD kernels are compiled in (x86-64: through target attributes; aarch64: NEON is the baseline,

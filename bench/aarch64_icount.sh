@@ -7,7 +7,7 @@
 #   [WEIGHTS=w4] bench/aarch64_icount.sh [SETS...]   (after make and make CROSS=aarch64; from the
 #   repository root; WEIGHTS picks the bundle's matrices, w8 by default)
 set -euo pipefail
-sets=("$@"); [[ ${#sets[@]} -gt 0 ]] || sets=(scalar neon scalar-q16 neon-q16 scalar-q8 neon-q8)
+sets=("$@"); [[ ${#sets[@]} -gt 0 ]] || sets=(scalar neon neon-i8mm)
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 build/qhx forge models/q35-kjv -o "$work/b" --weights "${WEIGHTS:-w8}" --no-gate >/dev/null 2>&1
 count() { # count SET IDS N -> instructions of qhx generate

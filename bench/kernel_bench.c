@@ -1,9 +1,9 @@
-/* What each kernel set streams (the -q16 and -q8 sets decode W8 with fp32 activations, as qhx_matmul does): W8 and W4 matrices of the 4B shape's MLP (9216 x 2560, 23.6 MB in W8, 13.3 MB in W4; eight of
+/* What each kernel set streams: W8 and W4 matrices of the 4B shape's MLP (9216 x 2560, 23.6 MB in W8, 13.3 MB in W4; eight of
  * them in turn, so the weights come from memory, not the 32 MB L3), decode (1 token) on one thread and on the pool, and prefill (64 tokens) on
  * the pool. Decode reports weight GB/s, prefill multiply-adds per second; both next to the read
  * bandwidth of a plain streaming loop measured in the same run, and the AVX-512 sets' prefill next to
- * the machine's VNNI peak (vpdpbusd over registers on every thread; the -q16 sets issue two per
- * int16 product, so their peak is half). Ratios only: the machine is shared.
+ * the machine's VNNI peak (vpdpbusd over registers on every thread; W8's int16 activations issue
+ * two per product, so their peak is half). Ratios only: the machine is shared.
  *   build/kernel_bench [THREADS [PREFILL_TOKENS]] */
 #include "format/w4.h"
 #include "kernels/kernels.h"
@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
     const double peak = vnni_peak(pool) / 1e9;
     if (peak > 0) printf("VNNI peak, %d threads: %.1f G int8 multiply-adds/s (int16 x int8 in two passes: %.1f)\n", qhx_pool_size(pool), peak, peak / 2);
 
-    const char *sets[] = {"avx2", "avx2-q16", "avx2-q8", "avx512", "avx512-q16", "avx512-q8", "amx-bf16", "scalar"};
+    const char *sets[] = {"avx2", "avx512", "scalar"};
     for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
         const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
         if (!ks) { qhx_clear_error(); continue; }
@@ -138,8 +138,8 @@ int main(int argc, char **argv) {
         const double d4 = BEST(reps, for (size_t m = 0; m < NM; m++) qhx_matmul(&batch, &W[m], X, 4, Y)) / NM;
         const double pf = BEST(reps / 4 + 1, qhx_matmul(&all, &W[0], X, T, Y));
         const double gmac = (double)wbytes * T / pf / 1e9;
-        /* the VNNI sets' W8 prefill: int8 activations one vpdpbusd a product, int16 two */
-        const double set_peak = !strcmp(sets[s], "avx512-q8") ? peak : !strcmp(sets[s], "avx512-q16") ? peak / 2 : 0;
+        /* the VNNI set's W8 prefill: int16 activations, two vpdpbusd a product */
+        const double set_peak = !strcmp(sets[s], "avx512") ? peak / 2 : 0;
         printf("%-10s decode 1 thread %5.1f GB/s | decode %d threads %5.1f GB/s = %.2f of bandwidth, 4 tokens stepwise %.2fx the time | prefill %d: %6.1f GMAC/s",
                sets[s], wbytes / d1 / 1e9, qhx_pool_size(pool), wbytes / dn / 1e9, wbytes / dn / 1e9 / bw, d4 / dn, T, gmac);
         if (set_peak > 0) printf(" = %.2f of its VNNI peak", gmac / set_peak);

@@ -3,10 +3,10 @@
 # checkpoint's shapes with random Q8_0 weights (build/gguf_synth) timed by llama.cpp through the
 # npm package node-llama-cpp, then the qhexrt bundle of the same checkpoint timed by `qhx bench`.
 #   bench/llama_cpp.sh CHECKPOINT_DIR BUNDLE_DIR [THREADS]
-# QHX_BENCH_KERNELS="auto avx512-q8 avx512" times each of those kernel sets after llama.cpp, in
+# QHX_BENCH_KERNELS="auto avx2" times each of those kernel sets after llama.cpp, in
 # the same run (default: auto). QHX_LLAMA_CPU=haswell gives llama.cpp only that build of its CPU
 # backend (ggml loads the best of its libggml-cpu-*.so for the CPU; haswell is AVX2 + FMA): with
-# QHX_BENCH_KERNELS=avx2-q16, an AVX2-only machine measured on this one.
+# QHX_BENCH_KERNELS=avx2, an AVX2-only machine measured on this one.
 # QHX_LLAMA_TYPES="q8_0 q4_0 q4_k" times llama.cpp on each of those weight types (default q8_0),
 # QHX_BUNDLES="DIR..." times more qhexrt bundles after BUNDLE_DIR (a W4 one beside the W8 one).
 # Writes CHECKPOINT_DIR.TYPE.gguf next to the checkpoint (4.5 GB for the 4B shape in q8_0).

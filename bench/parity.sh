@@ -5,7 +5,7 @@
 # usage: bench/parity.sh CHECKPOINT BUNDLE [N_HELD_OUT] [SETS...]   (run from the repository root)
 set -euo pipefail
 ck=$1 bundle=$2 nheld=${3:-24}; shift 3 || shift $#
-sets=("$@"); [[ ${#sets[@]} -gt 0 ]] || sets=(auto avx512 avx512-q8 scalar-bf16)
+sets=("$@"); [[ ${#sets[@]} -gt 0 ]] || sets=(auto scalar)
 qhx=${QHX:-build/qhx} n=${PARITY_TOKENS:-64}
 prompts=()
 while IFS= read -r t; do prompts+=("$t"); done < <(grep -o '"text": "[^"]*"' "$ck/golden/golden.json" | cut -d'"' -f4)

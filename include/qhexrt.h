@@ -75,9 +75,9 @@ typedef enum { QHX_KV_DEFAULT = 0, QHX_KV_F32 = 1, QHX_KV_F16 = 2, QHX_KV_Q8 = 3
 
 typedef struct {
     const char *kernels;   /* "auto" (default; env QHX_KERNELS overrides it: the first this CPU
-                              runs of "avx512-q16", "avx2-q16", "scalar"), "ref" (the fp32
-                              reference: double accumulation), "scalar", "avx2", "avx512" (fp32
-                              activations); "-q8" / "-bf16" sets: faster, approximate prefill */
+                              runs of "avx512", "avx2", "scalar"; on aarch64 "neon-i8mm",
+                              "neon", "scalar"), or one of them by name, or "ref" (the fp32
+                              reference: double accumulation) */
     int n_threads;         /* 0: every core */
     qhx_progress_fn progress;  /* long steps of the models opened on it (NULL: none) */
     void *progress_user;

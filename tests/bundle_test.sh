@@ -89,9 +89,9 @@ golden_ids() {
 }
 # A divergence must be a near-tie of the reference: its margin between the two tokens under 2 %
 # of that step's logit range (the forge's greedy-gate rule). Run for the default kernels and for
-# their fp32-activation twin: the default must match Hugging Face wherever fp32 activations do.
+# fp32 activations (ref): the default must match Hugging Face wherever fp32 activations do.
 kern=$("$qhx" inspect "$tmp/one" | sed -n 's/^kernels: \([^,]*\),.*/\1/p')
-fp32_twin=${kern%-q16}; fp32_twin=${fp32_twin%-i8mm} # neon-i8mm-q16: neon
+fp32_twin=ref
 declare -A golden_n
 # golden_greedy BUNDLE LABEL KERNELS ENFORCE: each golden prompt's greedy tokens against Hugging
 # Face's, with the reference margin at a divergence (ENFORCE=1: it must be a near-tie)
@@ -125,32 +125,26 @@ for c in $(grep -o '"name": "[^"]*"' models/q35-kjv/golden/golden.json | cut -d'
         "golden case $c: $kern matches Hugging Face for ${golden_n[W8.$kern.$c]} tokens, fp32 activations for ${golden_n[W8.$fp32_twin.$c]:-?}"
 done
 
-# Greedy parity of the default prefill: every -q16 set this CPU runs (int16 activations) generates
-# exactly the 64 tokens fp32 activations generate on the same W8 bundle, on each held-out prompt;
-# auto is the first of them. The -q8 opt-in (int8 activations) is reported, not held to it.
+# Greedy parity of the default activations: every set this CPU runs (int16 activations for W8)
+# generates exactly the 64 tokens fp32 activations (ref) generate on the same W8 bundle, on each
+# held-out prompt; auto is the first of them.
 if [[ -n ${QHX_KERNELS:-} ]]; then # an explicit choice replaces auto's: held to the choice instead
     check "[[ $kern == \"$QHX_KERNELS\" ]]" "QHX_KERNELS=$QHX_KERNELS, auto chose $kern"
 else
-    check "[[ $kern =~ ^(avx512-q16|avx2-q16|neon-i8mm-q16|neon-q16|neon|scalar)$ ]]" "auto chose $kern"
+    check "[[ $kern =~ ^(avx512|avx2|neon-i8mm|neon|scalar)$ ]]" "auto chose $kern"
 fi
 mapfile -t held < <(grep -v '^#' tests/data/parity/prompts.txt)
-for pair in avx512-q16:avx512 avx2-q16:avx2 neon-i8mm-q16:neon neon-q16:neon scalar-q16:scalar avx512-q8:avx512 avx2-q8:avx2 \
-    neon-i8mm-q8:neon neon-q8:neon; do
-    q=${pair%%:*} f=${pair##*:}
+declare -A fp32_ids
+for p in "${held[@]}"; do fp32_ids[$p]=$("$qhx" generate "$tmp/one" "$p" -n 64 --ignore-eos --ids --kernels ref); done
+for q in avx512 avx2 neon-i8mm neon scalar; do
     "$qhx" generate "$tmp/one" --tokens 1 -n 1 --kernels "$q" >/dev/null 2>&1 || { echo "  parity: $q not run on this CPU"; continue; }
-    [[ $q == *-q8 && -n ${q8_done:-} ]] && continue
     same=0 differ=()
     for p in "${held[@]}"; do
         a=$("$qhx" generate "$tmp/one" "$p" -n 64 --ignore-eos --ids --kernels "$q")
-        b=$("$qhx" generate "$tmp/one" "$p" -n 64 --ignore-eos --ids --kernels "$f")
-        [[ -n $a && $a == "$b" ]] && same=$((same + 1)) || differ+=("$p")
+        [[ -n $a && $a == "${fp32_ids[$p]}" ]] && same=$((same + 1)) || differ+=("$p")
     done
-    if [[ $q == *-q16 ]]; then
-        check "[[ $same -eq ${#held[@]} ]]" "$q differs from $f on: ${differ[*]}"
-    else
-        q8_done=1
-    fi
-    echo "  parity: $q generates what $f (fp32 activations) does on $same/${#held[@]} held-out prompts x 64 tokens"
+    check "[[ $same -eq ${#held[@]} ]]" "$q differs from ref on: ${differ[*]}"
+    echo "  parity: $q generates what ref (fp32 activations) does on $same/${#held[@]} held-out prompts x 64 tokens"
 done
 
 # perplexity: W8 on the default kernels within 0.15 % of fp32 (the first 20 KB of the dev text,
@@ -176,10 +170,10 @@ p4=$("$qhx" perplexity "$tmp/w4" "$tmp/dev.txt" --ctx 256 --json)
 x4=$(sed -E 's/.*"perplexity": ([0-9.]+).*/\1/' <<<"$p4")
 echo "  perplexity W4 $p4 ($(awk "BEGIN{printf \"%+.3f %%\", ($x4 / $x32 - 1) * 100}") against fp32)"
 check "awk 'BEGIN{exit !($x4 / $x32 < 1.01 && $x4 / $x32 > 0.99)}'" "W4 perplexity $x4 vs fp32 $x32 (tolerance 1 %)"
-w4ref=$("$qhx" generate "$tmp/w4" "In the beginning" -n 24 --ignore-eos --ids --kernels scalar-q16)
-for k in $("$qhx" generate --help | grep -oE '(avx512|avx2|neon)-q16' | sort -u); do
+w4ref=$("$qhx" generate "$tmp/w4" "In the beginning" -n 24 --ignore-eos --ids --kernels scalar)
+for k in avx512 avx2 neon-i8mm neon; do
     out=$("$qhx" generate "$tmp/w4" "In the beginning" -n 24 --ignore-eos --ids --kernels "$k" 2>/dev/null) || continue
-    check "[[ '$out' == '$w4ref' ]]" "W4 greedy on $k differs from scalar-q16"
+    check "[[ '$out' == '$w4ref' ]]" "W4 greedy on $k differs from scalar"
 done
 golden_greedy "$tmp/w4" W4 "$kern" 0 # reported: 4-bit weights move near-ties further than W8
 # the lm-head in W4 too: its own file, perplexity still within 1 % of fp32

@@ -65,21 +65,16 @@ int open_grammar(const opts *o, qhx_model *m, qhx_grammar **g);
 /* the sets this build has (kernels/sets.c) */
 #ifdef __aarch64__
 #define KERNELS_HELP \
-    "  --kernels K  auto (default: the first this CPU runs of neon-i8mm-q16, neon-q16, neon), ref\n" \
-    "               (the fp32 reference), scalar, neon (fp32 activations throughout), scalar-q16,\n" \
-    "               neon-q16, neon-i8mm-q16 (activations for W8 weights rounded to int16, prefill\n" \
-    "               and decode, greedy-exact against fp32 ones; sdot, or smmla with i8mm), and the\n" \
-    "               faster approximate opt-ins scalar-q8, neon-q8, neon-i8mm-q8 (int8 activations\n" \
-    "               in prefill, as llama.cpp's Q8_0) and scalar-bf16 (bf16 activations)\n"
+    "  --kernels K  auto (default: the first this CPU runs of neon-i8mm, neon, scalar), neon-i8mm\n" \
+    "               (smmla), neon (sdot), scalar (the portable twin), ref (the fp32 reference).\n" \
+    "               Activations follow the weights:\n" \
+    "               int16 for W8 (greedy-exact against fp32), int8 for W4, fp32 for the rest\n"
 #else
 #define KERNELS_HELP \
-    "  --kernels K  auto (default: the first this CPU runs of avx512-q16, avx2-q16, scalar), ref\n" \
-    "               (the fp32 reference), scalar, avx2, avx512 (fp32 activations throughout),\n" \
-    "               scalar-q16, avx2-q16, avx512-q16 (activations for W8 weights rounded to int16,\n" \
-    "               prefill and decode, greedy-exact against fp32 ones), and the faster approximate\n" \
-    "               opt-ins scalar-q8, avx2-q8, avx512-q8 (int8 activations in prefill, as\n" \
-    "               llama.cpp's Q8_0)\n" \
-    "               and scalar-bf16, amx-bf16 (bf16 activations; AMX tiles)\n"
+    "  --kernels K  auto (default: the first this CPU runs of avx512, avx2, scalar), avx512\n" \
+    "               (AVX-512 VNNI), avx2, scalar (the portable twin), ref (the fp32 reference).\n" \
+    "               Activations follow the weights: int16 for W8 (greedy-exact against fp32),\n" \
+    "               int8 for W4, fp32 for the rest\n"
 #endif
 
 #define SAMPLING_HELP \

@@ -4,11 +4,6 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
 
 static unsigned detect(void) {
     unsigned a, b, c, d, f = 0;
@@ -19,15 +14,6 @@ static unsigned detect(void) {
     if ((f & QHX_CPU_AVX2) && __builtin_cpu_supports("avx512f")) f |= QHX_CPU_AVX512;
     const int bwvl = (f & QHX_CPU_AVX512) && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
     if (bwvl && __builtin_cpu_supports("avx512vnni")) f |= QHX_CPU_AVX512_VNNI;
-    /* leaf 7: AMX-BF16 and AMX-TILE (subleaf 0, EDX bits 22 and 24), AVX512-BF16 (subleaf 1, EAX
-     * bit 5); Linux hands out the tile data state only on request (arch_prctl) */
-    const int amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) && (d >> 24 & 1) &&
-                    __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
-#ifdef __linux__
-    if (bwvl && amx && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0) f |= QHX_CPU_AMX_BF16;
-#else
-    (void)amx;
-#endif
     return f;
 }
 #elif defined(__aarch64__) && defined(__linux__)

@@ -1,10 +1,7 @@
-/* AVX2 with int16 activations (the "avx2-q16" set, the default here) or int8 ones ("avx2-q8",
- * approximate) for W8 matrices (kernels/q8.h). The llama.cpp Q8_0 trick: vpsignb moves the activation's sign onto the weight so
- * vpmaddubsw can multiply |x| (unsigned) by it, 32 products per instruction; block sums are exact
- * integers, scaled once per 32 columns. Int16 activations multiply whole with vpmaddwd against the
- * weights widened to int16 (16 products an instruction, the widening shared by a token pair), and
- * are scaled once per 64 columns:
- * the same instruction count per product as the int8 trick. The W8 layout (format/w8.h) puts a row group's block in
+/* AVX2 (the "avx2" set): W8 matrices with int16 activations, W4 ones with int8 activations
+ * (kernels/q8.h). Int16 activations multiply whole with vpmaddwd against the weights widened to
+ * int16 (16 products an instruction, the widening shared by a token pair); block sums are exact
+ * integers, scaled once per 64 columns. The W8 layout (format/w8.h) puts a row group's block in
  * 128 consecutive bytes, so decode reads one sequential stream. Other dtypes go to the fp32 AVX2
  * kernels. */
 #include "format/w4.h"
@@ -87,15 +84,13 @@ TARGET static void round_q16(const float *x, size_t cols, const qhx_acts *a, siz
     }
 }
 
-/* One row group (4 rows) x NT tokens (1 or 2; NT and Q16 are constants at each call, so the 4 x NT
- * accumulators stay in registers). Weights are loaded per product from L1. Int8: 8 accumulators,
- * the token's q, |q| and scale, the ones and a temporary fit the 16 ymm registers. Int16: each
- * row's two blocks of an activation block widened to 4 x 16 int16 once for both tokens, vpmaddwd
- * multiplying 16 pairs into 8 int32 (|v w| sums of 8 stay under 2^26: exact). */
+/* One row group (4 rows) x NT tokens (1 or 2; NT is a constant at each call, so the 4 x NT
+ * accumulators stay in registers). Each row's two blocks of an activation block are widened to
+ * 4 x 16 int16 once for both tokens, vpmaddwd multiplying 16 pairs into 8 int32 (|v w| sums of 8
+ * stay under 2^26: exact). */
 static inline __attribute__((always_inline)) TARGET void tile(const int8_t *group, size_t nb, const qhx_acts *X,
-                                                               int t, int NT, int Q16, int STREAM, float out[4][2]) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const size_t nbx = X->pad / QHX_Q8_BLOCK, nbx16 = X->pad / QHX_Q16_BLOCK;
+                                                               int t, int NT, int STREAM, float out[4][2]) {
+    const size_t nbx16 = X->pad / QHX_Q16_BLOCK;
     __m256 acc[4][2];
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
@@ -111,8 +106,9 @@ static inline __attribute__((always_inline)) TARGET void tile(const int8_t *grou
             _mm_prefetch((const char *)wb + PREFETCH, _MM_HINT_T0);
             _mm_prefetch((const char *)wb + PREFETCH + 64, _MM_HINT_T0);
         }
-        if (Q16) { /* blocks b and b + 1 are one activation block of 64: their products one integer sum */
-            if (b % 2) continue; /* taken with b - 1 */
+        /* blocks b and b + 1 are one activation block of 64: their products one integer sum */
+        if (b % 2) continue; /* taken with b - 1 */
+        {
             const int two = b + 1 < nb;
             _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
                 const int8_t *w = wb + i * QHX_W8_BLOCK, *w2 = w + QHX_W8_GROUP * QHX_W8_BLOCK;
@@ -129,17 +125,6 @@ static inline __attribute__((always_inline)) TARGET void tile(const int8_t *grou
                                                                  _mm256_madd_epi16(w2b, _mm256_load_si256((const __m256i *)(v + 48)))));
                     acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(X->s + (size_t)(t + j) * nbx16 + b / 2), acc[i][j]);
                 }
-            }
-            continue;
-        }
-        _Pragma("GCC unroll 2") for (int j = 0; j < NT; j++) {
-            const size_t o = (size_t)(t + j) * X->pad + b * QHX_Q8_BLOCK;
-            const __m256i x = _mm256_load_si256((const __m256i *)(X->q + o)), a = _mm256_load_si256((const __m256i *)(X->aq + o));
-            const __m256 sc = _mm256_broadcast_ss(X->s + (size_t)(t + j) * nbx + b);
-            _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
-                const __m256i w = _mm256_loadu_si256((const __m256i *)(wb + i * QHX_W8_BLOCK));
-                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(a, _mm256_sign_epi8(w, x)), ones);
-                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[i][j]);
             }
         }
     }
@@ -160,13 +145,8 @@ TARGET static qhx_status avx2_int_matmul(const qhx_tensor *W, const qhx_acts *X,
             const int nt = T - t < 2 ? T - t : 2;
             for (int r = rb; r < rb1; r += QHX_W8_GROUP) {
                 const int8_t *group = (const int8_t *)W->data + (size_t)r / QHX_W8_GROUP * gbytes;
-                if (X->v) {
-                    if (nt == 2) tile(group, nb, X, t, 2, 1, stream, out);
-                    else tile(group, nb, X, t, 1, 1, stream, out);
-                } else {
-                    if (nt == 2) tile(group, nb, X, t, 2, 0, stream, out);
-                    else tile(group, nb, X, t, 1, 0, stream, out);
-                }
+                if (nt == 2) tile(group, nb, X, t, 2, stream, out);
+                else tile(group, nb, X, t, 1, stream, out);
                 const int nr = rb1 - r < QHX_W8_GROUP ? rb1 - r : QHX_W8_GROUP;
                 for (int i = 0; i < nr; i++)
                     for (int j = 0; j < nt; j++) Y[(size_t)(t + j) * W->rows + r + i] = out[i][j] * W->scale[r + i];
@@ -247,8 +227,6 @@ TARGET static qhx_status avx2_w4_matmul(const qhx_tensor *W, const qhx_acts *X, 
     return QHX_OK;
 }
 
-const qhx_acts_ops qhx_acts_avx2_q8 = {.form = QHX_ACTS_Q8, .matmul = avx2_int_matmul, .matmul_w4 = avx2_w4_matmul, .round = round_q8,
-                                       .round_q8 = round_q8};
 const qhx_acts_ops qhx_acts_avx2_q16 = {.form = QHX_ACTS_Q16, .matmul = avx2_int_matmul, .decode = avx2_int_matmul, .matmul_w4 = avx2_w4_matmul,
                                         .round = round_q16, .round_q8 = round_q8};
 #endif

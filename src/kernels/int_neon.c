@@ -1,13 +1,13 @@
-/* Armv8.2 dot product (sdot) with int16 activations (the "neon-q16" set, the default where the CPU
- * has it) or int8 ones ("neon-q8", approximate) for W8 matrices (kernels/q8.h). sdot multiplies 4
+/* Armv8.2 dot product (sdot), the "neon" set where the CPU has it: W8 matrices with int16
+ * activations, W4 ones with int8 activations (kernels/q8.h). sdot multiplies 4
  * signed bytes by 4 signed bytes into an int32 lane: 16 products an instruction. Int16 activations
  * go as their high and low bytes (qhx_q16_split, both signed: sdot needs no bias) in two passes
  * whose sums meet as 256 hi + lo: exact. Each 32-column block of a W8 row group (4 rows in 128
  * consecutive bytes, format/w8.h) gives 4 rows' int32 sums at once (pairwise adds put the rows in
  * the lanes); the two W8 blocks of an int16 block of 64 are summed as integers, and each
  * activation block's scaling runs as the scalar twin's does, one fp32 multiply and one add per row
- * and block: the results are the twin's bit for bit. With int16 activations decode goes through
- * the same kernel, a token at a time (int8: the neon set's fp32 kernel). This file alone is
+ * and block: the results are the twin's bit for bit. Decode goes through the same kernel, a token
+ * at a time. This file alone is
  * compiled for armv8.2-a+dotprod; the sets that call it need QHX_CPU_NEON_DOT. */
 #include "format/w4.h"
 #include "format/w8.h"
@@ -31,23 +31,20 @@ static inline int32x4_t block_dot(const int8_t *wb, const int8_t *x) {
 
 static qhx_status dot_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, pad = X->pad, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols);
-    const int q16 = X->v != NULL;
-    /* int16: an activation block of 64 is two W8 blocks, summed as one integer before its scaling */
-    const size_t per = q16 ? QHX_Q16_BLOCK / QHX_Q8_BLOCK : 1, nbx = pad / (QHX_Q8_BLOCK * per);
+    /* an activation block of 64 is two W8 blocks, summed as one integer before its scaling */
+    const size_t per = QHX_Q16_BLOCK / QHX_Q8_BLOCK, nbx = pad / QHX_Q16_BLOCK;
     for (int r = r0; r < r1; r += QHX_W8_GROUP) {
         const int8_t *g = (const int8_t *)W->data + (size_t)r / QHX_W8_GROUP * gbytes;
         const int nr = r1 - r < QHX_W8_GROUP ? r1 - r : QHX_W8_GROUP;
         for (int t = 0; t < T; t++) {
-            const int8_t *hi = (q16 ? X->aq : X->q) + (size_t)t * pad, *lo = q16 ? X->laq + (size_t)t * pad : NULL;
+            const int8_t *hi = X->aq + (size_t)t * pad, *lo = X->laq + (size_t)t * pad;
             const float *s = X->s + (size_t)t * nbx;
             float32x4_t acc = vdupq_n_f32(0.0f);
             for (size_t b0 = 0; b0 < nb; b0 += per) {
                 int32x4_t d = vdupq_n_s32(0);
                 for (size_t b = b0; b < b0 + per && b < nb; b++) {
                     const int8_t *wb = g + b * QHX_W8_GROUP * QHX_W8_BLOCK;
-                    int32x4_t e = block_dot(wb, hi + b * QHX_Q8_BLOCK);
-                    if (q16) e = vaddq_s32(vshlq_n_s32(e, 8), block_dot(wb, lo + b * QHX_Q8_BLOCK));
-                    d = vaddq_s32(d, e);
+                    d = vaddq_s32(d, vaddq_s32(vshlq_n_s32(block_dot(wb, hi + b * QHX_Q8_BLOCK), 8), block_dot(wb, lo + b * QHX_Q8_BLOCK)));
                 }
                 acc = vaddq_f32(acc, vmulq_n_f32(vcvtq_f32_s32(d), s[b0 / per]));
             }
@@ -134,9 +131,7 @@ static qhx_status dot_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, f
     return QHX_OK;
 }
 
-const qhx_acts_ops qhx_acts_neon_q8 = {.form = QHX_ACTS_Q8, .matmul = dot_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q8, .round_q8 = round_q8};
 const qhx_acts_ops qhx_acts_neon_q16 = {.form = QHX_ACTS_Q16, .matmul = dot_matmul, .decode = dot_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q16, .round_q8 = round_q8};
 /* W8 prefill through smmla (int_neon_i8mm.c); W4 keeps sdot */
-const qhx_acts_ops qhx_acts_i8mm_q8 = {.form = QHX_ACTS_Q8, .matmul = qhx_i8mm_w8_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q8, .round_q8 = round_q8};
 const qhx_acts_ops qhx_acts_i8mm_q16 = {.form = QHX_ACTS_Q16, .matmul = qhx_i8mm_w8_matmul, .decode = dot_matmul, .matmul_w4 = dot_w4_matmul, .round = round_q16, .round_q8 = round_q8};
 #endif

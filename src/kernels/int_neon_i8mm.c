@@ -1,11 +1,11 @@
-/* Armv8.6 int8 matrix multiply (smmla) for W8 prefill: the "neon-i8mm" sets. smmla multiplies a
+/* Armv8.6 int8 matrix multiply (smmla) for W8 prefill: the "neon-i8mm" set. smmla multiplies a
  * 2 x 8 block of signed bytes by another 2 x 8 one, transposed, into a 2 x 2 block of int32: 32
  * products an instruction, twice sdot's. Here the left operand is two weight rows and the right
  * one two tokens, 8 columns at a time: the 64-bit halves of two rows' (or two tokens') loads,
  * zipped. A 32-column block of a W8 row group (4 rows, format/w8.h) gives two such 2 x 2 blocks
  * from 4 + 4 smmla, each lane one row's exact int32 sum for one token, which are scaled as the
  * scalar twin scales them (one fp32 multiply and one add per row, token and block): bit for bit
- * the twin's. Int16 activations take two passes over their high and low bytes, 256 hi + lo, as in
+ * the twin's. The int16 activations take two passes over their high and low bytes, 256 hi + lo, as in
  * int_neon.c, the two W8 blocks of an int16 block of 64 summed before its scaling. This file alone
  * is compiled for armv8.2-a+dotprod+i8mm; the sets that call it need QHX_CPU_NEON_I8MM. */
 #include "format/w8.h"
@@ -38,11 +38,11 @@ static inline int32x4_t mm_block(const int8x16_t w[4], const int8x16_t x[4]) {
 }
 
 /* tokens t0 and t1 (the same token when T is odd: its second lane is dropped) over one row group;
- * int16: an activation block of 64 is two W8 blocks, summed as one integer before its scaling */
-static void group_tokens(const int8_t *g, size_t nb, const qhx_acts *X, size_t t0, size_t t1, int q16, float32x4_t acc[2]) {
-    const size_t pad = X->pad, per = q16 ? QHX_Q16_BLOCK / QHX_Q8_BLOCK : 1, nbx = pad / (QHX_Q8_BLOCK * per);
-    const int8_t *h0 = (q16 ? X->aq : X->q) + t0 * pad, *h1 = (q16 ? X->aq : X->q) + t1 * pad;
-    const int8_t *l0 = q16 ? X->laq + t0 * pad : NULL, *l1 = q16 ? X->laq + t1 * pad : NULL;
+ * an activation block of 64 is two W8 blocks, summed as one integer before its scaling */
+static void group_tokens(const int8_t *g, size_t nb, const qhx_acts *X, size_t t0, size_t t1, float32x4_t acc[2]) {
+    const size_t pad = X->pad, per = QHX_Q16_BLOCK / QHX_Q8_BLOCK, nbx = pad / QHX_Q16_BLOCK;
+    const int8_t *h0 = X->aq + t0 * pad, *h1 = X->aq + t1 * pad;
+    const int8_t *l0 = X->laq + t0 * pad, *l1 = X->laq + t1 * pad;
     const float *s0 = X->s + t0 * nbx, *s1 = X->s + t1 * nbx;
     acc[0] = acc[1] = vdupq_n_f32(0.0f);
     for (size_t b0 = 0; b0 < nb; b0 += per) {
@@ -52,12 +52,10 @@ static void group_tokens(const int8_t *g, size_t nb, const qhx_acts *X, size_t t
             const size_t c = b * QHX_Q8_BLOCK;
             int8x16_t xh[4], xl[4], w[4];
             pair32(h0 + c, h1 + c, xh);
-            if (q16) pair32(l0 + c, l1 + c, xl);
+            pair32(l0 + c, l1 + c, xl);
             for (int p = 0; p < 2; p++) {
                 pair32(wb + 2 * p * QHX_W8_BLOCK, wb + (2 * p + 1) * QHX_W8_BLOCK, w);
-                int32x4_t e = mm_block(w, xh);
-                if (q16) e = vaddq_s32(vshlq_n_s32(e, 8), mm_block(w, xl));
-                d[p] = vaddq_s32(d[p], e);
+                d[p] = vaddq_s32(d[p], vaddq_s32(vshlq_n_s32(mm_block(w, xh), 8), mm_block(w, xl)));
             }
         }
         const size_t bx = b0 / per;
@@ -69,14 +67,13 @@ static void group_tokens(const int8_t *g, size_t nb, const qhx_acts *X, size_t t
 
 qhx_status qhx_i8mm_w8_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, nb = qhx_w8_padded_cols(cols) / QHX_W8_BLOCK, gbytes = qhx_w8_group_bytes(cols), ys = (size_t)W->rows;
-    const int q16 = X->v != NULL;
     for (int r = r0; r < r1; r += QHX_W8_GROUP) {
         const int8_t *g = (const int8_t *)W->data + (size_t)r / QHX_W8_GROUP * gbytes;
         const int nr = r1 - r < QHX_W8_GROUP ? r1 - r : QHX_W8_GROUP;
         for (int t = 0; t < T; t += 2) {
             const int two = T - t >= 2;
             float32x4_t acc[2];
-            group_tokens(g, nb, X, (size_t)t, (size_t)(two ? t + 1 : t), q16, acc);
+            group_tokens(g, nb, X, (size_t)t, (size_t)(two ? t + 1 : t), acc);
             float out[2][4];
             vst1q_f32(out[0], acc[0]), vst1q_f32(out[1], acc[1]);
             for (int i = 0; i < nr; i++)

@@ -1,5 +1,5 @@
-/* AVX-512 VNNI with int16 activations (the "avx512-q16" set, the default here) or int8 ones
- * ("avx512-q8", approximate) for W8 matrices (kernels/q8.h). vpdpbusd multiplies 4
+/* AVX-512 VNNI (the "avx512" set, the default here): W8 matrices with int16 activations, W4 ones
+ * with int8 activations (kernels/q8.h). vpdpbusd multiplies 4
  * unsigned by 4 signed bytes and adds them into an int32 lane: 64 multiply-adds an instruction,
  * where AVX2 needs vpsignb + vpmaddubsw + vpmaddwd for 32. The weights are the signed operand, so
  * the activations go in biased to unsigned (aq = q + 128, kernels/q8.h) and 128 x the block's sum
@@ -11,8 +11,7 @@
  * Prefill packs 32 rows at a time (pack_block) so that one register holds 4 consecutive columns of
  * 16 rows: lanes are rows, a token's 4 activation bytes are one broadcast, and nothing is summed
  * across lanes until a row ends. Every token then passes over the packed rows while they sit in
- * L2. Decode streams the W8 layout once with int16 activations whole (vnni_w8_decode, -q16) or
- * fp32 ones (-q8: the avx512 set's kernel). */
+ * L2. Decode streams the W8 layout once with int16 activations whole (vnni_w8_decode). */
 #include "format/w4.h"
 #include "format/w8.h"
 #include "kernels/kernels.h"
@@ -25,8 +24,6 @@
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TARGET
-#define VNNI_PACK_TARGET TARGET
-#include "kernels/vnni_pack.h"
 
 #define LANES 16                     /* rows a register holds */
 #define PANEL 32                     /* rows packed at once: two registers */
@@ -101,10 +98,40 @@ TARGET static void round_q16(const float *x, size_t cols, const qhx_acts *a, siz
     }
 }
 
-/* Column block b of 16 rows (kernels/vnni_pack.h) into UNITS registers: the 8 column quads, then
+/* W8 weights in the order vpdpbusd multiplies: for 16 rows and one 32-column block, unit k lane i
+ * (a dword) = row i's bytes 4k..4k+3, k = 0..7, each unit one register. In the W8 layout
+ * (format/w8.h) a row group's block is 4 rows x 8 dwords, so this is a 16 x 8 dword transpose.
+ * Column block b of the 16 rows from group g0 on; groups at or past `groups` read as zero rows. */
+INLINE void vnni_pack16(const int8_t *data, size_t gbytes, size_t g0, size_t groups, size_t b, __m512i out[8]) {
+    /* x[G][h] lane 4k + i = row i of group G, dword 4h + k */
+    const __m512i lo = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(4));
+    __m512i x[4][2];
+    _Pragma("GCC unroll 4") for (int G = 0; G < 4; G++) {
+        if (g0 + G < groups) {
+            const int8_t *p = data + (g0 + G) * gbytes + b * QHX_W8_GROUP * QHX_W8_BLOCK;
+            const __m512i a = _mm512_loadu_si512(p), c = _mm512_loadu_si512(p + 64);
+            x[G][0] = _mm512_permutex2var_epi32(a, lo, c);
+            x[G][1] = _mm512_permutex2var_epi32(a, hi, c);
+        } else {
+            x[G][0] = x[G][1] = _mm512_setzero_si512();
+        }
+    }
+    /* unit 4h + k: 128-bit chunk k of x[0..3][h], a 4 x 4 transpose of chunks */
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+        const __m512i t0 = _mm512_shuffle_i32x4(x[0][h], x[1][h], 0x44), t1 = _mm512_shuffle_i32x4(x[0][h], x[1][h], 0xee);
+        const __m512i t2 = _mm512_shuffle_i32x4(x[2][h], x[3][h], 0x44), t3 = _mm512_shuffle_i32x4(x[2][h], x[3][h], 0xee);
+        out[4 * h + 0] = _mm512_shuffle_i32x4(t0, t2, 0x88);
+        out[4 * h + 1] = _mm512_shuffle_i32x4(t0, t2, 0xdd);
+        out[4 * h + 2] = _mm512_shuffle_i32x4(t1, t3, 0x88);
+        out[4 * h + 3] = _mm512_shuffle_i32x4(t1, t3, 0xdd);
+    }
+}
+
+/* Column block b of 16 rows (vnni_pack16) into UNITS registers: the 8 column quads, then
  * -128 x each row's block sum. */
 INLINE void pack_block(const int8_t *data, size_t gbytes, size_t g0, size_t groups, size_t b, __m512i *out) {
-    qhx_vnni_pack16(data, gbytes, g0, groups, b, out);
+    vnni_pack16(data, gbytes, g0, groups, b, out);
     __m512i sum = _mm512_setzero_si512();
     const __m512i ones = _mm512_set1_epi8(1);
     _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) sum = _mm512_dpbusd_epi32(sum, ones, out[k]);
@@ -206,13 +233,8 @@ TARGET static qhx_status vnni_int_matmul(const qhx_tensor *W, const qhx_acts *X,
         for (size_t b = 0; b < nb; b++)
             for (int i = 0; i < nr; i++)
                 pack_block(W->data, gbytes, (size_t)(row0 + i * LANES) / QHX_W8_GROUP, groups, b, panel + (b * 2 + i) * UNITS);
-        if (X->v) {
-            if (nr == 2) TOKEN_TAILS(2, 1, 0)
-            else TOKEN_TAILS(1, 1, 0)
-        } else {
-            if (nr == 2) TOKEN_TAILS(2, 0, 0)
-            else TOKEN_TAILS(1, 0, 0)
-        }
+        if (nr == 2) TOKEN_TAILS(2, 1, 0)
+        else TOKEN_TAILS(1, 1, 0)
     }
     free(panel);
     return QHX_OK;
@@ -429,8 +451,6 @@ TARGET static qhx_status vnni_w4_matmul(const qhx_tensor *W, const qhx_acts *X, 
     return QHX_OK;
 }
 
-const qhx_acts_ops qhx_acts_vnni_q8 = {.form = QHX_ACTS_Q8, .matmul = vnni_int_matmul, .matmul_w4 = vnni_w4_matmul, .round = round_q8,
-                                       .round_q8 = round_q8};
 const qhx_acts_ops qhx_acts_vnni_q16 = {.form = QHX_ACTS_Q16, .matmul = vnni_int_matmul, .decode = vnni_w8_decode,
                                         .matmul_w4 = vnni_w4_matmul, .round = round_q16, .round_q8 = round_q8};
 #endif

@@ -14,26 +14,22 @@ typedef struct qhx_pool qhx_pool;
  * count. QHX_ERR_NOMEM when a kernel's row scratch cannot be had. */
 typedef qhx_status (*qhx_matmul_fn)(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1);
 
-/* How a kernel set rounds prefill activations for W8 matrices. */
+/* How activations are rounded for a matrix's integer kernel. */
 typedef enum {
     QHX_ACTS_F32 = 0, /* not at all: fp32 activations throughout */
-    QHX_ACTS_Q8,      /* int8 in blocks of 32 (kernels/q8.h): approximate, as llama.cpp's Q8_0 */
-    QHX_ACTS_Q16,     /* int16 in blocks of 64, or as two int8 parts (kernels/q8.h): the default */
-    QHX_ACTS_BF16     /* bf16, nearest even, in AMX's tile order */
+    QHX_ACTS_Q8,      /* int8 in blocks of 32 (kernels/q8.h), as llama.cpp's Q8_0: what W4 takes */
+    QHX_ACTS_Q16,     /* int16 in blocks of 64, or as two int8 parts (kernels/q8.h): what W8 takes */
 } qhx_acts_form;
 
 /* T activation rows rounded once per matmul for every thread, pad (cols rounded up to the form's
  * block: 64 for Q16, else 32) values a row, one scale s per block (pad / block per row). Q8: q, and the set's second form of it in
  * aq (|q| for AVX2's sign trick, q + 128 as unsigned bytes for VNNI). Q16: v, and for VNNI the
- * high and low bytes (qhx_q16_split) + 128 in aq and laq. BF16: bf in AMX's tile order
- * (qhx_acts_bf16_at): rows in tiles of 16, each tile a run of 16 x 32-column blocks, so one tile
- * load is 1 KiB in a row; the rows past T in the last tile are zero. */
+ * high and low bytes (qhx_q16_split) + 128 in aq and laq. */
 typedef struct {
     int8_t *q, *aq, *laq;
     int16_t *v;
     float *s;
-    uint16_t *bf;
-    size_t pad, cap;      /* cap: values each of q, aq, laq and v, or bf, can hold */
+    size_t pad, cap;      /* cap: values each of q, aq, laq and v can hold */
     /* For W4 matrices (format/w4.h), which always take Q8 (see qhx_matmul_many): q again as the
      * W4 kernels take it, each row w4pad long (whole 4-block units, zero past pad) in w4h, and per
      * 32-column block 8 x its sum of q in w4c and its scale in w4s. */
@@ -42,13 +38,6 @@ typedef struct {
     float *w4s;
     size_t w4pad, w4cap;
 } qhx_acts;
-
-#define QHX_ACTS_TILE 16
-
-/* index in a->bf of row t, column c */
-static inline size_t qhx_acts_bf16_at(const qhx_acts *a, size_t t, size_t c) {
-    return (t / QHX_ACTS_TILE * a->pad + c / 32 * 32) * QHX_ACTS_TILE + t % QHX_ACTS_TILE * 32 + c % 32;
-}
 
 typedef qhx_status (*qhx_matmul_acts_fn)(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1);
 
@@ -138,16 +127,13 @@ void qhx_attend_scalar(const qhx_attend_args *a);
 void qhx_kv_widen_scalar(qhx_kv_form form, const unsigned char *rows, size_t stride, int hd, int n, float *out, int ld);
 
 extern const qhx_fp32_ops qhx_fp32_ref, qhx_fp32_scalar, qhx_fp32_avx2, qhx_fp32_avx512, qhx_fp32_neon;
-extern const qhx_acts_ops qhx_acts_scalar_q8, qhx_acts_scalar_q16, qhx_acts_scalar_bf16, qhx_acts_avx2_q8,
-    qhx_acts_avx2_q16, qhx_acts_vnni_q8, qhx_acts_vnni_q16, qhx_acts_amx_bf16, qhx_acts_neon_q8, qhx_acts_neon_q16,
-    qhx_acts_i8mm_q8, qhx_acts_i8mm_q16;
+extern const qhx_acts_ops qhx_acts_scalar_q16, qhx_acts_avx2_q16, qhx_acts_vnni_q16, qhx_acts_neon_q16, qhx_acts_i8mm_q16;
 qhx_status qhx_i8mm_w8_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1);
 
 /* A kernel set: a vector layer's fp32 ops x how prefill and decode round activations for W8
  * (kernels/sets.c composes them). The forward calls it through these fields. */
 typedef struct {
-    /* "ref", "scalar", "avx2", "avx512", "amx", "neon"; "-q16" / "-q8" / "-bf16": how activations are
-     * rounded for W8 in prefill (and, -q16, in decode) */
+    /* "ref", "scalar", "avx2", "avx512", "neon", "neon-i8mm" */
     const char *name;
     qhx_matmul_fn matmul;
     /* I8 weights x rounded activations (prefill); NULL: fp32 activations throughout */
@@ -174,7 +160,6 @@ enum {
     QHX_CPU_AVX2 = 1 << 0,      /* with FMA and F16C */
     QHX_CPU_AVX512 = 1 << 1,    /* F, with AVX2, FMA and F16C */
     QHX_CPU_AVX512_VNNI = 1 << 2, /* with BW and VL */
-    QHX_CPU_AMX_BF16 = 1 << 3,  /* AMX-TILE, AMX-BF16 and AVX512-BF16, tile data granted by the OS */
     QHX_CPU_NEON = 1 << 4,      /* AArch64 Advanced SIMD (every AArch64 CPU) */
     QHX_CPU_NEON_DOT = 1 << 5,  /* Armv8.2 dot product: sdot/udot (HWCAP_ASIMDDP) */
     QHX_CPU_NEON_I8MM = 1 << 6, /* Armv8.6 int8 matrix multiply: smmla (HWCAP2_I8MM) */

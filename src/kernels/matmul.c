@@ -111,21 +111,16 @@ static void round_part(void *arg, int i, int n) {
 
 /* Room for T rows of `cols` activations in the form; the kernels load them aligned. */
 static qhx_status acts_reserve(qhx_acts_form form, qhx_acts *a, size_t cols, int T) {
-    const int bf16 = form == QHX_ACTS_BF16, q16 = form == QHX_ACTS_Q16;
+    const int q16 = form == QHX_ACTS_Q16;
     a->pad = q16 ? qhx_q16_padded(cols) : qhx_q8_padded(cols);
-    const size_t rows = bf16 ? qhx_round_up((size_t)T, QHX_ACTS_TILE) : (size_t)T;
-    const size_t need = qhx_round_up(a->pad * rows, 64); /* aligned_alloc: a multiple of the alignment */
-    if (need <= a->cap && !a->bf == !bf16 && !a->v == !q16) return QHX_OK;
+    const size_t need = qhx_round_up(a->pad * (size_t)T, 64); /* aligned_alloc: a multiple of the alignment */
+    if (need <= a->cap && !a->v == !q16) return QHX_OK;
     qhx_acts_free(a);
-    if (bf16) {
-        a->bf = aligned_alloc(64, need * sizeof(uint16_t));
-    } else {
-        a->aq = aligned_alloc(64, need);
-        a->s = malloc(sizeof(float) * (need / QHX_Q8_BLOCK));
-        if (q16) a->v = aligned_alloc(64, need * sizeof(int16_t)), a->laq = aligned_alloc(64, need);
-        else a->q = aligned_alloc(64, need);
-    }
-    if (bf16 ? !a->bf : !a->aq || !a->s || (q16 ? !a->v || !a->laq : !a->q)) {
+    a->aq = aligned_alloc(64, need);
+    a->s = malloc(sizeof(float) * (need / QHX_Q8_BLOCK));
+    if (q16) a->v = aligned_alloc(64, need * sizeof(int16_t)), a->laq = aligned_alloc(64, need);
+    else a->q = aligned_alloc(64, need);
+    if (!a->aq || !a->s || (q16 ? !a->v || !a->laq : !a->q)) {
         qhx_acts_free(a);
         return QHX_ERR_NOMEM;
     }
@@ -133,17 +128,10 @@ static qhx_status acts_reserve(qhx_acts_form form, qhx_acts *a, size_t cols, int
     return QHX_OK;
 }
 
-/* the rows past T in the last bf16 tile: zero, so no kernel reads anything unset */
-static void acts_zero_tail(qhx_acts *a, int T) {
-    for (size_t t = (size_t)T; t % QHX_ACTS_TILE; t++)
-        for (size_t c = 0; c < a->pad; c += 32) memset(a->bf + qhx_acts_bf16_at(a, t, c), 0, 32 * sizeof(uint16_t));
-}
-
 void qhx_acts_free(qhx_acts *a) {
     free(a->q);
     free(a->aq);
     free(a->s);
-    free(a->bf);
     free(a->v);
     free(a->laq);
     free(a->w4h), free(a->w4c), free(a->w4s);
@@ -151,7 +139,6 @@ void qhx_acts_free(qhx_acts *a) {
     a->q = a->aq = a->laq = NULL;
     a->v = NULL;
     a->s = NULL;
-    a->bf = NULL;
     a->cap = 0;
 }
 
@@ -160,7 +147,7 @@ qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, con
     matmul_job j = {.ks = ex->ks, .W = W, .Y = Y, .n = n, .X = X, .T = T};
     qhx_acts local = {0};
     /* Rounded activations pay in prefill, where each weight serves several tokens (1.2-1.5x), and
-     * in decode where the set has a decode kernel for them (the -q16 sets): one token streams the
+     * in decode where the set has a decode kernel for them: one token streams the
      * weights once either way, but widening int8 weights for fp32 activations costs more
      * arithmetic than the memory leaves room for at 60-70 GB/s (AVX-512: 50 GB/s a thread from
      * L2 against 70-84 with int16 activations). A stepwise call (per_token) and a single token go
@@ -188,7 +175,6 @@ qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, con
             qhx_acts_free(&local);
             return qhx_fail(QHX_ERR_NOMEM, "matmul: out of memory for %d rounded activation rows", T);
         }
-        if (a->bf) acts_zero_tail(a, T);
         j.acts = a;
         /* a few rows round faster on this thread than the pool wakes (W4 decode: every matmul) */
         if (T <= 4) round_part(&j, 0, 1);

@@ -1,6 +1,6 @@
-/* Int8 activations for W8 matrices (the "-q8" kernel sets): each activation row is rounded to int8
+/* Int8 activations, what W4 matrices take (matmul.c), as llama.cpp's Q8_0: each activation row is rounded to int8
  * in blocks of 32 with one fp32 scale per block (max|x| / 127), so a block's dot product with an
- * int8 weight row is exact integer arithmetic: y[r] = sw[r] * sum_b sx[b] * sum_{i in b} w[i] q[i].
+ * int8 (or 4-bit) weight row is exact integer arithmetic: y[r] = sw[r] * sum_b sx[b] * sum_{i in b} w[i] q[i].
  * The rounding error is at most half a step of each block, ~0.4 % of its largest value. */
 #ifndef QHX_Q8_H
 #define QHX_Q8_H
@@ -35,7 +35,7 @@ static inline void qhx_q8_quantize_abs(const float *x, size_t cols, int8_t *q, i
     for (size_t c = 0; c < qhx_q8_padded(cols); c++) aq[c] = (int8_t)(q[c] < 0 ? -q[c] : q[c]);
 }
 
-/* Int16 activations for W8 matrices (the "-q16" sets, the default): each block of 64 is rounded to
+/* Int16 activations, what W8 matrices take in every set but ref: each block of 64 is rounded to
  * v = round(x * 32512 / max|x|) in [-32512, 32512], 15 bits where int8 keeps 7, with one scale
  * s = max / 32512 a block, so a block's dot product with an int8 weight row is again exact integer
  * arithmetic (|sum| <= 64 x 128 x 32512 < 2^31). The rounding error is at most half a step,

@@ -89,23 +89,22 @@ static void scalar_axpy(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-/* the twin of the -q8 and -q16 SIMD sets: the same rounded activations, exact integer block sums
- * (32 columns for int8, 64 for int16) each scaled once */
+/* the twin of the SIMD sets' W8 kernels: the same int16 activations, exact integer block sums of
+ * 64 columns each scaled once */
 static qhx_status scalar_int_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
-    const size_t blk = X->v ? QHX_Q16_BLOCK : QHX_Q8_BLOCK;
+    const size_t blk = QHX_Q16_BLOCK;
     const size_t cols = (size_t)W->cols, pad = X->pad, nb = (cols + blk - 1) / blk, nbx = pad / blk;
     int8_t *w = malloc(cols);
     if (!w) return QHX_ERR_NOMEM;
     for (int r = r0; r < r1; r++) {
         qhx_w8_get_row(W->data, cols, (size_t)r, w);
         for (int t = 0; t < T; t++) {
-            const int8_t *q = X->q ? X->q + (size_t)t * pad : NULL;
-            const int16_t *v = X->v ? X->v + (size_t)t * pad : NULL;
+            const int16_t *v = X->v + (size_t)t * pad;
             float acc = 0.0f;
             for (size_t b = 0; b < nb; b++) {
                 int32_t d = 0;
                 const size_t c0 = b * blk, c1 = c0 + blk < cols ? c0 + blk : cols;
-                for (size_t c = c0; c < c1; c++) d += (int32_t)w[c] * (v ? v[c] : q[c]);
+                for (size_t c = c0; c < c1; c++) d += (int32_t)w[c] * v[c];
                 acc += (float)d * X->s[(size_t)t * nbx + b];
             }
             Y[(size_t)t * W->rows + r] = acc * W->scale[r];
@@ -148,28 +147,6 @@ static void scalar_round_q8(const float *x, size_t cols, const qhx_acts *a, size
 
 static void scalar_round_q16(const float *x, size_t cols, const qhx_acts *a, size_t t) {
     qhx_q16_quantize(x, cols, a->v + t * a->pad, a->s + t * (a->pad / QHX_Q16_BLOCK));
-}
-
-/* the twin of the -bf16 sets: activations rounded to bf16 (int8 weights are exact in bf16), fp32
- * products and sums */
-static qhx_status scalar_bf16_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
-    const size_t cols = (size_t)W->cols;
-    int8_t *w = malloc(cols);
-    if (!w) return QHX_ERR_NOMEM;
-    for (int r = r0; r < r1; r++) {
-        qhx_w8_get_row(W->data, cols, (size_t)r, w);
-        for (int t = 0; t < T; t++) {
-            float acc = 0.0f;
-            for (size_t c = 0; c < cols; c++) acc += (float)w[c] * qhx_bf16_to_f32(X->bf[qhx_acts_bf16_at(X, (size_t)t, c)]);
-            Y[(size_t)t * W->rows + r] = acc * W->scale[r];
-        }
-    }
-    free(w);
-    return QHX_OK;
-}
-
-static void scalar_to_bf16(const float *x, size_t cols, const qhx_acts *a, size_t t) {
-    for (size_t c = 0; c < a->pad; c++) a->bf[qhx_acts_bf16_at(a, t, c)] = c < cols ? qhx_f32_to_bf16(x[c]) : 0;
 }
 
 /* row by row, k by k: an axpy per (i, k) */
@@ -309,8 +286,5 @@ const qhx_fp32_ops qhx_fp32_ref = {.matmul = ref_matmul, .gemm = ref_gemm,
 const qhx_fp32_ops qhx_fp32_scalar = {.matmul = scalar_matmul, .gemm = scalar_gemm,
                                       .delta_rule = scalar_delta_rule, .silu = scalar_silu, .attend = qhx_attend_scalar,
                                       .softmax_tile = scalar_softmax_tile, .kv_widen = qhx_kv_widen_scalar};
-const qhx_acts_ops qhx_acts_scalar_q8 = {.form = QHX_ACTS_Q8, .matmul = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,
-                                         .round = scalar_round_q8, .round_q8 = scalar_round_q8};
 const qhx_acts_ops qhx_acts_scalar_q16 = {.form = QHX_ACTS_Q16, .matmul = scalar_int_matmul, .decode = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,
                                           .round = scalar_round_q16, .round_q8 = scalar_round_q8};
-const qhx_acts_ops qhx_acts_scalar_bf16 = {.form = QHX_ACTS_BF16, .matmul = scalar_bf16_matmul, .round = scalar_to_bf16};

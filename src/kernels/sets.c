@@ -1,7 +1,6 @@
-/* The kernel sets: each a vector layer's fp32 ops composed with how prefill (and, -q16, decode)
- * rounds activations for W8 matrices (an int8-dot specialisation), and the CPU features it
- * needs. A new ISA adds a vector layer (kernels/vec_<isa>.h + fp32_<isa>.c), its int8-dot
- * specialisations, and lines here. */
+/* The kernel sets: each a vector layer's fp32 ops composed with its int8-dot specialisation (how
+ * W8 and W4 matrices meet their rounded activations), and the CPU features it needs. A new ISA
+ * adds a vector layer (kernels/vec_<isa>.h + fp32_<isa>.c), its int8-dot kernels, and a line here. */
 #include "kernels/kernels.h"
 #include "util/error.h"
 
@@ -11,21 +10,21 @@
 #include <string.h>
 
 typedef struct {
-    const char *layer;          /* the name's first part */
+    const char *layer;          /* the set's name */
     const qhx_fp32_ops *fp32;
     const qhx_acts_ops *acts;   /* NULL: fp32 activations throughout */
     unsigned needs;             /* QHX_CPU_* */
 } recipe;
 
-/* In the order "auto" tries them: the first this CPU runs is the default. Only sets whose prefill
- * keeps the greedy parity of fp32 activations qualify (int16 activations; bench/README.md has the
- * measurements): int8 (-q8) and bf16 (amx-bf16) activations are faster opt-ins, listed after the
- * ground floor so auto never reaches them. */
+/* In the order "auto" tries them: the first this CPU runs is the default (an Armv8.0 CPU, without
+ * sdot, runs scalar). A set is a vector layer; the activation form follows the weight type, as in
+ * ggml: W8 matrices take int16 activations (exact enough to keep the greedy parity of fp32 ones),
+ * W4 int8, fp32/bf16/fp16 fp32. ref is the fp32 oracle. bench/README.md says which sets went and
+ * why. */
 static const recipe recipes[] = {
 #ifdef QHX_HAVE_NEON
     {"neon-i8mm", &qhx_fp32_neon, &qhx_acts_i8mm_q16, QHX_CPU_NEON | QHX_CPU_NEON_DOT | QHX_CPU_NEON_I8MM},
     {"neon", &qhx_fp32_neon, &qhx_acts_neon_q16, QHX_CPU_NEON | QHX_CPU_NEON_DOT},
-    {"neon", &qhx_fp32_neon, NULL, QHX_CPU_NEON},
 #endif
 #ifdef QHX_HAVE_AVX512
     {"avx512", &qhx_fp32_avx512, &qhx_acts_vnni_q16, QHX_CPU_AVX512 | QHX_CPU_AVX512_VNNI},
@@ -33,41 +32,20 @@ static const recipe recipes[] = {
 #ifdef QHX_HAVE_AVX2
     {"avx2", &qhx_fp32_avx2, &qhx_acts_avx2_q16, QHX_CPU_AVX2},
 #endif
-    {"scalar", &qhx_fp32_scalar, NULL, 0},
-#ifdef QHX_HAVE_AVX512
-    {"avx512", &qhx_fp32_avx512, NULL, QHX_CPU_AVX512},
-    {"avx512", &qhx_fp32_avx512, &qhx_acts_vnni_q8, QHX_CPU_AVX512 | QHX_CPU_AVX512_VNNI},
-#endif
-#ifdef QHX_HAVE_AVX2
-    {"avx2", &qhx_fp32_avx2, NULL, QHX_CPU_AVX2},
-    {"avx2", &qhx_fp32_avx2, &qhx_acts_avx2_q8, QHX_CPU_AVX2},
-#endif
-#ifdef QHX_HAVE_NEON
-    {"neon", &qhx_fp32_neon, &qhx_acts_neon_q8, QHX_CPU_NEON | QHX_CPU_NEON_DOT},
-    {"neon-i8mm", &qhx_fp32_neon, &qhx_acts_i8mm_q8, QHX_CPU_NEON | QHX_CPU_NEON_DOT | QHX_CPU_NEON_I8MM},
-#endif
-#if defined(QHX_HAVE_AVX512) && defined(__linux__)
-    {"amx", &qhx_fp32_avx512, &qhx_acts_amx_bf16, QHX_CPU_AVX512 | QHX_CPU_AMX_BF16},
-#endif
     {"scalar", &qhx_fp32_scalar, &qhx_acts_scalar_q16, 0},
-    {"scalar", &qhx_fp32_scalar, &qhx_acts_scalar_q8, 0},
-    {"scalar", &qhx_fp32_scalar, &qhx_acts_scalar_bf16, 0},
     {"ref", &qhx_fp32_ref, NULL, 0},
 };
 #define N_SETS (sizeof recipes / sizeof recipes[0])
 
 static qhx_kernel_set sets[N_SETS];
-static char names[N_SETS][24];
-static char all_names[N_SETS * 24];
+static char all_names[N_SETS * 16];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void compose(void) {
-    static const char *const suffix[] = {"", "-q8", "-q16", "-bf16"};
     const unsigned cpu = qhx_cpu_features();
     for (size_t i = 0; i < N_SETS; i++) {
         const recipe *r = &recipes[i];
-        snprintf(names[i], sizeof names[i], "%s%s", r->layer, r->acts ? suffix[r->acts->form] : "");
-        sets[i] = (qhx_kernel_set){.name = names[i], .matmul = r->fp32->matmul,
+        sets[i] = (qhx_kernel_set){.name = r->layer, .matmul = r->fp32->matmul,
                                    .gemm = r->fp32->gemm, .delta_rule = r->fp32->delta_rule, .silu = r->fp32->silu,
                                    .attend = r->fp32->attend, .softmax_tile = r->fp32->softmax_tile, .kv_widen = r->fp32->kv_widen,
                                    .ieee = r->fp32 == &qhx_fp32_ref, .supported = (cpu & r->needs) == r->needs};
@@ -77,7 +55,7 @@ static void compose(void) {
             sets[i].panel_rows = r->acts->panel_rows, sets[i].matmul_acts_w4 = r->acts->matmul_w4;
     }
     for (size_t i = N_SETS; i-- > 0;)
-        snprintf(all_names + strlen(all_names), sizeof all_names - strlen(all_names), "%s%s", all_names[0] ? " " : "", names[i]);
+        snprintf(all_names + strlen(all_names), sizeof all_names - strlen(all_names), "%s%s", all_names[0] ? " " : "", recipes[i].layer);
 }
 
 const char *qhx_kernels_names(void) {
