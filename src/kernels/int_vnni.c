@@ -309,18 +309,40 @@ TARGET static qhx_status vnni_w8_decode(const qhx_tensor *W, const qhx_acts *X, 
 }
 
 /* ---- W4 (format/w4.h), decode and prefill ----------------------------------------------------
- * A block of a row group is one register of codes: its low nibbles are columns 0-15 of the 4 rows
- * (16 bytes a row), its high nibbles columns 16-31. With the codes as vpdpbusd's unsigned operand
- * and a token's 16 signed activation bytes broadcast to the 4 rows, each int32 lane sums 4 columns
- * of one row. Four blocks' registers fold (transpose-add) into one whose lane 4i + j holds row i's
- * sum of block j, the order the layout keeps its scales in: one fp16 load scales 16 sums. The
- * codes' offset of 8 comes off as 8 x the block's activation sum (w4c). Integer sums are exact,
- * so the fp32 steps are the scalar twin's, bit for bit. */
+ * A block of a row group is one register of codes: 128-bit lane i is row i's 16 bytes, their low
+ * nibbles columns 0-15, their high nibbles columns 16-31. Four blocks' registers are transposed
+ * by dwords within each lane (transpose4), so register m holds in lane i, dword j, row i's columns
+ * 4m..4m+3 of block j; with the codes as vpdpbusd's unsigned operand and the token's activations
+ * transposed the same way once per call (w4_transpose_acts: 16 bytes, dword j from block j,
+ * broadcast to the 4 rows), eight vpdpbusd leave in lane 4i + j row i's whole sum of block j, the
+ * order the layout keeps its scales in: one fp16 load scales 16 sums. The transpose is the
+ * codes', shared by every token of a decode step. The codes' offset of 8 comes off as 8 x the
+ * block's activation sum (w4c). Integer sums are exact, so the fp32 steps are the scalar twin's,
+ * bit for bit. */
 
-INLINE __m512i fold4(const __m512i s[4]) {
-    const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
-    const __m512i v = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
-    return _mm512_add_epi32(_mm512_unpacklo_epi64(u, v), _mm512_unpackhi_epi64(u, v));
+/* within each 128-bit lane, the 4 x 4 dwords of r[0..3] transposed: r[m] dword j = old r[j] dword m */
+INLINE void transpose4(__m512i r[4]) {
+    const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
+    r[0] = _mm512_unpacklo_epi64(t0, t2), r[1] = _mm512_unpackhi_epi64(t0, t2);
+    r[2] = _mm512_unpacklo_epi64(t1, t3), r[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/* T tokens' W4 activations (w4h) into out, a unit (4 blocks, 128 bytes) at a time: 16 bytes for
+ * each of the 4 column quads of the blocks' first halves, dword j from block j, then the same for
+ * their second halves */
+TARGET static void w4_transpose_acts(const qhx_acts *X, int T, size_t nb, int8_t *out) {
+    const __m512i lo = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13), hi = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
+    const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (int t = 0; t < T; t++) {
+        const int8_t *h = X->w4h + (size_t)t * X->w4pad;
+        int8_t *o = out + (size_t)t * nb * QHX_W4_BLOCK;
+        for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
+            const __m512i a = _mm512_loadu_si512(h + u * QHX_W4_BLOCK), b = _mm512_loadu_si512(h + u * QHX_W4_BLOCK + 64);
+            _mm512_storeu_si512(o + u * QHX_W4_BLOCK, _mm512_permutexvar_epi32(tr, _mm512_permutex2var_epi64(a, lo, b)));
+            _mm512_storeu_si512(o + u * QHX_W4_BLOCK + 64, _mm512_permutexvar_epi32(tr, _mm512_permutex2var_epi64(a, hi, b)));
+        }
+    }
 }
 
 /* Prefetch: two groups are read side by side, so a fixed distance ahead of each cursor lands in
@@ -336,16 +358,18 @@ INLINE __m512i fold4(const __m512i s[4]) {
 INLINE __m512i bcast16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
 
 /* NT tokens (1-4) over NG (1 or 2) row groups: per group and token the 16 lanes of (row,
- * block % 4) accumulators. Each group's codes are unpacked once for every token; a token's sums
- * and accumulation are what it alone gets. */
-INLINE void w4_tokens(const uint8_t *g, size_t gbytes, size_t nb, int NG, const int NT, const qhx_acts *X, int t0, __m512 acc[DTOKENS][2]) {
+ * block % 4) accumulators. Each group's codes are transposed and unpacked once for every token
+ * (xt: the tokens' transposed activations); a token's sums and accumulation are what it alone
+ * gets. */
+INLINE void w4_tokens(const uint8_t *g, size_t gbytes, size_t nb, int NG, const int NT, const qhx_acts *X, const int8_t *xt, int t0,
+                      __m512 acc[DTOKENS][2]) {
     const __m512i m = _mm512_set1_epi8(15);
     const uint16_t *ds[2] = {(const uint16_t *)(g + nb * QHX_W4_CODE_BYTES), (const uint16_t *)(g + gbytes + nb * QHX_W4_CODE_BYTES)};
     const int8_t *h[DTOKENS];
     const int32_t *c8[DTOKENS];
     const float *sx[DTOKENS];
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
-        h[t] = X->w4h + (size_t)(t0 + t) * X->w4pad, c8[t] = X->w4c + (size_t)(t0 + t) * nb, sx[t] = X->w4s + (size_t)(t0 + t) * nb;
+        h[t] = xt + (size_t)(t0 + t) * nb * QHX_W4_BLOCK, c8[t] = X->w4c + (size_t)(t0 + t) * nb, sx[t] = X->w4s + (size_t)(t0 + t) * nb;
         acc[t][0] = acc[t][1] = _mm512_setzero_ps();
     }
     for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
@@ -354,22 +378,22 @@ INLINE void w4_tokens(const uint8_t *g, size_t gbytes, size_t nb, int NG, const 
         const uint8_t *pfd = pf + (nb - a) * QHX_W4_CODE_BYTES + a / QHX_W4_UNIT * QHX_W4_UNIT * QHX_W4_GROUP * 2;
         _Pragma("GCC unroll 2") for (int q = 0; q < NG; q++) {
             __builtin_prefetch(pfd + q * gbytes, 0, 0);
-            __m512i lo[4], hi[4];
+            __m512i v[4], lo[4], hi[4];
             _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
                 __builtin_prefetch(pf + q * gbytes + k * QHX_W4_CODE_BYTES, 0, 0);
-                const __m512i v = _mm512_loadu_si512(g + q * gbytes + (u + k) * QHX_W4_CODE_BYTES);
-                lo[k] = _mm512_and_si512(v, m), hi[k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+                v[k] = _mm512_loadu_si512(g + q * gbytes + (u + k) * QHX_W4_CODE_BYTES);
             }
+            transpose4(v);
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) lo[k] = _mm512_and_si512(v[k], m), hi[k] = _mm512_and_si512(_mm512_srli_epi16(v[k], 4), m);
             const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ds[q] + u * QHX_W4_GROUP)));
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
-                __m512i sh[4];
-                _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
-                    const size_t c = (u + k) * QHX_W4_BLOCK;
-                    sh[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[k], bcast16(h[t] + c)), hi[k], bcast16(h[t] + c + 16));
-                }
+                const int8_t *x = h[t] + u * QHX_W4_BLOCK;
+                __m512i sl = _mm512_setzero_si512(), sh = _mm512_setzero_si512();
+                _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+                    sl = _mm512_dpbusd_epi32(sl, lo[k], bcast16(x + 16 * k)), sh = _mm512_dpbusd_epi32(sh, hi[k], bcast16(x + 64 + 16 * k));
                 const __m512i corr = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(c8[t] + u)));
                 const __m512 s = _mm512_broadcast_f32x4(_mm_loadu_ps(sx[t] + u));
-                acc[t][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(fold4(sh), corr)), _mm512_mul_ps(d, s), acc[t][q]);
+                acc[t][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(sl, sh), corr)), _mm512_mul_ps(d, s), acc[t][q]);
             }
         }
     }
@@ -434,20 +458,24 @@ TARGET static qhx_status vnni_w4_prefill(const qhx_tensor *W, const qhx_acts *X,
 TARGET static qhx_status vnni_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     if (T > QHX_DECODE_MAX_T) return vnni_w4_prefill(W, X, T, Y, r0, r1);
     const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), gbytes = qhx_w4_group_bytes(cols);
+    int8_t *xt = aligned_alloc(64, qhx_round_up((size_t)T * nb * QHX_W4_BLOCK, 64));
+    if (!xt) return QHX_ERR_NOMEM;
+    w4_transpose_acts(X, T, nb, xt);
     for (int r = r0; r < r1; r += 2 * QHX_W4_GROUP) {
         const uint8_t *g = (const uint8_t *)W->data + (size_t)r / QHX_W4_GROUP * gbytes;
         const int nr = r1 - r < 2 * QHX_W4_GROUP ? r1 - r : 2 * QHX_W4_GROUP;
         for (int t0 = 0; t0 < T; t0 += DTOKENS) {
             const int nt = T - t0 < DTOKENS ? T - t0 : DTOKENS, ng = nr > QHX_W4_GROUP ? 2 : 1;
             __m512 acc[DTOKENS][2];
-#define W4_NT(NG) (nt == 4 ? w4_tokens(g, gbytes, nb, NG, 4, X, t0, acc) : nt == 3 ? w4_tokens(g, gbytes, nb, NG, 3, X, t0, acc) \
-                   : nt == 2 ? w4_tokens(g, gbytes, nb, NG, 2, X, t0, acc) : w4_tokens(g, gbytes, nb, NG, 1, X, t0, acc))
+#define W4_NT(NG) (nt == 4 ? w4_tokens(g, gbytes, nb, NG, 4, X, xt, t0, acc) : nt == 3 ? w4_tokens(g, gbytes, nb, NG, 3, X, xt, t0, acc) \
+                   : nt == 2 ? w4_tokens(g, gbytes, nb, NG, 2, X, xt, t0, acc) : w4_tokens(g, gbytes, nb, NG, 1, X, xt, t0, acc))
             if (ng == 2) W4_NT(2);
             else W4_NT(1);
 #undef W4_NT
             for (int t = 0; t < nt; t++) w4_store(acc[t], nr, Y + (size_t)(t0 + t) * W->rows + r);
         }
     }
+    free(xt);
     return QHX_OK;
 }
 
