@@ -317,8 +317,8 @@ TARGET static qhx_status vnni_w8_decode(const qhx_tensor *W, const qhx_acts *X, 
  * broadcast to the 4 rows), eight vpdpbusd leave in lane 4i + j row i's whole sum of block j, the
  * order the layout keeps its scales in: one fp16 load scales 16 sums. The transpose is the
  * codes', shared by every token of a decode step. The codes' offset of 8 comes off as 8 x the
- * block's activation sum (w4c). Integer sums are exact, so the fp32 steps are the scalar twin's,
- * bit for bit. */
+ * block's activation sum (w4c), where each sum starts. Integer sums are exact, so the fp32 steps
+ * are the scalar twin's, bit for bit. */
 
 /* within each 128-bit lane, the 4 x 4 dwords of r[0..3] transposed: r[m] dword j = old r[j] dword m */
 INLINE void transpose4(__m512i r[4]) {
@@ -330,8 +330,11 @@ INLINE void transpose4(__m512i r[4]) {
 
 /* T tokens' W4 activations (w4h) into out, a unit (4 blocks, 128 bytes) at a time: 16 bytes for
  * each of the 4 column quads of the blocks' first halves, dword j from block j, then the same for
- * their second halves */
+ * their second halves; and after all of them, each token's -w4c (the codes' offset), where a
+ * block's sum starts */
 TARGET static void w4_transpose_acts(const qhx_acts *X, int T, size_t nb, int8_t *out) {
+    int32_t *neg = (int32_t *)(out + (size_t)T * nb * QHX_W4_BLOCK);
+    for (size_t i = 0; i < (size_t)T * nb; i++) neg[i] = -X->w4c[i];
     const __m512i lo = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13), hi = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
     const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     for (int t = 0; t < T; t++) {
@@ -361,15 +364,15 @@ INLINE __m512i bcast16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_load
  * block % 4) accumulators. Each group's codes are transposed and unpacked once for every token
  * (xt: the tokens' transposed activations); a token's sums and accumulation are what it alone
  * gets. */
-INLINE void w4_tokens(const uint8_t *g, size_t gbytes, size_t nb, int NG, const int NT, const qhx_acts *X, const int8_t *xt, int t0,
-                      __m512 acc[DTOKENS][2]) {
+INLINE void w4_tokens(const uint8_t *g, size_t gbytes, size_t nb, int NG, const int NT, const qhx_acts *X, const int8_t *xt,
+                      const int32_t *neg, int t0, __m512 acc[DTOKENS][2]) {
     const __m512i m = _mm512_set1_epi8(15);
     const uint16_t *ds[2] = {(const uint16_t *)(g + nb * QHX_W4_CODE_BYTES), (const uint16_t *)(g + gbytes + nb * QHX_W4_CODE_BYTES)};
     const int8_t *h[DTOKENS];
-    const int32_t *c8[DTOKENS];
+    const int32_t *n8[DTOKENS];
     const float *sx[DTOKENS];
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
-        h[t] = xt + (size_t)(t0 + t) * nb * QHX_W4_BLOCK, c8[t] = X->w4c + (size_t)(t0 + t) * nb, sx[t] = X->w4s + (size_t)(t0 + t) * nb;
+        h[t] = xt + (size_t)(t0 + t) * nb * QHX_W4_BLOCK, n8[t] = neg + (size_t)(t0 + t) * nb, sx[t] = X->w4s + (size_t)(t0 + t) * nb;
         acc[t][0] = acc[t][1] = _mm512_setzero_ps();
     }
     for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
@@ -388,12 +391,11 @@ INLINE void w4_tokens(const uint8_t *g, size_t gbytes, size_t nb, int NG, const 
             const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ds[q] + u * QHX_W4_GROUP)));
             _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
                 const int8_t *x = h[t] + u * QHX_W4_BLOCK;
-                __m512i sl = _mm512_setzero_si512(), sh = _mm512_setzero_si512();
-                _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
-                    sl = _mm512_dpbusd_epi32(sl, lo[k], bcast16(x + 16 * k)), sh = _mm512_dpbusd_epi32(sh, hi[k], bcast16(x + 64 + 16 * k));
-                const __m512i corr = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(c8[t] + u)));
+                __m512i sum = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(n8[t] + u))); /* -8 x the activations' sums */
+                _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) sum = _mm512_dpbusd_epi32(sum, lo[k], bcast16(x + 16 * k));
+                _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) sum = _mm512_dpbusd_epi32(sum, hi[k], bcast16(x + 64 + 16 * k));
                 const __m512 s = _mm512_broadcast_f32x4(_mm_loadu_ps(sx[t] + u));
-                acc[t][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(sl, sh), corr)), _mm512_mul_ps(d, s), acc[t][q]);
+                acc[t][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, s), acc[t][q]);
             }
         }
     }
@@ -458,17 +460,18 @@ TARGET static qhx_status vnni_w4_prefill(const qhx_tensor *W, const qhx_acts *X,
 TARGET static qhx_status vnni_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     if (T > QHX_DECODE_MAX_T) return vnni_w4_prefill(W, X, T, Y, r0, r1);
     const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), gbytes = qhx_w4_group_bytes(cols);
-    int8_t *xt = aligned_alloc(64, qhx_round_up((size_t)T * nb * QHX_W4_BLOCK, 64));
+    int8_t *xt = aligned_alloc(64, qhx_round_up((size_t)T * nb * (QHX_W4_BLOCK + sizeof(int32_t)), 64));
     if (!xt) return QHX_ERR_NOMEM;
     w4_transpose_acts(X, T, nb, xt);
+    const int32_t *neg = (const int32_t *)(xt + (size_t)T * nb * QHX_W4_BLOCK);
     for (int r = r0; r < r1; r += 2 * QHX_W4_GROUP) {
         const uint8_t *g = (const uint8_t *)W->data + (size_t)r / QHX_W4_GROUP * gbytes;
         const int nr = r1 - r < 2 * QHX_W4_GROUP ? r1 - r : 2 * QHX_W4_GROUP;
         for (int t0 = 0; t0 < T; t0 += DTOKENS) {
             const int nt = T - t0 < DTOKENS ? T - t0 : DTOKENS, ng = nr > QHX_W4_GROUP ? 2 : 1;
             __m512 acc[DTOKENS][2];
-#define W4_NT(NG) (nt == 4 ? w4_tokens(g, gbytes, nb, NG, 4, X, xt, t0, acc) : nt == 3 ? w4_tokens(g, gbytes, nb, NG, 3, X, xt, t0, acc) \
-                   : nt == 2 ? w4_tokens(g, gbytes, nb, NG, 2, X, xt, t0, acc) : w4_tokens(g, gbytes, nb, NG, 1, X, xt, t0, acc))
+#define W4_NT(NG) (nt == 4 ? w4_tokens(g, gbytes, nb, NG, 4, X, xt, neg, t0, acc) : nt == 3 ? w4_tokens(g, gbytes, nb, NG, 3, X, xt, neg, t0, acc) \
+                   : nt == 2 ? w4_tokens(g, gbytes, nb, NG, 2, X, xt, neg, t0, acc) : w4_tokens(g, gbytes, nb, NG, 1, X, xt, neg, t0, acc))
             if (ng == 2) W4_NT(2);
             else W4_NT(1);
 #undef W4_NT
