@@ -460,7 +460,10 @@ TARGET static qhx_status vnni_w4_prefill(const qhx_tensor *W, const qhx_acts *X,
 TARGET static qhx_status vnni_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     if (T > QHX_DECODE_MAX_T) return vnni_w4_prefill(W, X, T, Y, r0, r1);
     const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), gbytes = qhx_w4_group_bytes(cols);
-    int8_t *xt = aligned_alloc(64, qhx_round_up((size_t)T * nb * (QHX_W4_BLOCK + sizeof(int32_t)), 64));
+    /* a decode step's few tokens on the stack (an MoE token makes ~5,000 such calls) */
+    const size_t xbytes = qhx_round_up((size_t)T * nb * (QHX_W4_BLOCK + sizeof(int32_t)), 64);
+    _Alignas(64) int8_t local[16384];
+    int8_t *xt = xbytes <= sizeof local ? local : aligned_alloc(64, xbytes);
     if (!xt) return QHX_ERR_NOMEM;
     w4_transpose_acts(X, T, nb, xt);
     const int32_t *neg = (const int32_t *)(xt + (size_t)T * nb * QHX_W4_BLOCK);
@@ -478,7 +481,7 @@ TARGET static qhx_status vnni_w4_matmul(const qhx_tensor *W, const qhx_acts *X, 
             for (int t = 0; t < nt; t++) w4_store(acc[t], nr, Y + (size_t)(t0 + t) * W->rows + r);
         }
     }
-    free(xt);
+    if (xt != local) free(xt);
     return QHX_OK;
 }
 
