@@ -11,8 +11,9 @@
  * as soon as its prefix is refused, and is kept per state (the same state, e.g. inside the same
  * string, gives the same mask). Inside a string that takes any character, which is where most
  * pieces are allowed, it walks only the 3 % of pieces that hold a '"', '\' or control, from that
- * byte on (qhx_trie.tail). Callers check the sampled token first and ask for the mask only when
- * it is refused. */
+ * byte on (qhx_trie.tail); inside one with a maxLength it takes the others by their length
+ * (qhx_trie.upto) and walks the tails by the characters before them (qhx_trie.tail_at). Callers
+ * check the sampled token first and ask for the mask only when it is refused. */
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer_internal.h"
 #include "util/buf.h"
@@ -842,7 +843,6 @@ static void runway_mask(qhx_gmatch *m, uint64_t *mask, size_t from, size_t n, in
         n = (size_t)k;
     }
 }
-
 
 /* Where a state that is no string state enters one: an object key where any key may stand beside
  * the named ones (the named keys' literals mix with "any other key", so the walk would step through
