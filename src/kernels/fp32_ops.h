@@ -129,27 +129,27 @@ QV_TARGET static void tiled(const qhx_tensor *W, const float *X, int T, float *Y
 /* Decode over row-major rows (the fp16 lm-head, bf16 and fp32 checkpoints): one row after the
  * next, the matrix read as one stream with the fetch ahead of it, up to 4 tokens a pass over a
  * row. Several tokens (a batched step) take QV_DECODE_ROWS rows side by side, so each load of a
- * token's activations serves them all: on the 4B fp16 lm-head (Zen 5, 2 threads, huge pages), 4
- * tokens took 50 ms against 57-63 a row at a time (one token: 25-28). Two accumulators a token
- * and row, even and odd vectors, so a token's sum takes the same order however the tokens and
- * rows are grouped. */
+ * token's activations serves them all (the activations of 4 tokens outgrow L1: it is their
+ * reloads that a batched step paid for); 4 rows take the tokens 2 at a time, their weights
+ * still in L1 for the second pair. Two accumulators a token and row, even and odd vectors, so a
+ * token's sum takes the same order however the tokens and rows are grouped. */
 #define QV_STREAM(NAME, LOAD, ES)                                                                                      \
-    QV_INLINE void NAME(const unsigned char *w, size_t ws, size_t cols, const float *x, int NR, int NT, float out[2][4]) { \
-        qv_f32 acc[2][4][2];                                                                                           \
-        _Pragma("GCC unroll 2") for (int r = 0; r < NR; r++)                                                           \
+    QV_INLINE void NAME(const unsigned char *w, size_t ws, size_t cols, const float *x, int NR, int NT, float out[4][4]) { \
+        qv_f32 acc[4][4][2];                                                                                           \
+        _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++)                                                           \
             _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[r][j][0] = acc[r][j][1] = qv_zero();              \
         size_t c = 0;                                                                                                  \
         for (; c + 2 * QV_LANES <= cols; c += 2 * QV_LANES) {                                                          \
-            _Pragma("GCC unroll 2") for (int r = 0; r < NR; r++) {                                                     \
+            _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++) {                                                     \
                 if (2 * QV_LANES * ES >= 64)                                                                            \
                     for (int o = 0; o < 2 * QV_LANES * ES; o += 64) __builtin_prefetch(w + r * ws + c * ES + QHX_STREAM_AHEAD + o, 0, 0); \
                 else if (c * ES % 64 == 0) __builtin_prefetch(w + r * ws + c * ES + QHX_STREAM_AHEAD, 0, 0);            \
             }                                                                                                          \
-            qv_f32 w0[2], w1[2];                                                                                       \
-            _Pragma("GCC unroll 2") for (int r = 0; r < NR; r++) w0[r] = LOAD(w + r * ws + c * ES), w1[r] = LOAD(w + r * ws + (c + QV_LANES) * ES); \
+            qv_f32 w0[4], w1[4];                                                                                       \
+            _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++) w0[r] = LOAD(w + r * ws + c * ES), w1[r] = LOAD(w + r * ws + (c + QV_LANES) * ES); \
             _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) {                                                     \
                 const qv_f32 x0 = qv_load(x + j * cols + c), x1 = qv_load(x + j * cols + c + QV_LANES);                \
-                _Pragma("GCC unroll 2") for (int r = 0; r < NR; r++) {                                                 \
+                _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++) {                                                 \
                     acc[r][j][0] = qv_fma(w0[r], x0, acc[r][j][0]);                                                    \
                     acc[r][j][1] = qv_fma(w1[r], x1, acc[r][j][1]);                                                    \
                 }                                                                                                      \
@@ -157,13 +157,13 @@ QV_TARGET static void tiled(const qhx_tensor *W, const float *X, int T, float *Y
         }                                                                                                              \
         for (int h = 0; c < cols; c += QV_LANES, h ^= 1) {                                                             \
             const int n = cols - c < QV_LANES ? (int)(cols - c) : QV_LANES;                                            \
-            _Pragma("GCC unroll 2") for (int r = 0; r < NR; r++) {                                                     \
+            _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++) {                                                     \
                 unsigned char wt[QV_LANES * 4] = {0};                                                                  \
                 memcpy(wt, w + r * ws + c * ES, n * ES);                                                               \
                 _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) acc[r][j][h] = qv_fma(LOAD(wt), qv_load_n(x + j * cols + c, n), acc[r][j][h]); \
             }                                                                                                          \
         }                                                                                                              \
-        _Pragma("GCC unroll 2") for (int r = 0; r < NR; r++)                                                           \
+        _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++)                                                           \
             _Pragma("GCC unroll 4") for (int j = 0; j < NT; j++) out[r][j] = qv_reduce(qv_add(acc[r][j][0], acc[r][j][1])); \
     }
 QV_STREAM(stream_f16, qv_load_f16, 2)
@@ -173,21 +173,24 @@ QV_STREAM(stream_f32, load_f32, 4)
 
 QV_TARGET static void decode_rows(const qhx_tensor *W, const float *X, int T, float *Y, int r0, int r1) {
     const size_t cols = (size_t)W->cols, ws = cols * qhx_dtype_size(W->dtype);
-    float out[2][4];
+    float out[4][4];
     for (int r = r0; r < r1;) {
         const unsigned char *w = (const unsigned char *)W->data + (size_t)r * ws;
-        const int nr = T > 1 && r + 1 < r1 ? QV_DECODE_ROWS : 1;
-        for (int t = 0; t < T; t += 4) {
+        const int nr = T == 1 ? 1 : QV_DECODE_ROWS >= 4 && r + 3 < r1 ? 4 : QV_DECODE_ROWS >= 2 && r + 1 < r1 ? 2 : 1;
+        const int step = nr == 4 ? 2 : 4; /* tokens a pass: 4 rows take 2 at a time (their accumulators fill the registers) */
+        for (int t = 0; t < T; t += step) {
             const float *x = X + (size_t)t * cols;
-            const int nt = T - t < 4 ? T - t : 4;
+            const int nt = T - t < step ? T - t : step;
 #define QV_NT(FN, NR) (nt == 4 ? FN(w, ws, cols, x, NR, 4, out) : nt == 3 ? FN(w, ws, cols, x, NR, 3, out) : nt == 2 ? FN(w, ws, cols, x, NR, 2, out) : FN(w, ws, cols, x, NR, 1, out))
-#define QV_ROWS(FN) (nr == 2 ? QV_NT(FN, 2) : QV_NT(FN, 1))
+#define QV_NT2(FN, NR) (nt == 2 ? FN(w, ws, cols, x, NR, 2, out) : FN(w, ws, cols, x, NR, 1, out))
+#define QV_ROWS(FN) (nr == 4 ? QV_NT2(FN, 4) : nr == 2 ? QV_NT(FN, 2) : QV_NT(FN, 1))
             switch (W->dtype) {
             case QHX_F16: QV_ROWS(stream_f16); break;
             case QHX_BF16: QV_ROWS(stream_bf16); break;
             default: QV_ROWS(stream_f32); break;
             }
 #undef QV_ROWS
+#undef QV_NT2
 #undef QV_NT
             for (int i = 0; i < nr; i++)
                 for (int j = 0; j < nt; j++) Y[(size_t)(t + j) * W->rows + r + i] = out[i][j];

@@ -12,7 +12,7 @@
  * outgrow L1; kernel_bench prefill 64, 2 threads, Zen 5, 3 alternating runs) */
 #define QV_PREFILL_WIDEN 0
 #define QV_GEMM_ROWS 8
-#define QV_DECODE_ROWS 2 /* rows side by side in a batched decode over row-major rows: 2 x 4 tokens x 2 accumulators + 4 weights + 2 activations */
+#define QV_DECODE_ROWS 4 /* rows side by side in a batched decode over row-major rows: 4 x 2 tokens x 2 accumulators + 8 weights + 2 activations */
 
 typedef __m512 qv_f32;
 typedef __mmask16 qv_mask;
