@@ -362,8 +362,9 @@ INLINE __m512i bcast16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_load
 
 /* NT tokens (1-4) over NG (1 or 2) row groups: per group and token the 16 lanes of (row,
  * block % 4) accumulators. Each group's codes are transposed and unpacked once for every token
- * (xt: the tokens' transposed activations); a token's sums and accumulation are what it alone
- * gets. */
+ * (xt: the tokens' transposed activations), and each token's activations loaded once for both
+ * groups (a 4-token step: 1.15-1.2x faster than a load per group); a token's sums and
+ * accumulation are what it alone gets. */
 INLINE void w4_tokens(const uint8_t *g, size_t gbytes, size_t nb, int NG, const int NT, const qhx_acts *X, const int8_t *xt,
                       const int32_t *neg, int t0, __m512 acc[DTOKENS][2]) {
     const __m512i m = _mm512_set1_epi8(15);
@@ -379,24 +380,36 @@ INLINE void w4_tokens(const uint8_t *g, size_t gbytes, size_t nb, int NG, const 
         const size_t ahead = u + W4_AHEAD, a = ahead < nb ? ahead : ahead - nb;
         const uint8_t *pf = (ahead < nb ? g : g + 2 * gbytes) + a * QHX_W4_CODE_BYTES; /* its codes; its scales: */
         const uint8_t *pfd = pf + (nb - a) * QHX_W4_CODE_BYTES + a / QHX_W4_UNIT * QHX_W4_UNIT * QHX_W4_GROUP * 2;
+        __m512i lo[2][4], hi[2][4];
+        __m512 d[2];
         _Pragma("GCC unroll 2") for (int q = 0; q < NG; q++) {
             __builtin_prefetch(pfd + q * gbytes, 0, 0);
-            __m512i v[4], lo[4], hi[4];
+            __m512i v[4];
             _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
                 __builtin_prefetch(pf + q * gbytes + k * QHX_W4_CODE_BYTES, 0, 0);
                 v[k] = _mm512_loadu_si512(g + q * gbytes + (u + k) * QHX_W4_CODE_BYTES);
             }
             transpose4(v);
-            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) lo[k] = _mm512_and_si512(v[k], m), hi[k] = _mm512_and_si512(_mm512_srli_epi16(v[k], 4), m);
-            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ds[q] + u * QHX_W4_GROUP)));
-            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
-                const int8_t *x = h[t] + u * QHX_W4_BLOCK;
-                __m512i sum = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(n8[t] + u))); /* -8 x the activations' sums */
-                _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) sum = _mm512_dpbusd_epi32(sum, lo[k], bcast16(x + 16 * k));
-                _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) sum = _mm512_dpbusd_epi32(sum, hi[k], bcast16(x + 64 + 16 * k));
-                const __m512 s = _mm512_broadcast_f32x4(_mm_loadu_ps(sx[t] + u));
-                acc[t][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, s), acc[t][q]);
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+                lo[q][k] = _mm512_and_si512(v[k], m), hi[q][k] = _mm512_and_si512(_mm512_srli_epi16(v[k], 4), m);
+            d[q] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ds[q] + u * QHX_W4_GROUP)));
+        }
+        /* a token's activations, loaded once for both groups */
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
+            const int8_t *x = h[t] + u * QHX_W4_BLOCK;
+            const __m512i start = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(n8[t] + u))); /* -8 x the activations' sums */
+            __m512i sum[2] = {start, start};
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+                const __m512i xa = bcast16(x + 16 * k);
+                _Pragma("GCC unroll 2") for (int q = 0; q < NG; q++) sum[q] = _mm512_dpbusd_epi32(sum[q], lo[q][k], xa);
             }
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+                const __m512i xa = bcast16(x + 64 + 16 * k);
+                _Pragma("GCC unroll 2") for (int q = 0; q < NG; q++) sum[q] = _mm512_dpbusd_epi32(sum[q], hi[q][k], xa);
+            }
+            const __m512 s = _mm512_broadcast_f32x4(_mm_loadu_ps(sx[t] + u));
+            _Pragma("GCC unroll 2") for (int q = 0; q < NG; q++)
+                acc[t][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[q]), _mm512_mul_ps(d[q], s), acc[t][q]);
         }
     }
 }
