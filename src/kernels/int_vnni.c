@@ -313,8 +313,8 @@ TARGET static qhx_status vnni_w8_decode(const qhx_tensor *W, const qhx_acts *X, 
  * nibbles columns 0-15, their high nibbles columns 16-31. Four blocks' registers are transposed
  * by dwords within each lane (transpose4), so register m holds in lane i, dword j, row i's columns
  * 4m..4m+3 of block j; with the codes as vpdpbusd's unsigned operand and the token's activations
- * transposed the same way once per call (w4_transpose_acts: 16 bytes, dword j from block j,
- * broadcast to the 4 rows), eight vpdpbusd leave in lane 4i + j row i's whole sum of block j, the
+ * transposed the same way once a matmul (w4_prep: 16 bytes, dword j from block j, broadcast to
+ * the 4 rows), eight vpdpbusd leave in lane 4i + j row i's whole sum of block j, the
  * order the layout keeps its scales in: one fp16 load scales 16 sums. The transpose is the
  * codes', shared by every token of a decode step. The codes' offset of 8 comes off as 8 x the
  * block's activation sum (w4c), where each sum starts. Integer sums are exact, so the fp32 steps
@@ -328,23 +328,21 @@ INLINE void transpose4(__m512i r[4]) {
     r[2] = _mm512_unpacklo_epi64(t1, t3), r[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-/* T tokens' W4 activations (w4h) into out, a unit (4 blocks, 128 bytes) at a time: 16 bytes for
+/* Row t's W4 activations (w4h) into w4t, a unit (4 blocks, 128 bytes) at a time: 16 bytes for
  * each of the 4 column quads of the blocks' first halves, dword j from block j, then the same for
- * their second halves; and after all of them, each token's -w4c (the codes' offset), where a
- * block's sum starts */
-TARGET static void w4_transpose_acts(const qhx_acts *X, int T, size_t nb, int8_t *out) {
-    int32_t *neg = (int32_t *)(out + (size_t)T * nb * QHX_W4_BLOCK);
-    for (size_t i = 0; i < (size_t)T * nb; i++) neg[i] = -X->w4c[i];
+ * their second halves; after them, -w4c a block (the codes' offset), where a block's sum starts. */
+TARGET static void w4_prep(const qhx_acts *X, size_t t) {
+    const size_t nb = X->w4pad / QHX_W4_BLOCK;
+    const int8_t *h = X->w4h + t * X->w4pad;
+    int8_t *o = X->w4t + t * X->w4tstride;
+    int32_t *neg = (int32_t *)(o + X->w4pad);
+    for (size_t b = 0; b < nb; b++) neg[b] = -X->w4c[t * nb + b];
     const __m512i lo = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13), hi = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
     const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    for (int t = 0; t < T; t++) {
-        const int8_t *h = X->w4h + (size_t)t * X->w4pad;
-        int8_t *o = out + (size_t)t * nb * QHX_W4_BLOCK;
-        for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
-            const __m512i a = _mm512_loadu_si512(h + u * QHX_W4_BLOCK), b = _mm512_loadu_si512(h + u * QHX_W4_BLOCK + 64);
-            _mm512_storeu_si512(o + u * QHX_W4_BLOCK, _mm512_permutexvar_epi32(tr, _mm512_permutex2var_epi64(a, lo, b)));
-            _mm512_storeu_si512(o + u * QHX_W4_BLOCK + 64, _mm512_permutexvar_epi32(tr, _mm512_permutex2var_epi64(a, hi, b)));
-        }
+    for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
+        const __m512i a = _mm512_loadu_si512(h + u * QHX_W4_BLOCK), b = _mm512_loadu_si512(h + u * QHX_W4_BLOCK + 64);
+        _mm512_storeu_si512(o + u * QHX_W4_BLOCK, _mm512_permutexvar_epi32(tr, _mm512_permutex2var_epi64(a, lo, b)));
+        _mm512_storeu_si512(o + u * QHX_W4_BLOCK + 64, _mm512_permutexvar_epi32(tr, _mm512_permutex2var_epi64(a, hi, b)));
     }
 }
 
@@ -360,20 +358,20 @@ TARGET static void w4_transpose_acts(const qhx_acts *X, int T, size_t nb, int8_t
 
 INLINE __m512i bcast16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
 
+
 /* NT tokens (1-4) over NG (1 or 2) row groups: per group and token the 16 lanes of (row,
  * block % 4) accumulators. Each group's codes are transposed and unpacked once for every token
- * (xt: the tokens' transposed activations), and each token's activations loaded once for both
+ * (w4t: the tokens' activations transposed likewise), and each token's activations loaded once for both
  * groups (a 4-token step: 1.15-1.2x faster than a load per group); a token's sums and
  * accumulation are what it alone gets. */
-INLINE void w4_tokens(const uint8_t *g, size_t gbytes, size_t nb, int NG, const int NT, const qhx_acts *X, const int8_t *xt,
-                      const int32_t *neg, int t0, __m512 acc[DTOKENS][2]) {
+INLINE void w4_tokens(const uint8_t *g, size_t gbytes, size_t nb, int NG, const int NT, const qhx_acts *X, int t0, __m512 acc[DTOKENS][2]) {
     const __m512i m = _mm512_set1_epi8(15);
     const uint16_t *ds[2] = {(const uint16_t *)(g + nb * QHX_W4_CODE_BYTES), (const uint16_t *)(g + gbytes + nb * QHX_W4_CODE_BYTES)};
     const int8_t *h[DTOKENS];
     const int32_t *n8[DTOKENS];
     const float *sx[DTOKENS];
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {
-        h[t] = xt + (size_t)(t0 + t) * nb * QHX_W4_BLOCK, n8[t] = neg + (size_t)(t0 + t) * nb, sx[t] = X->w4s + (size_t)(t0 + t) * nb;
+        h[t] = X->w4t + (size_t)(t0 + t) * X->w4tstride, n8[t] = (const int32_t *)(h[t] + X->w4pad), sx[t] = X->w4s + (size_t)(t0 + t) * nb;
         acc[t][0] = acc[t][1] = _mm512_setzero_ps();
     }
     for (size_t u = 0; u < nb; u += QHX_W4_UNIT) {
@@ -473,31 +471,23 @@ TARGET static qhx_status vnni_w4_prefill(const qhx_tensor *W, const qhx_acts *X,
 TARGET static qhx_status vnni_w4_matmul(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1) {
     if (T > QHX_DECODE_MAX_T) return vnni_w4_prefill(W, X, T, Y, r0, r1);
     const size_t cols = (size_t)W->cols, nb = qhx_w4_blocks(cols), gbytes = qhx_w4_group_bytes(cols);
-    /* a decode step's few tokens on the stack (an MoE token makes ~5,000 such calls) */
-    const size_t xbytes = qhx_round_up((size_t)T * nb * (QHX_W4_BLOCK + sizeof(int32_t)), 64);
-    _Alignas(64) int8_t local[16384];
-    int8_t *xt = xbytes <= sizeof local ? local : aligned_alloc(64, xbytes);
-    if (!xt) return QHX_ERR_NOMEM;
-    w4_transpose_acts(X, T, nb, xt);
-    const int32_t *neg = (const int32_t *)(xt + (size_t)T * nb * QHX_W4_BLOCK);
     for (int r = r0; r < r1; r += 2 * QHX_W4_GROUP) {
         const uint8_t *g = (const uint8_t *)W->data + (size_t)r / QHX_W4_GROUP * gbytes;
         const int nr = r1 - r < 2 * QHX_W4_GROUP ? r1 - r : 2 * QHX_W4_GROUP;
         for (int t0 = 0; t0 < T; t0 += DTOKENS) {
             const int nt = T - t0 < DTOKENS ? T - t0 : DTOKENS, ng = nr > QHX_W4_GROUP ? 2 : 1;
             __m512 acc[DTOKENS][2];
-#define W4_NT(NG) (nt == 4 ? w4_tokens(g, gbytes, nb, NG, 4, X, xt, neg, t0, acc) : nt == 3 ? w4_tokens(g, gbytes, nb, NG, 3, X, xt, neg, t0, acc) \
-                   : nt == 2 ? w4_tokens(g, gbytes, nb, NG, 2, X, xt, neg, t0, acc) : w4_tokens(g, gbytes, nb, NG, 1, X, xt, neg, t0, acc))
+#define W4_NT(NG) (nt == 4 ? w4_tokens(g, gbytes, nb, NG, 4, X, t0, acc) : nt == 3 ? w4_tokens(g, gbytes, nb, NG, 3, X, t0, acc) \
+                   : nt == 2 ? w4_tokens(g, gbytes, nb, NG, 2, X, t0, acc) : w4_tokens(g, gbytes, nb, NG, 1, X, t0, acc))
             if (ng == 2) W4_NT(2);
             else W4_NT(1);
 #undef W4_NT
             for (int t = 0; t < nt; t++) w4_store(acc[t], nr, Y + (size_t)(t0 + t) * W->rows + r);
         }
     }
-    if (xt != local) free(xt);
     return QHX_OK;
 }
 
 const qhx_acts_ops qhx_acts_vnni_q16 = {.form = QHX_ACTS_Q16, .matmul = vnni_int_matmul, .decode = vnni_w8_decode,
-                                        .matmul_w4 = vnni_w4_matmul, .round = round_q16, .round_q8 = round_q8};
+                                        .matmul_w4 = vnni_w4_matmul, .round = round_q16, .round_q8 = round_q8, .w4_prep = w4_prep};
 #endif

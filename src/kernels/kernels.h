@@ -32,11 +32,12 @@ typedef struct {
     size_t pad, cap;      /* cap: values each of q, aq, laq and v can hold */
     /* For W4 matrices (format/w4.h), which always take Q8 (see qhx_matmul_many): q again as the
      * W4 kernels take it, each row w4pad long (whole 4-block units, zero past pad) in w4h, and per
-     * 32-column block 8 x its sum of q in w4c and its scale in w4s. */
-    int8_t *w4h;
+     * 32-column block 8 x its sum of q in w4c and its scale in w4s; and, for a set that arranges
+     * them its own way (qhx_acts_ops.w4_prep), row t's arrangement at w4t + t w4tstride. */
+    int8_t *w4h, *w4t;
     int32_t *w4c;
     float *w4s;
-    size_t w4pad, w4cap;
+    size_t w4pad, w4cap, w4tstride;
 } qhx_acts;
 
 typedef qhx_status (*qhx_matmul_acts_fn)(const qhx_tensor *W, const qhx_acts *X, int T, float *Y, int r0, int r1);
@@ -117,6 +118,9 @@ typedef struct {
     void (*round)(const float *x, size_t cols, const qhx_acts *a, size_t t);
     /* the same ISA's Q8 rounding, whatever the form: what W4 matrices take */
     void (*round_q8)(const float *x, size_t cols, const qhx_acts *a, size_t t);
+    /* after row t's w4 fields: the set's own arrangement of them in w4t, once a matmul for every
+     * call of its W4 kernel (NULL: none) */
+    void (*w4_prep)(const qhx_acts *a, size_t t);
     /* the fewest rows a call should get (0: any), for a kernel that packs that many rows and
      * passes every token over them */
     int panel_rows;
@@ -143,6 +147,7 @@ typedef struct {
     qhx_acts_form acts;
     void (*round_acts)(const float *x, size_t cols, const qhx_acts *a, size_t t);
     void (*round_q8)(const float *x, size_t cols, const qhx_acts *a, size_t t); /* for W4 */
+    void (*w4_prep)(const qhx_acts *a, size_t t);
     int panel_rows;
     void (*gemm)(int M, int N, int K, float alpha, const float *A, int lda, int acs, const float *B, int ldb, float *C, int ldc);
     void (*delta_rule)(float *S, const qhx_delta_args *a);

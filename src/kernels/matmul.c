@@ -64,19 +64,22 @@ static void matmul_part(void *arg, int i, int nth) {
         }
 }
 
-/* Room for the w4 fields of T rows of cols columns. */
+/* Room for the w4 fields of T rows of cols columns (w4t: a row's codes' bytes and an int32 a
+ * block, what w4_prep may write). */
 static qhx_status w4_reserve(qhx_acts *a, size_t cols, int T) {
     const size_t nb = qhx_w4_blocks(cols), need = nb * QHX_W4_BLOCK * (size_t)T;
     a->w4pad = nb * QHX_W4_BLOCK;
+    a->w4tstride = nb * (QHX_W4_BLOCK + sizeof(int32_t));
     if (need <= a->w4cap) return QHX_OK;
-    free(a->w4h), free(a->w4c), free(a->w4s);
+    free(a->w4h), free(a->w4c), free(a->w4s), free(a->w4t);
     a->w4h = aligned_alloc(64, qhx_round_up(need, 64));
+    a->w4t = aligned_alloc(64, qhx_round_up(a->w4tstride * (size_t)T, 64));
     a->w4c = malloc(sizeof(int32_t) * nb * (size_t)T);
     a->w4s = malloc(sizeof(float) * nb * (size_t)T);
     a->w4cap = need;
-    if (a->w4h && a->w4c && a->w4s) return QHX_OK;
-    free(a->w4h), free(a->w4c), free(a->w4s);
-    a->w4h = NULL, a->w4c = NULL, a->w4s = NULL, a->w4cap = 0;
+    if (a->w4h && a->w4t && a->w4c && a->w4s) return QHX_OK;
+    free(a->w4h), free(a->w4c), free(a->w4s), free(a->w4t);
+    a->w4h = NULL, a->w4t = NULL, a->w4c = NULL, a->w4s = NULL, a->w4cap = 0;
     return QHX_ERR_NOMEM;
 }
 
@@ -103,6 +106,7 @@ static void round_part(void *arg, int i, int n) {
         if (j->w4_acts) {
             j->ks->round_q8(j->X + (size_t)t * cols, cols, j->acts, (size_t)t);
             w4_row(j->acts, (size_t)t);
+            if (j->ks->w4_prep) j->ks->w4_prep(j->acts, (size_t)t);
         } else {
             j->ks->round_acts(j->X + (size_t)t * cols, cols, j->acts, (size_t)t);
         }
@@ -134,8 +138,8 @@ void qhx_acts_free(qhx_acts *a) {
     free(a->s);
     free(a->v);
     free(a->laq);
-    free(a->w4h), free(a->w4c), free(a->w4s);
-    a->w4h = NULL, a->w4c = NULL, a->w4s = NULL, a->w4cap = 0;
+    free(a->w4h), free(a->w4c), free(a->w4s), free(a->w4t);
+    a->w4h = NULL, a->w4t = NULL, a->w4c = NULL, a->w4s = NULL, a->w4cap = 0;
     a->q = a->aq = a->laq = NULL;
     a->v = NULL;
     a->s = NULL;

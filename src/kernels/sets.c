@@ -51,7 +51,7 @@ static void compose(void) {
                                    .ieee = r->fp32 == &qhx_fp32_ref, .supported = (cpu & r->needs) == r->needs};
         if (r->acts)
             sets[i].matmul_acts = r->acts->matmul, sets[i].decode_acts = r->acts->decode, sets[i].acts = r->acts->form, sets[i].round_acts = r->acts->round,
-            sets[i].round_q8 = r->acts->round_q8,
+            sets[i].round_q8 = r->acts->round_q8, sets[i].w4_prep = r->acts->w4_prep,
             sets[i].panel_rows = r->acts->panel_rows, sets[i].matmul_acts_w4 = r->acts->matmul_w4;
     }
     for (size_t i = N_SETS; i-- > 0;)
