@@ -333,6 +333,7 @@ typedef struct {
     uint64_t bits[2];
     int high, looked;
     int runway;              /* string characters the state takes in a row (runway()), -1: not yet */
+    int closed;              /* and the state after them takes no string character */
 } loop_info;
 
 #define N_LOOPS 256
@@ -678,11 +679,16 @@ static void loops_kept(qhx_gmatch *m, size_t from, size_t n, loop_info *lp) {
  * same state ('e' stands for them): inside a string with a maxLength, what is left of it (255: no
  * end). Kept per state (each step along the way is the next position's state). 0 when the state
  * is no such. Every string character goes where 'e' goes when each stack takes all of them or
- * none of them: a character's successors are those of the stacks that take it. */
-static int runway(qhx_gmatch *m, size_t from, size_t n, int depth) {
+ * none of them: a character's successors are those of the stacks that take it. *closed (NULL: not
+ * asked): the state after them takes no string character at all (a string at its maxLength, only
+ * its closing quote), so no clean piece of more characters is allowed. */
+static int runway(qhx_gmatch *m, size_t from, size_t n, int depth, int *closed) {
     loop_entry *e = entry_of(m, from, n);
-    if (e && e->li.runway >= 0) return e->li.runway;
-    int r = 0;
+    if (e && e->li.runway >= 0) {
+        if (closed) *closed = e->li.closed;
+        return e->li.runway;
+    }
+    int r = 0, shut = 0;
     if (depth < 300 && n <= 16) {
         int same = 1;
         for (size_t i = 0; i < n && same; i++) {
@@ -701,13 +707,16 @@ static int runway(qhx_gmatch *m, size_t from, size_t n, int depth) {
         long k = same ? step(m, from, n, &v, 'e', &at_e) : 0;
         if (k > 0) {
             if (k == (long)n && same_set(m, from, at_e, n)) r = 255; /* it loops */
-            else r = 1 + runway(m, at_e, (size_t)k, depth + 1);
+            else r = 1 + runway(m, at_e, (size_t)k, depth + 1, &shut);
             if (r > 255) r = 255;
+        } else {
+            shut = same && k == 0; /* every stack takes none of the string characters */
         }
         m->n_work = mark;
         e = entry_of(m, from, n); /* the table may have been written on the way */
     }
-    if (e) e->li.runway = r;
+    if (e) e->li.runway = r, e->li.closed = shut;
+    if (closed) *closed = shut;
     return r;
 }
 
@@ -760,7 +769,7 @@ static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, siz
             }
             /* a string with room for every piece below, all of them string characters */
             if (!(tr->ascii[ci][0] & ~STRING_ASCII[0]) && !(tr->ascii[ci][1] & ~STRING_ASCII[1]) && (!ch->high || (ch->utf8_ok & 1))) {
-                if (lp->runway < 0) lp->runway = runway(m, from, n, 0);
+                if (lp->runway < 0) lp->runway = runway(m, from, n, 0, NULL);
                 if (ch->chars <= lp->runway) {
                     allow(m, tr, ch->tok, ch->end);
                     continue;
@@ -795,27 +804,6 @@ static void walk(qhx_gmatch *m, const qhx_trie *tr, uint32_t t, size_t from, siz
         }
         m->n_work = mark;
     }
-}
-
-/* Whether the state R string characters after work[from..from+n) takes no string character at
- * all (a string at its maxLength: only its closing quote): then no clean piece of more than R
- * characters is allowed. */
-static int runway_closed(qhx_gmatch *m, size_t from, size_t n, int R) {
-    const size_t mark = m->n_work;
-    long k = (long)n;
-    for (int c = 0; c < R && k > 0; c++) {
-        upart v = {0};
-        k = step(m, from, (size_t)k, &v, 'e', &from);
-    }
-    int closed = k > 0;
-    for (long i = 0; i < k && closed; i++) {
-        const int32_t id = m->work[from + (size_t)i];
-        if (id == ACCEPT) continue;
-        const qhx_gcharset *c = top(m, id);
-        closed = !(c->ascii[0] & STRING_ASCII[0]) && !(c->ascii[1] & STRING_ASCII[1]) && !qhx_gcharset_any(m->g, c, 0x80, 0x10FFFF);
-    }
-    m->n_work = mark;
-    return closed;
 }
 
 /* The mask of a state with a runway of R characters that ends closed (a string with a maxLength:
@@ -908,13 +896,13 @@ static const uint64_t *mask_of(qhx_gmatch *m, const int32_t *set, size_t n, upar
     int32_t L[16];
     uint64_t into[4];
     size_t nl = 0;
-    int R;
+    int R, closed;
     m->mask = c->mask;
     if (string_state(&top)) {
         memcpy(c->mask, tr->clean, sizeof *c->mask * m->n_words);
         walk(m, tr->tail, 0, base, n, u, &top, NULL, 0);
-    } else if (u.need == 0 && n <= 16 && (R = runway(m, base, n, 0)) > 0 &&
-               (R > tr->max_chars || (R < 255 && runway_closed(m, base, n, R)))) {
+    } else if (u.need == 0 && n <= 16 && (R = runway(m, base, n, 0, &closed)) > 0 &&
+               (R > tr->max_chars || (R < 255 && closed))) {
         runway_mask(m, c->mask, base, n, R);
     } else if (!nested && u.need == 0 && n <= 16 && (nl = string_entry(m, base, n, L, into)) > 0) {
         const uint64_t *lm = mask_of(m, L, nl, u, 1);
