@@ -221,26 +221,23 @@ static unsigned chars_of(const char *p, size_t len) {
 static int sort_by_length(qhx_trie *tr, const uint8_t *chars, const piece_ref *tails, size_t n_tail) {
     const size_t words = ((size_t)tr->n_vocab + 63) / 64;
     if (!(tr->upto = calloc(N_UPTO * words, sizeof *tr->upto))) return -1;
-    size_t n_longer = 0;
+    size_t at[257] = {0}; /* the longer ones longest first: a counting sort by 255 - length */
     for (int32_t id = 0; id < tr->n_vocab; id++) {
         if (!(tr->clean[id >> 6] >> (id & 63) & 1)) continue;
         if (chars[id] > tr->max_chars) tr->max_chars = chars[id];
-        if (chars[id] >= N_UPTO) { n_longer++; continue; }
+        if (chars[id] >= N_UPTO) { at[255 - chars[id] + 1]++; continue; }
         for (int r = chars[id]; r < N_UPTO; r++) tr->upto[(size_t)r * words + (id >> 6)] |= 1ull << (id & 63);
     }
-    tr->longer = malloc(sizeof *tr->longer * (n_longer + 1));
-    tr->longer_chars = malloc(n_longer + 1);
-    if (!tr->longer || !tr->longer_chars) return -1;
-    size_t at[257] = {0}; /* longest first: a counting sort by 255 - length */
-    for (int32_t id = 0; id < tr->n_vocab; id++)
-        if ((tr->clean[id >> 6] >> (id & 63) & 1) && chars[id] >= N_UPTO) at[255 - chars[id] + 1]++;
     for (int k = 1; k < 257; k++) at[k] += at[k - 1];
+    tr->n_longer = at[256];
+    tr->longer = malloc(sizeof *tr->longer * (tr->n_longer + 1));
+    tr->longer_chars = malloc(tr->n_longer + 1);
+    if (!tr->longer || !tr->longer_chars) return -1;
     for (int32_t id = 0; id < tr->n_vocab; id++)
         if ((tr->clean[id >> 6] >> (id & 63) & 1) && chars[id] >= N_UPTO) {
             const size_t i = at[255 - chars[id]]++;
             tr->longer[i] = id, tr->longer_chars[i] = chars[id];
         }
-    tr->n_longer = n_longer;
     int n_at = 0;
     for (size_t i = 0; i < n_tail; i++) n_at = tails[i].chars + 1 > n_at ? tails[i].chars + 1 : n_at;
     if (n_at - 1 > tr->max_chars) tr->max_chars = n_at - 1;
