@@ -87,9 +87,9 @@ static double compare(const matrix *m, const float *X, int T, const float *a, co
     return worst;
 }
 
-/* a set whose W8 prefill kernel (and -q16 decode kernel) keeps the scalar twin's results exactly:
- * the NEON int8 and int16 activation sets (exact integer block sums, then the twin's fp32 steps
- * one block at a time); the x86 kernels sum blocks in other orders, within the tolerance */
+/* a set whose W8 prefill and decode kernels keep the scalar twin's results exactly: the NEON sets
+ * (exact integer block sums, then the twin's fp32 steps one block at a time); the x86 kernels sum
+ * blocks in other orders, within the tolerance */
 static int w8_exact(const qhx_kernel_set *ks) {
     return ks->matmul_acts && !strncmp(ks->name, "neon", 4);
 }
