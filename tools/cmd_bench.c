@@ -142,8 +142,12 @@ static int bench_depths(qhx_model *m, qhx_session *s, const int32_t *depths, int
         if (!st) st = qhx_session_restore(s, snap); /* the context, for the next depth to grow */
         qhx_snapshot_free(snap);
         if (st) { api_error(); goto done; }
-        if (report) json_array_append_new(list, json_pack("{s:i, s:o, s:o}", "depth", depths[i], "prefill_512_tok_s", num(pre, 2), "decode_tok_s", num(dec, 2)));
-        else fprintf(stderr, "  at depth %6d: prefill of 512 tokens %8.1f tok/s, decode %.2f tok/s\n", depths[i], pre, dec);
+        /* what one session (a server slot) holds at this depth plus the 512: states and KV rows */
+        const double mb = ((double)in.state_bytes + (double)in.kv_bytes_per_token * (depths[i] + 512)) / 1e6;
+        if (report)
+            json_array_append_new(list, json_pack("{s:i, s:o, s:o, s:o}", "depth", depths[i], "prefill_512_tok_s", num(pre, 2), "decode_tok_s",
+                                                  num(dec, 2), "session_mb", num(mb, 1)));
+        else fprintf(stderr, "  at depth %6d: prefill of 512 tokens %8.1f tok/s, decode %.2f tok/s; the session holds %.1f MB\n", depths[i], pre, dec, mb);
     }
     rc = 0;
 done:
