@@ -8,6 +8,7 @@
 #include "format/gguf.h"
 #include "util/error.h"
 #include "util/hugemem.h"
+#include "util/mapfile.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -168,7 +169,7 @@ static int is_gguf(const char *p) {
     return yes;
 }
 
-qhx_status qhx_model_open(qhx_runtime *rt, const char *path, qhx_model **out) {
+static qhx_status model_open(qhx_runtime *rt, const char *path, int by_rows, qhx_model **out) {
     *out = NULL;
     if (!path) return qhx_fail(QHX_ERR_ARG, "model path is NULL");
     qhx_model *m = calloc(1, sizeof *m);
@@ -185,7 +186,7 @@ qhx_status qhx_model_open(qhx_runtime *rt, const char *path, qhx_model **out) {
     } else if (!manifest) {
         rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
     } else if (is_file(path)) {
-        rc = is_gguf(path) ? qhx_gguf_model_open(m, path) : qhx_bundle_open(m, path);
+        rc = is_gguf(path) ? qhx_gguf_model_open(m, path, by_rows) : qhx_bundle_open(m, path);
     } else if (!is_dir(path)) {
         rc = qhx_fail(QHX_ERR_IO, "%s: no such model directory or manifest", path);
     } else if (is_file(manifest)) {
@@ -202,6 +203,9 @@ qhx_status qhx_model_open(qhx_runtime *rt, const char *path, qhx_model **out) {
     *out = m;
     return QHX_OK;
 }
+
+qhx_status qhx_model_open(qhx_runtime *rt, const char *path, qhx_model **out) { return model_open(rt, path, 0, out); }
+qhx_status qhx_model_open_rows(qhx_runtime *rt, const char *path, qhx_model **out) { return model_open(rt, path, 1, out); }
 
 void qhx_model_close(qhx_model *m) {
     if (!m) return;
@@ -274,6 +278,12 @@ struct qhx_session {
 
 qhx_status qhx_session_new(qhx_model *m, qhx_session **out) {
     *out = NULL;
+    if (m->src && m->src->row)
+        return qhx_fail(QHX_ERR_UNSUPPORTED,
+                        "%s: decoded to fp32 its weights take %.1f GB, more than the %.1f GB of memory available: forge it "
+                        "into a bundle, which reads them a row at a time (qhx forge %s -o DIR --weights w4 --no-gate)",
+                        m->dir ? m->dir : "model", (double)m->rows_bytes / 1e9, (double)qhx_memory_available() / 1e9,
+                        m->dir ? m->dir : "MODEL");
     qhx_session *s = calloc(1, sizeof *s);
     if (!s) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     s->model = m;

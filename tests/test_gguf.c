@@ -29,6 +29,8 @@
 #define GG "models/q35-kjv-gguf/q35-kjv-"
 #define TOL 2e-4 /* test_parity's tolerance against the golden logits */
 
+static char bin[256] = "build"; /* the build directory: where this test and gguf_synth live */
+
 static qhx_model *open_model(const char *path) {
     qhx_model *m = NULL;
     CHECK(qhx_model_open(NULL, path, &m) == QHX_OK, "%s: %s", path, qhx_last_error());
@@ -175,6 +177,50 @@ out:
     qhx_model_close(q);
 }
 
+/* Opened to be read a row at a time (as the forge reads a GGUF, and as a model too large to decode
+ * whole opens), every row of every tensor equals the whole decode's, bit for bit; sessions refuse
+ * such a model by name. */
+static void by_rows(const char *path) {
+    qhx_model *w = open_model(path), *r = NULL;
+    CHECK(qhx_model_open_rows(NULL, path, &r) == QHX_OK, "%s: %s", path, qhx_last_error());
+    if (!w || !r) goto out;
+    int n, n2, lazy = 0;
+    qhx_tensor_spec *sw = specs_of(w, &n), *sr = specs_of(r, &n2);
+    float *row = malloc(sizeof(float) * 300000);
+    size_t bad = 0;
+    for (int i = 0; i < n && i < n2 && row; i++) {
+        const qhx_tensor *a = sw[i].dst, *b = sr[i].dst;
+        lazy += !b->data;
+        for (int y = 0; y < a->rows; y++) {
+            r->src->row(r->src, &sr[i], y, row);
+            for (int c = 0; c < a->cols; c++) {
+                const float x = qhx_tensor_get(a, (size_t)y * a->cols + c);
+                bad += memcmp(&x, &row[c], 4) != 0;
+            }
+        }
+    }
+    CHECK(n == n2 && bad == 0 && lazy > 0, "%s: %zu values differ read a row at a time (%d tensors of %d so read)", path, bad, lazy, n);
+    printf("  %s: %d of %d tensors read a row at a time, equal to the whole decode\n", path, lazy, n);
+    qhx_session *s = NULL;
+    CHECK(qhx_session_new(r, &s) == QHX_ERR_UNSUPPORTED && strstr(qhx_last_error(), path) && strstr(qhx_last_error(), "qhx forge"),
+          "a session of %s read a row at a time: %s", path, qhx_last_error());
+    qhx_session_free(s);
+    free(row), free(sw), free(sr);
+out:
+    qhx_model_close(w);
+    qhx_model_close(r);
+}
+
+/* A random qwen35moe GGUF of quantized experts (build/gguf_synth): its expert slices read a row at a time. */
+static void moe_by_rows(const char *type) {
+    char gg[340], cmd[800];
+    snprintf(gg, sizeof gg, "%s/test_gguf.%d.moe-%s.gguf", bin, (int)getpid(), type);
+    snprintf(cmd, sizeof cmd, "%s/gguf_synth preset:tiny-moe %s %s >/dev/null", bin, gg, type);
+    CHECK(system(cmd) == 0, "%s failed", cmd);
+    by_rows(gg);
+    unlink(gg);
+}
+
 /* Every line of a file, and every "text" of a golden jsonl, through both tokenizers. */
 static void same_ids(qhx_tokenizer *a, qhx_tokenizer *b, const char *text, size_t len, int *n, int *same) {
     for (int flags = 0; flags <= QHX_ENCODE_SPECIAL; flags += QHX_ENCODE_SPECIAL) {
@@ -237,7 +283,6 @@ out:
 
 /* ---- bad files ---------------------------------------------------------------------------- */
 
-static char bin[256] = "build"; /* the build directory: where this test and gguf_synth live */
 static unsigned char *orig;
 static size_t orig_len;
 
@@ -358,6 +403,7 @@ static void converted(const char *preset) {
         qhx_session_reset(sc), qhx_session_reset(sg);
     }
     printf("  %s as GGUF: logits within %.2e of the checkpoint's logit std\n", preset, worst);
+    by_rows(gg); /* the changed tensors (value heads put back, norms, A_log) decoded a row at a time */
     CHECK(worst < 1e-5, "%s: deviation %.3e", preset, worst); /* only A_log's log(exp()) differs */
     free(a);
     free(b);
@@ -381,6 +427,10 @@ int main(int argc, char **argv) {
     logits_golden(GG "Q4_K_M.gguf");
     quantized(GG "Q8_0.gguf", 0.01);
     quantized(GG "Q4_K_M.gguf", 0.12);
+    by_rows(GG "Q8_0.gguf");
+    by_rows(GG "Q4_K_M.gguf");
+    moe_by_rows("q8_0");
+    moe_by_rows("q4_0");
     tokenizer();
     bad_files();
     return tl_finish("gguf");

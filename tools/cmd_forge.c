@@ -80,7 +80,7 @@ static const char forge_help[] =
     "  --weights w8|w4        decoder matrices: int8 with a scale a row (default), or 4-bit codes with an\n"
     "                         fp16 scale every 32 columns (half the bytes a token; docs/bundle.md)\n"
     "  --lmhead f16|w8|w4     lm-head precision (default f16; a tied f16 head is the embedding file)\n"
-    "  --no-gate              skip the gates\n"
+    "  --no-gate              skip the gates (and read a GGUF a row at a time: less memory than its fp32)\n"
     "  --gate-tokens N        greedy gate tokens per prompt (default 64)\n"
     "  --gate-trials N        export gate random inputs per shard (default 5)\n"
     "  --force                replace an existing BUNDLE (only once the new one is complete)\n" RUNTIME_HELP;

@@ -64,8 +64,12 @@ qhx_status qhx_forge(const qhx_forge_opts *o) {
     qhx_status rc = QHX_OK;
     if (!o->rt) rc = qhx_runtime_new(NULL, &ref_rt);
     if (!rc) rc = o->synth ? qhx_synth_model(o->rt ? o->rt : ref_rt, o->synth, o->seed, &f.src)
-                           : qhx_model_open(o->rt ? o->rt : ref_rt, o->checkpoint, &f.src);
+           : o->gate ? qhx_model_open(o->rt ? o->rt : ref_rt, o->checkpoint, &f.src)
+                     : qhx_model_open_rows(o->rt ? o->rt : ref_rt, o->checkpoint, &f.src); /* nothing runs the source */
     if (!rc && f.src->manifest) rc = qhx_fail(QHX_ERR_ARG, "%s: is a bundle already; forge needs a checkpoint or a GGUF", o->checkpoint);
+    if (!rc && o->gate && f.src->src->row)
+        rc = qhx_fail(QHX_ERR_ARG, "%s: decoded to fp32 it takes %.1f GB, more than memory holds, so the gates cannot run it as the "
+                                   "reference: forge it with --no-gate", o->checkpoint, (double)f.src->rows_bytes / 1e9);
     if (rc) goto out;
     const qhx_config *c = &f.src->cfg;
     int ctx = o->context_len ? o->context_len : (c->max_pos < 4096 ? c->max_pos : 4096);

@@ -44,7 +44,7 @@ static void fill_rows(void *arg, int k, int n) {
     fill_job *j = arg;
     const qhx_tensor_spec *spec = j->w->src[j->i];
     const qhx_tensor *t = spec->dst;
-    const qhx_weight_source *drawn = j->w->f->src->src->row ? j->w->f->src->src : NULL;
+    const qhx_weight_source *src = j->w->f->src->src;
     const int cols = t->cols, groups = (j->r1 - j->r0 + 3) / 4;
     const int r0 = j->r0 + 4 * (int)((long long)groups * k / n), r1 = j->r0 + 4 * (int)((long long)groups * (k + 1) / n);
     float *row = malloc(sizeof(float) * (size_t)cols);
@@ -57,7 +57,7 @@ static void fill_rows(void *arg, int k, int n) {
     double num = 0, den = 0;
     void *data = j->data;
     for (int r = r0; r < r1 && r < j->r1; r++) {
-        if (drawn) drawn->row(drawn, spec, r, row);
+        if (!t->data) src->row(src, spec, r, row); /* drawn, or decoded a row at a time */
         else for (int c = 0; c < cols; c++) row[c] = qhx_tensor_get(t, (size_t)r * cols + c);
         const size_t at = (size_t)(r - j->r0) * cols;
         switch (j->w->entries[j->i].dtype) {

@@ -12,13 +12,17 @@
  *   - qwen35moe: the routed experts of a layer as one 3-D tensor per matrix (ffn_gate_exps,
  *     ffn_up_exps, ffn_down_exps: [expert][row][col]), of which each expert is a slice.
  * F32/F16/BF16 tensors nothing changed are views into the mapped file; the rest are decoded to
- * fp32 (exactly, format/ggml_quant.c) into memory this source owns. */
+ * fp32 (exactly, format/ggml_quant.c) into memory this source owns, or, where that would not fit
+ * in memory (a 35B Q4_K file is 140 GB in fp32) or the forge asks, a row at a time as the forge
+ * reads them (src->row): such a model can be forged into a bundle, not run. */
 #include "format/ggml_quant.h"
 #include "format/gguf.h"
 #include "model/model.h"
+#include "model/ops.h"
 #include "tokenizer/tokenizer_lists.h"
 #include "util/error.h"
 #include "util/json.h"
+#include "util/mapfile.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -26,11 +30,21 @@
 #include <string.h>
 #include <xxhash.h>
 
+/* a tensor decoded a row at a time: its GGUF tensor (a routed expert's slice) and the change */
+typedef struct {
+    const qhx_tensor *dst;
+    qhx_gguf_tensor t;
+    qhx_gguf_change undo;
+} row_tensor;
+
 typedef struct {
     qhx_weight_source src;
     qhx_gguf g;
+    const qhx_config *cfg;
     float **owned;   /* decoded tensors */
     int n_owned;
+    row_tensor *rows; /* sorted by dst */
+    int n_rows;
 } gguf_source;
 
 
@@ -40,6 +54,7 @@ static void close_source(qhx_weight_source *src) {
     gguf_source *s = (gguf_source *)src;
     for (int i = 0; i < s->n_owned; i++) free(s->owned[i]);
     free(s->owned);
+    free(s->rows);
     qhx_gguf_close(&s->g);
     free(s);
 }
@@ -195,35 +210,58 @@ static int64_t tiled(const qhx_config *c, int64_t i, int64_t head) {
     return ((h % r) * c->lin_k_heads + h / r) * head + e;
 }
 
-/* Decodes t into an fp32 [rows][cols] matrix in Hugging Face order: value heads put back along
- * the rows (in_proj_z/a/b, the V rows of qkv and conv1d) or along each row (out_proj's columns;
- * dt_bias and A_log, which are one row), then the norms' 1 and A_log's -exp undone. */
-static qhx_status decode(const qhx_config *c, const qhx_gguf_tensor *t, qhx_gguf_change undo, int rows, int cols, float *out) {
-    const size_t rb = row_bytes(t->type, cols);
+/* the head size along a row whose value heads were reordered along it (0: none) */
+static int64_t column_head(const qhx_config *c, qhx_gguf_change undo, int rows) {
+    if (c->lin_v_heads == c->lin_k_heads) return 0;
+    if (undo == QHX_GGUF_V_COLS) return c->lin_v_dim;
+    return rows == 1 && (undo == QHX_GGUF_V_ROWS || undo == QHX_GGUF_A_LOG) ? 1 : 0;
+}
+
+/* Row r of t decoded to fp32 in Hugging Face order: value heads put back along the rows
+ * (in_proj_z/a/b, the V rows of qkv and conv1d) or along the row (out_proj's columns; dt_bias and
+ * A_log, which are one row: through tmp, cols floats), then the norms' 1 and A_log's -exp undone. */
+static void decode_row(const qhx_config *c, const qhx_gguf_tensor *t, qhx_gguf_change undo, int rows, int cols, int64_t r, float *y,
+                       float *tmp) {
     const int reorder = c->lin_v_heads != c->lin_k_heads;
     const int64_t qk = 2 * (int64_t)c->lin_k_heads * c->lin_k_dim; /* rows before V in qkv and conv */
     const int64_t row_head = undo == QHX_GGUF_V_ROWS && rows == c->lin_v_heads ? 1 : c->lin_v_dim;
-    const int64_t col_head = !reorder ? 0 : undo == QHX_GGUF_V_COLS ? c->lin_v_dim
-                           : rows == 1 && (undo == QHX_GGUF_V_ROWS || undo == QHX_GGUF_A_LOG) ? 1 : 0;
-    float *tmp = col_head ? malloc(sizeof(float) * (size_t)cols) : NULL;
-    if (col_head && !tmp) return QHX_ERR_NOMEM;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t src = r;
-        if (reorder && undo == QHX_GGUF_V_ROWS && rows > 1) src = tiled(c, r, row_head);
-        if (reorder && undo == QHX_GGUF_V_ROWS_AFTER_QK && r >= qk) src = qk + tiled(c, r - qk, c->lin_v_dim);
-        float *y = out + r * (int64_t)cols;
-        qhx_ggml_dequant(t->type, t->data + (size_t)src * rb, tmp ? tmp : y, cols);
-        for (int64_t j = 0; tmp && j < cols; j++) y[j] = tmp[tiled(c, j, col_head)];
-        for (int64_t j = 0; j < cols; j++) {
-            if (undo == QHX_GGUF_NORM) y[j] -= 1.0f;
-            if (undo == QHX_GGUF_A_LOG) y[j] = (float)log(-(double)y[j]);
-        }
+    const int64_t col_head = column_head(c, undo, rows);
+    int64_t src = r;
+    if (reorder && undo == QHX_GGUF_V_ROWS && rows > 1) src = tiled(c, r, row_head);
+    if (reorder && undo == QHX_GGUF_V_ROWS_AFTER_QK && r >= qk) src = qk + tiled(c, r - qk, c->lin_v_dim);
+    qhx_ggml_dequant(t->type, t->data + (size_t)src * row_bytes(t->type, cols), col_head ? tmp : y, cols);
+    for (int64_t j = 0; col_head && j < cols; j++) y[j] = tmp[tiled(c, j, col_head)];
+    for (int64_t j = 0; j < cols; j++) {
+        if (undo == QHX_GGUF_NORM) y[j] -= 1.0f;
+        if (undo == QHX_GGUF_A_LOG) y[j] = (float)log(-(double)y[j]);
     }
-    free(tmp);
-    return QHX_OK;
 }
 
-static qhx_status bind(qhx_model *m, gguf_source *s, const qhx_tensor_spec *sp) {
+/* The tensor's source row, for the forge: decoded, or read from the mapped view. */
+static int by_dst(const void *a, const void *b) {
+    const uintptr_t x = (uintptr_t)((const row_tensor *)a)->dst, y = (uintptr_t)((const row_tensor *)b)->dst;
+    return x < y ? -1 : x > y;
+}
+
+enum { ROW_TMP = 16384 }; /* a value-head reordered row decoded a row at a time has at most these columns */
+
+static void source_row(const qhx_weight_source *src, const qhx_tensor_spec *sp, int r, float *out) {
+    const gguf_source *s = (const gguf_source *)src;
+    const qhx_tensor *t = sp->dst;
+    const row_tensor key = {.dst = t}, *rt = bsearch(&key, s->rows, (size_t)s->n_rows, sizeof key, by_dst);
+    if (!rt) {
+        for (int c = 0; c < t->cols; c++) out[c] = qhx_tensor_get(t, (size_t)r * t->cols + c);
+        return;
+    }
+    float tmp[ROW_TMP];
+    decode_row(s->cfg, &rt->t, rt->undo, t->rows, t->cols, r, out, tmp);
+}
+
+/* How bind treats a tensor that must be decoded: count its fp32 bytes only, decode it whole, or
+ * leave it to be decoded a row at a time (source_row) */
+typedef enum { BIND_COUNT, BIND_WHOLE, BIND_ROWS } bind_mode;
+
+static qhx_status bind(qhx_model *m, gguf_source *s, const qhx_tensor_spec *sp, bind_mode mode, uint64_t *decoded) {
     const qhx_config *c = &m->cfg;
     const char *path = s->g.path;
     char name[200];
@@ -246,28 +284,40 @@ static qhx_status bind(qhx_model *m, gguf_source *s, const qhx_tensor_spec *sp) 
         slice.ne[2] = 1;
         t = &slice;
     }
+    const int plain = t->type == QHX_GGML_F32 || t->type == QHX_GGML_F16 || t->type == QHX_GGML_BF16;
+    const int changed = undo == QHX_GGUF_NORM || undo == QHX_GGUF_A_LOG || (undo != QHX_GGUF_AS_IS && c->lin_v_heads != c->lin_k_heads);
+    const uint64_t bytes = plain && !changed ? 0 : sizeof(float) * (uint64_t)rows * (uint64_t)cols;
+    *decoded += bytes;
+    if (mode == BIND_COUNT) return QHX_OK;
     qhx_tensor *dst = sp->dst;
     dst->rows = rows;
     dst->cols = cols;
-    const int plain = t->type == QHX_GGML_F32 || t->type == QHX_GGML_F16 || t->type == QHX_GGML_BF16;
-    const int changed = undo == QHX_GGUF_NORM || undo == QHX_GGUF_A_LOG || (undo != QHX_GGUF_AS_IS && c->lin_v_heads != c->lin_k_heads);
-    if (plain && !changed) {
+    if (!bytes) {
         dst->dtype = t->type == QHX_GGML_F32 ? QHX_F32 : t->type == QHX_GGML_F16 ? QHX_F16 : QHX_BF16;
         dst->data = t->data;
         return QHX_OK;
     }
-    float *y = malloc(sizeof(float) * (size_t)rows * (size_t)cols);
-    float **grown = y ? realloc(s->owned, sizeof *s->owned * (size_t)(s->n_owned + 1)) : NULL;
+    dst->dtype = QHX_F32;
+    if (mode == BIND_ROWS && (!column_head(c, undo, rows) || cols <= ROW_TMP)) {
+        row_tensor *grown = realloc(s->rows, sizeof *s->rows * (size_t)(s->n_rows + 1));
+        if (!grown) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
+        s->rows = grown;
+        s->rows[s->n_rows++] = (row_tensor){dst, *t, undo};
+        dst->data = NULL;
+        return QHX_OK;
+    }
+    float *y = malloc(sizeof(float) * (size_t)rows * (size_t)cols), *tmp = malloc(sizeof(float) * (size_t)cols);
+    float **grown = y && tmp ? realloc(s->owned, sizeof *s->owned * (size_t)(s->n_owned + 1)) : NULL;
     if (!grown) {
-        free(y);
+        free(y), free(tmp);
         return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory decoding '%s'", path, name);
     }
     s->owned = grown;
     s->owned[s->n_owned++] = y;
-    if (decode(c, t, undo, rows, cols, y)) return qhx_fail(QHX_ERR_NOMEM, "%s: out of memory decoding '%s'", path, name);
-    dst->dtype = QHX_F32;
+    for (int64_t r = 0; r < rows; r++) decode_row(c, t, undo, rows, cols, r, y + r * (int64_t)cols, tmp);
+    free(tmp);
     dst->data = y;
-    m->weight_bytes += sizeof(float) * (uint64_t)rows * (uint64_t)cols;
+    m->weight_bytes += bytes;
     return QHX_OK;
 }
 
@@ -331,13 +381,14 @@ static uint64_t identity(const gguf_source *s) {
     return id;
 }
 
-qhx_status qhx_gguf_model_open(qhx_model *m, const char *path) {
+qhx_status qhx_gguf_model_open(qhx_model *m, const char *path, int by_rows) {
     gguf_source *s = calloc(1, sizeof *s);
     if (!s || !(m->dir = strdup(path)) || !(m->shards = calloc(1, sizeof *m->shards))) {
         free(s);
         return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     }
-    s->src = (qhx_weight_source){.n_files = 1, .kind = "gguf", .file = file, .close = close_source};
+    s->src = (qhx_weight_source){.n_files = 1, .kind = "gguf", .file = file, .close = close_source, .row = NULL};
+    s->cfg = &m->cfg;
     qhx_status rc = qhx_gguf_open(&s->g, path);
     if (rc) {
         free(s);
@@ -353,8 +404,19 @@ qhx_status qhx_gguf_model_open(qhx_model *m, const char *path) {
         return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     }
     qhx_qwen35_specs(&m->cfg, "", m->w, specs);
-    for (int i = 0; i < n && !rc; i++) rc = bind(m, s, &specs[i]);
+    /* decoded whole where that fits with a GiB to spare (as bundles are read in), else a row at a time */
+    uint64_t decoded = 0;
+    for (int i = 0; i < n && !rc; i++) rc = bind(m, s, &specs[i], BIND_COUNT, &decoded);
+    const uint64_t avail = qhx_memory_available();
+    if (!by_rows && avail && decoded + (1ull << 30) > avail) by_rows = 1;
+    uint64_t again = 0;
+    for (int i = 0; i < n && !rc; i++) rc = bind(m, s, &specs[i], by_rows ? BIND_ROWS : BIND_WHOLE, &again);
     free(specs);
+    if (!rc && s->n_rows) {
+        qsort(s->rows, (size_t)s->n_rows, sizeof *s->rows, by_dst);
+        s->src.row = source_row;
+        m->rows_bytes = decoded;
+    }
     if (rc || (rc = qhx_gguf_read_tokenizer(&s->g, &m->tok))) return rc;
     if (m->cfg.tie_embeddings) m->w->lm_head = m->w->embed;
     m->n_shards = 1;

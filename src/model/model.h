@@ -47,8 +47,9 @@ struct qhx_weight_source {
     uint64_t identity;  /* nonzero: what state files name the model by, as the source defines it */
     const qhx_mapfile *(*file)(const qhx_weight_source *src, int i);
     void (*close)(qhx_weight_source *src);
-    /* weights drawn, not stored (qhx synth --bundle): row r of s's tensor, whose data is NULL;
-     * NULL for every source whose tensors hold their data */
+    /* row r of s's tensor where its data is NULL: weights drawn, not stored (qhx synth --bundle),
+     * or a GGUF's decoded a row at a time; NULL where every tensor holds its data. A model with
+     * such tensors is read by the forge only: sessions refuse it. */
     void (*row)(const qhx_weight_source *src, const qhx_tensor_spec *s, int r, float *out);
 };
 
@@ -68,6 +69,7 @@ struct qhx_model {
     qhx_weight_source *src;
     qhx_tokenizer *tok;               /* loaded on first use */
     uint64_t identity;                /* what a state file names it by (model/state_file.c) */
+    uint64_t rows_bytes;              /* a GGUF decoded a row at a time: what decoding it whole takes */
 };
 
 /* Open the bundle whose manifest is `manifest_path`, or the checkpoint directory `dir`, into m
@@ -75,8 +77,12 @@ struct qhx_model {
  * either, also part-way. */
 qhx_status qhx_bundle_open(qhx_model *m, const char *manifest_path);
 qhx_status qhx_checkpoint_model_open(qhx_model *m, const char *dir);
-/* A GGUF file of llama.cpp's qwen35 architecture (model/gguf_model.c); sets m->tok as well. */
-qhx_status qhx_gguf_model_open(qhx_model *m, const char *path);
+/* A GGUF file of llama.cpp's qwen35 architecture (model/gguf_model.c); sets m->tok as well. Its
+ * quantized or changed tensors are decoded to fp32 at open, or a row at a time (src->row) when
+ * by_rows or when decoding them whole would not fit in memory. */
+qhx_status qhx_gguf_model_open(qhx_model *m, const char *path, int by_rows);
+/* qhx_model_open, a GGUF's decoded tensors read a row at a time: for the forge, which reads each once */
+qhx_status qhx_model_open_rows(qhx_runtime *rt, const char *path, qhx_model **out);
 /* A synthetic preset (forge/synth.c) as a model only the forge can read: its weights drawn row by
  * row (src->row), seeded, so a bundle of a shape too large to store as BF16 can be written. */
 qhx_status qhx_synth_model(qhx_runtime *rt, const char *preset, uint64_t seed, qhx_model **out);
