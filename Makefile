@@ -218,6 +218,6 @@ check:
 .PHONY: deps demo check
 
 # bench/: programs on the library's insides, one file each (bench/README.md says what each measures)
-BENCH_BIN = tok_bench grammar_bench quant_error w4_options kernel_bench attend_bench gguf_synth prefix_bench moe_quality w8_greedy
+BENCH_BIN = tok_bench grammar_bench quant_error w4_options kernel_bench attend_bench gguf_synth prefix_bench moe_quality w8_greedy sessions_bench
 $(addprefix $(BUILD)/,$(BENCH_BIN)): $(BUILD)/%: $(BUILD)/bench/%.o $(BUILD)/libqhexrt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -75,6 +75,24 @@ static void causal_conv(const qhx_kernel_set *ks, const qhx_config *c, const qhx
     /* [tap][channel]: hist[j] is the input j + 1 - K steps back. The loops run over whole tiles
      * (a short last tile padded with zeros), so the compiler vectorizes them; each channel's sum
      * still adds its taps in the reference's order. */
+    if (T <= 2) { /* decode steps: each channel's taps read in place (copying tiles cost 8x the sums) */
+        for (int ch = c0; ch < c1; ch++) {
+            float wk[64], hk[64];
+            for (int j = 0; j < K; j++) wk[j] = w32 ? w32[(size_t)ch * K + j] : qhx_tensor_get(&lw->conv, (size_t)ch * K + j);
+            for (int j = 0; j < K - 1; j++) hk[j] = fifo[(size_t)j * C + ch];
+            for (int t = 0; t < T; t++) {
+                const float x = in[(size_t)t * C + ch];
+                float v = wk[K - 1] * x; /* the tiles' order of sums */
+                for (int j = 0; j < K - 1; j++) v += wk[j] * hk[j];
+                for (int j = 0; j + 1 < K - 1; j++) hk[j] = hk[j + 1];
+                if (K > 1) hk[K - 2] = x;
+                out[(size_t)t * C + ch] = v;
+            }
+            for (int j = 0; j < K - 1; j++) fifo[(size_t)j * C + ch] = hk[j];
+        }
+        for (int t = 0; t < T; t++) ks->silu(out + (size_t)t * C + c0, NULL, (size_t)(c1 - c0));
+        return;
+    }
     float w[64][TILE], hist[64][TILE], x[TILE], v[TILE];
     /* lanes past a short last tile hold zeros or an earlier tile's values: their sums are never stored */
     memset(w, 0, sizeof(float) * TILE * (size_t)K);
@@ -103,65 +121,71 @@ static void causal_conv(const qhx_kernel_set *ks, const qhx_config *c, const qhx
 }
 
 static void l2norm(float *x, int n) {
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    float inv = 1.0f / sqrtf((float)ss + 1e-6f);
+    float inv = 1.0f / sqrtf((float)qhx_sumsq(x, n) + 1e-6f);
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
 /* Everything after the projections happens per key head and the value heads that read it (HF
  * repeat_interleave: value head j reads key head j / group), so it runs in parallel with no
  * sharing: the conv of their channels, q/k normalisation, the gates, the delta rule, the gated
- * RMSNorm. */
+ * RMSNorm. One job takes every run (a batched step's sessions), each on its own state. */
 typedef struct {
     const qhx_kernel_set *ks;
     const qhx_config *c;
     const qhx_layer_weights *lw;
-    float *conv, *mixed, *ssm, *xc, *z, *b, *a, *beta, *g, *o, *work;
-    int T;
+    const qhx_run *runs;
+    int n_runs, l;
+    float *mixed, *xc, *z, *b, *a, *beta, *g, *o, *work; /* [rows of every run][...] */
 } heads_job;
 
 static void deltanet_heads(void *arg, int th, int nth) {
     const heads_job *J = arg;
     const qhx_config *c = J->c;
     const qhx_layer_weights *lw = J->lw;
-    const int T = J->T, C = qhx_config_conv_dim(c), hk = c->lin_k_heads, hv = c->lin_v_heads;
+    const int C = qhx_config_conv_dim(c), hk = c->lin_k_heads, hv = c->lin_v_heads;
     const int dk = c->lin_k_dim, dv = c->lin_v_dim, group = hv / hk;
     const float qscale = 1.0f / sqrtf((float)dk);
     float *work = J->work + (size_t)th * ((dv + 15) & ~15);
     /* a run of key heads a thread: the value-head states it steps lie one after another, and each
-     * head's last token fetches the next one's (qhx_delta_args.next) */
-    const int kh1 = hk * (th + 1) / nth;
-    for (int kh = hk * th / nth; kh < kh1; kh++) {
-        causal_conv(J->ks, c, lw, J->conv, J->mixed, J->xc, T, kh * dk, (kh + 1) * dk);
-        causal_conv(J->ks, c, lw, J->conv, J->mixed, J->xc, T, (hk + kh) * dk, (hk + kh + 1) * dk);
-        causal_conv(J->ks, c, lw, J->conv, J->mixed, J->xc, T, 2 * hk * dk + kh * group * dv, 2 * hk * dk + (kh + 1) * group * dv);
-        float *q = J->xc + (size_t)kh * dk, *k = J->xc + (size_t)(hk + kh) * dk; /* row: q heads | k heads | v heads */
-        for (int t = 0; t < T; t++) {
-            float *qt = q + (size_t)t * C, *kt = k + (size_t)t * C;
-            l2norm(qt, dk);
-            l2norm(kt, dk);
-            for (int e = 0; e < dk; e++) qt[e] *= qscale;
-        }
-        for (int j = kh * group; j < (kh + 1) * group; j++) {
-            const float A = -expf(qhx_tensor_get(&lw->a_log, j)), dt_bias = qhx_tensor_get(&lw->dt_bias, j);
+     * head's last token fetches the next one's (qhx_delta_args.next), the next run's first at the end */
+    const int kh0 = hk * th / nth, kh1 = hk * (th + 1) / nth;
+    for (int r = 0; r < J->n_runs; r++) {
+        qhx_layer_state *ls = qhx_state_layer(J->runs[r].st, J->l);
+        float *following = r + 1 < J->n_runs ? qhx_state_layer(J->runs[r + 1].st, J->l)->ssm + (size_t)kh0 * group * dk * dv : NULL;
+        const size_t t0 = (size_t)J->runs[r].row0;
+        const int T = J->runs[r].n;
+        float *xc = J->xc + t0 * C, *beta = J->beta + t0 * hv, *g = J->g + t0 * hv;
+        const float *b = J->b + t0 * hv, *a = J->a + t0 * hv;
+        for (int kh = kh0; kh < kh1; kh++) {
+            const float *mixed = J->mixed + t0 * C;
+            causal_conv(J->ks, c, lw, ls->conv, mixed, xc, T, kh * dk, (kh + 1) * dk);
+            causal_conv(J->ks, c, lw, ls->conv, mixed, xc, T, (hk + kh) * dk, (hk + kh + 1) * dk);
+            causal_conv(J->ks, c, lw, ls->conv, mixed, xc, T, 2 * hk * dk + kh * group * dv, 2 * hk * dk + (kh + 1) * group * dv);
+            float *q = xc + (size_t)kh * dk, *k = xc + (size_t)(hk + kh) * dk; /* row: q heads | k heads | v heads */
             for (int t = 0; t < T; t++) {
-                const size_t i = (size_t)t * hv + j;
-                J->beta[i] = qhx_sigmoid(J->b[i]);
-                J->g[i] = A * qhx_softplus(J->a[i] + dt_bias);
+                float *qt = q + (size_t)t * C, *kt = k + (size_t)t * C;
+                l2norm(qt, dk);
+                l2norm(kt, dk);
+                for (int e = 0; e < dk; e++) qt[e] *= qscale;
             }
-            float *S = J->ssm + (size_t)j * dk * dv;
-            const qhx_delta_args da = {q, k, J->xc + (size_t)2 * hk * dk + (size_t)j * dv, (size_t)C, J->beta + j, J->g + j,
-                                       (size_t)hv, J->o + (size_t)j * dv, (size_t)hv * dv, T, dk, dv, work,
-                                       j + 1 < kh1 * group ? S + (size_t)dk * dv : NULL};
-            J->ks->delta_rule(S, &da);
-            for (int t = 0; t < T; t++) { /* gated RMSNorm: plain weight, then * silu(z) */
-                float *or = J->o + ((size_t)t * hv + j) * dv, *zr = J->z + ((size_t)t * hv + j) * dv;
-                double ss = 0.0;
-                for (int e = 0; e < dv; e++) ss += (double)or[e] * or[e];
-                const float inv = 1.0f / sqrtf((float)(ss / dv) + c->eps);
-                J->ks->silu(zr, NULL, (size_t)dv); /* z is read only here */
-                for (int e = 0; e < dv; e++) or[e] = or[e] * inv * qhx_tensor_get(&lw->gnorm, e) * zr[e];
+            for (int j = kh * group; j < (kh + 1) * group; j++) {
+                const float A = -expf(qhx_tensor_get(&lw->a_log, j)), dt_bias = qhx_tensor_get(&lw->dt_bias, j);
+                for (int t = 0; t < T; t++) {
+                    const size_t i = (size_t)t * hv + j;
+                    beta[i] = qhx_sigmoid(b[i]);
+                    g[i] = A * qhx_softplus(a[i] + dt_bias);
+                }
+                float *S = ls->ssm + (size_t)j * dk * dv, *o = J->o + (t0 * hv + j) * dv;
+                const qhx_delta_args da = {q, k, xc + (size_t)2 * hk * dk + (size_t)j * dv, (size_t)C, beta + j, g + j,
+                                           (size_t)hv, o, (size_t)hv * dv, T, dk, dv, work,
+                                           j + 1 < kh1 * group ? S + (size_t)dk * dv : following};
+                J->ks->delta_rule(S, &da);
+                for (int t = 0; t < T; t++) { /* gated RMSNorm: plain weight, then * silu(z) */
+                    float *or = o + (size_t)t * hv * dv, *zr = J->z + ((t0 + t) * hv + j) * dv;
+                    const float inv = 1.0f / sqrtf((float)(qhx_sumsq(or, dv) / dv) + c->eps);
+                    J->ks->silu(zr, NULL, (size_t)dv); /* z is read only here */
+                    for (int e = 0; e < dv; e++) or[e] = or[e] * inv * qhx_tensor_get(&lw->gnorm, e) * zr[e];
+                }
             }
         }
     }
@@ -182,29 +206,33 @@ static qhx_status gated_deltanet(const qhx_exec *ex, const qhx_config *c, const 
     float *const Y[] = {mixed, z, b, a};
     qhx_status rc = qhx_matmul_many(ex, h, T, 4, W, Y);
     if (rc) return rc;
+    heads_job job = {ex->ks, c, lw, runs, n_runs, l, mixed, xc, z, b, a, beta, g, o, work};
+    qhx_pool_run(ex->pool, deltanet_heads, &job);
     for (int r = 0; r < n_runs; r++) {
-        qhx_layer_state *ls = qhx_state_layer(runs[r].st, l);
-        const size_t t0 = (size_t)runs[r].row0;
-        heads_job job = {ex->ks, c, lw, ls->conv, mixed + t0 * C, ls->ssm, xc + t0 * C, z + t0 * hv * dv, b + t0 * hv,
-                         a + t0 * hv, beta + t0 * hv, g + t0 * hv, o + t0 * hv * dv, work, runs[r].n};
-        qhx_pool_run(ex->pool, deltanet_heads, &job);
         const qhx_state *s = runs[r].st;
-        if (s->mark >= 0) qhx_state_record(c, ls, s->pos - s->mark, job.mixed, job.xc, job.beta, job.g, runs[r].n);
+        const size_t t0 = (size_t)runs[r].row0;
+        if (s->mark >= 0) qhx_state_record(c, qhx_state_layer(s, l), s->pos - s->mark, mixed + t0 * C, xc + t0 * C, beta + t0 * hv, g + t0 * hv, runs[r].n);
     }
     return qhx_matmul(ex, &lw->out, o, T, out);
 }
 
 /* ---- gated softmax attention (spec §3.6) ---------------------------------------------------- */
 
-/* NeoX-style rotation of the first rot dims: pairs (i, i + rot/2). */
-static void rope(float *x, int rot, int pos, float theta) {
+/* NeoX-style rotation of the first rot dims: pairs (i, i + rot/2), by the angles of a position
+ * (rope_angles: once a token for all its heads) */
+static void rope_angles(float *cs, float *sn, int rot, int pos, float theta) {
+    for (int i = 0; i < rot / 2; i++) {
+        const float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)rot), ang = (float)pos * inv_freq;
+        cs[i] = cosf(ang), sn[i] = sinf(ang);
+    }
+}
+
+static void rope(float *x, int rot, const float *cs, const float *sn) {
     const int half = rot / 2;
     for (int i = 0; i < half; i++) {
-        const float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)rot);
-        const float ang = (float)pos * inv_freq, cs = cosf(ang), sn = sinf(ang);
         const float x0 = x[i], x1 = x[i + half];
-        x[i] = x0 * cs - x1 * sn;
-        x[i + half] = x1 * cs + x0 * sn;
+        x[i] = x0 * cs[i] - x1 * sn[i];
+        x[i + half] = x1 * cs[i] + x0 * sn[i];
     }
 }
 
@@ -229,11 +257,20 @@ static void gate_output(float *o, const float *gate, int hd) {
     for (int e = 0; e < hd; e++) o[e] *= qhx_sigmoid(gate[e]);
 }
 
+/* The pairs of every run (a batched step's sessions) in one job: item i of the runs in turn. */
+typedef struct {
+    const attn_job *jobs;
+    int n;
+} attn_runs;
+
 static void attention_pairs(void *arg, int th, int nth) {
-    const attn_job *J = arg;
-    const int hd = J->hd, G = J->group, hkv = J->hq / G;
-    for (int item = th; item < J->T * hkv; item += nth) {
-        const int t = item / hkv, kvh = item % hkv;
+    const attn_runs *R = arg;
+    int r = 0, first = 0; /* run r's items are [first, first + its count) */
+    for (int item = th;; item += nth) {
+        while (r < R->n && item - first >= R->jobs[r].T * (R->jobs[r].hq / R->jobs[r].group)) first += R->jobs[r].T * (R->jobs[r].hq / R->jobs[r].group), r++;
+        if (r == R->n) break;
+        const attn_job *J = &R->jobs[r];
+        const int hd = J->hd, G = J->group, hkv = J->hq / G, t = (item - first) / hkv, kvh = (item - first) % hkv;
         const float *q0 = J->qg + ((size_t)t * J->hq + (size_t)kvh * G) * hd * 2; /* query g at q0 + 2 hd g, its gate after it */
         float *o0 = J->att + ((size_t)t * J->hq + (size_t)kvh * G) * hd;
         const size_t at = (size_t)kvh * J->cap * J->head;
@@ -318,29 +355,45 @@ static qhx_status gated_attention(const qhx_exec *ex, const qhx_config *c, const
     float *const Y[] = {qg, kv, kv + (size_t)T * kvdim};
     const qhx_status rc = qhx_matmul_many(ex, h, T, 3, W, Y);
     if (rc) return rc;
+    enum { MAX_PAIRED_RUNS = 16 };
+    attn_job pairs[MAX_PAIRED_RUNS];
+    int n_pairs = 0;
     for (int r = 0; r < n_runs; r++) {
         const qhx_state *st = runs[r].st;
         qhx_layer_state *ls = qhx_state_layer(st, l);
         const int pos0 = st->pos, t0 = runs[r].row0, nt = runs[r].n;
         for (int t = 0; t < nt; t++) {
             float *k = kv + (size_t)(t0 + t) * kvdim, *v = kv + ((size_t)T + t0 + t) * kvdim;
-            float *qgt = qg + (size_t)(t0 + t) * hq * hd * 2;
+            float *qgt = qg + (size_t)(t0 + t) * hq * hd * 2, cs[2048], sn[2048]; /* rot <= head_dim <= 4096 (hfconfig.c) */
+            rope_angles(cs, sn, c->rot_dim, pos0 + t, c->rope_theta);
             for (int j = 0; j < hq; j++) {
                 float *qj = qgt + (size_t)j * hd * 2;
                 qhx_rmsnorm1p(qj, qj, &lw->q_norm, hd, c->eps);
-                rope(qj, c->rot_dim, pos0 + t, c->rope_theta);
+                rope(qj, c->rot_dim, cs, sn);
             }
             for (int j = 0; j < hkv; j++) {
                 qhx_rmsnorm1p(k + (size_t)j * hd, k + (size_t)j * hd, &lw->k_norm, hd, c->eps);
-                rope(k + (size_t)j * hd, c->rot_dim, pos0 + t, c->rope_theta);
+                rope(k + (size_t)j * hd, c->rot_dim, cs, sn);
                 qhx_kv_store(st->kv, k + (size_t)j * hd, hd, qhx_state_kv(st, ls->k_cache, j, pos0 + t));
                 qhx_kv_store(st->kv, v + (size_t)j * hd, hd, qhx_state_kv(st, ls->v_cache, j, pos0 + t));
             }
         }
         attn_job job = {ex->ks, qg + (size_t)t0 * hq * hd * 2, ls->k_cache, ls->v_cache, st->kv_head, (size_t)st->kv_capacity, st->kv,
                         att + (size_t)t0 * hq * hd, scratch, scratch_floats, nt, pos0, hq, hd, group, 1.0f / sqrtf((float)hd)};
-        const int blocked = nt >= ATTN_BLOCKED_FROM && !ex->per_token;
-        qhx_pool_run(ex->pool, blocked ? attention_blocks : attention_pairs, &job);
+        if (nt >= ATTN_BLOCKED_FROM && !ex->per_token) {
+            qhx_pool_run(ex->pool, attention_blocks, &job);
+        } else { /* the few-token runs side by side, one job for all of them */
+            pairs[n_pairs++] = job;
+            if (n_pairs == MAX_PAIRED_RUNS) {
+                attn_runs all = {pairs, n_pairs};
+                qhx_pool_run(ex->pool, attention_pairs, &all);
+                n_pairs = 0;
+            }
+        }
+    }
+    if (n_pairs) {
+        attn_runs all = {pairs, n_pairs};
+        qhx_pool_run(ex->pool, attention_pairs, &all);
     }
     return qhx_matmul(ex, &lw->o, att, T, out);
 }
