@@ -195,6 +195,7 @@ static qhx_status model_open(qhx_runtime *rt, const char *path, int by_rows, qhx
         rc = qhx_checkpoint_model_open(m, path);
     }
     free(manifest);
+    if (!rc && !m->src->row && qhx_weights_conv_taps(m->w, &m->cfg)) rc = qhx_fail(QHX_ERR_NOMEM, "out of memory");
     if (rc) {
         qhx_model_close(m);
         return rc;

@@ -15,6 +15,7 @@ typedef struct {
     qhx_tensor *experts;
     /* Gated DeltaNet (linear attention) layers */
     qhx_tensor qkv, z, b, a, conv, dt_bias, a_log, gnorm, out;
+    const float *conv_taps; /* conv as fp32 [tap][channel], so a step's sums run along the channels */
     /* gated softmax attention layers */
     qhx_tensor q, k, v, o, q_norm, k_norm;
 } qhx_layer_weights;
@@ -26,7 +27,11 @@ typedef struct {
     qhx_layer_weights *layers;  /* n_layers of them */
     qhx_mtp_weights *mtp;       /* the multi-token-prediction head, or NULL */
     qhx_tensor *expert_table;   /* what layers[].experts point into, or NULL (dense) */
+    float *conv_taps;           /* what layers[].conv_taps point into */
 } qhx_weights;
+
+/* Each linear layer's conv_taps from its conv, once its weights are bound (a model that runs). */
+int qhx_weights_conv_taps(qhx_weights *w, const qhx_config *c);
 
 /* The MTP head (Hugging Face mtp.*; vLLM qwen3_next_mtp.py): y = fc([norm_embed(embed(next)) |
  * norm_hidden(h)]), then one gated-attention decoder layer with its own KV cache, then its norm,

@@ -67,41 +67,49 @@ static size_t scratch_need(const qhx_config *c, int n, int threads) {
  * C; the state keeps the last K-1 inputs of each channel. Each key head's job convolves its own
  * channels, TILE of them at a time with time outermost, so the prompt's rows are read in order
  * (channel by channel they were C floats apart: one cache line a value). */
+/* One step of n channels: y = the taps over the FIFO and x, in the tiles' order of sums; the FIFO
+ * moves on by x. */
+static inline __attribute__((always_inline)) void conv_step(const float *taps, float *fifo, const float *x, float *y, int C, int K,
+                                                            int n) {
+    float v[64];
+    for (int i = 0; i < n; i++) v[i] = taps[(size_t)(K - 1) * C + i] * x[i];
+    for (int j = 0; j < K - 1; j++)
+        for (int i = 0; i < n; i++) v[i] += taps[(size_t)j * C + i] * fifo[(size_t)j * C + i];
+    for (int j = 0; j + 1 < K - 1; j++)
+        for (int i = 0; i < n; i++) fifo[(size_t)j * C + i] = fifo[(size_t)(j + 1) * C + i];
+    if (K > 1)
+        for (int i = 0; i < n; i++) fifo[(size_t)(K - 2) * C + i] = x[i];
+    for (int i = 0; i < n; i++) y[i] = v[i];
+}
+
 static void causal_conv(const qhx_kernel_set *ks, const qhx_config *c, const qhx_layer_weights *lw, float *fifo,
                         const float *in, float *out, int T, int c0, int c1) {
     enum { TILE = 64 };
     const int K = c->conv_kernel, C = qhx_config_conv_dim(c);
-    const float *w32 = lw->conv.dtype == QHX_F32 ? lw->conv.data : NULL; /* a bundle's: read in place */
+    const float *taps = lw->conv_taps; /* [tap][channel] */
+    float w[64][TILE], hist[64][TILE], x[TILE], v[TILE];
+    if (T <= 2) { /* decode steps: the taps and the FIFO read in place, a tile's sums along its channels */
+        for (int ch0 = c0; ch0 < c1; ch0 += TILE) {
+            const int n = c1 - ch0 < TILE ? c1 - ch0 : TILE;
+            for (int t = 0; t < T; t++) {
+                float *y = out + (size_t)t * C + ch0;
+                if (n == TILE) conv_step(taps + ch0, fifo + ch0, in + (size_t)t * C + ch0, y, C, K, TILE); /* a constant: vectorized */
+                else conv_step(taps + ch0, fifo + ch0, in + (size_t)t * C + ch0, y, C, K, n);
+                ks->silu(y, NULL, (size_t)n);
+            }
+        }
+        return;
+    }
     /* [tap][channel]: hist[j] is the input j + 1 - K steps back. The loops run over whole tiles
      * (a short last tile padded with zeros), so the compiler vectorizes them; each channel's sum
      * still adds its taps in the reference's order. */
-    if (T <= 2) { /* decode steps: each channel's taps read in place (copying tiles cost 8x the sums) */
-        for (int ch = c0; ch < c1; ch++) {
-            float wk[64], hk[64];
-            for (int j = 0; j < K; j++) wk[j] = w32 ? w32[(size_t)ch * K + j] : qhx_tensor_get(&lw->conv, (size_t)ch * K + j);
-            for (int j = 0; j < K - 1; j++) hk[j] = fifo[(size_t)j * C + ch];
-            for (int t = 0; t < T; t++) {
-                const float x = in[(size_t)t * C + ch];
-                float v = wk[K - 1] * x; /* the tiles' order of sums */
-                for (int j = 0; j < K - 1; j++) v += wk[j] * hk[j];
-                for (int j = 0; j + 1 < K - 1; j++) hk[j] = hk[j + 1];
-                if (K > 1) hk[K - 2] = x;
-                out[(size_t)t * C + ch] = v;
-            }
-            for (int j = 0; j < K - 1; j++) fifo[(size_t)j * C + ch] = hk[j];
-        }
-        for (int t = 0; t < T; t++) ks->silu(out + (size_t)t * C + c0, NULL, (size_t)(c1 - c0));
-        return;
-    }
-    float w[64][TILE], hist[64][TILE], x[TILE], v[TILE];
     /* lanes past a short last tile hold zeros or an earlier tile's values: their sums are never stored */
     memset(w, 0, sizeof(float) * TILE * (size_t)K);
     memset(hist, 0, sizeof(float) * TILE * (size_t)K);
     memset(x, 0, sizeof x);
     for (int ch0 = c0; ch0 < c1; ch0 += TILE) {
         const int n = c1 - ch0 < TILE ? c1 - ch0 : TILE;
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < K; j++) w[j][i] = w32 ? w32[(size_t)(ch0 + i) * K + j] : qhx_tensor_get(&lw->conv, (size_t)(ch0 + i) * K + j);
+        for (int j = 0; j < K; j++) memcpy(w[j], taps + (size_t)j * C + ch0, sizeof(float) * n);
         for (int j = 0; j < K - 1; j++) memcpy(hist[j], fifo + (size_t)j * C + ch0, sizeof(float) * n);
         for (int t = 0; t < T; t++) {
             memcpy(x, in + (size_t)t * C + ch0, sizeof(float) * n);

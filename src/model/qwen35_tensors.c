@@ -1,5 +1,6 @@
 /* The tensor table of the Qwen3.5 text decoder (spec §2): names, shapes, on-disk dtypes. */
 #include "format/qhxf.h"
+#include "model/ops.h"
 #include "model/qwen35.h"
 
 #include <stdio.h>
@@ -58,8 +59,25 @@ qhx_weights *qhx_weights_new(const qhx_config *c) {
 }
 
 void qhx_weights_free(qhx_weights *w) {
-    if (w) free(w->layers), free(w->mtp), free(w->expert_table);
+    if (w) free(w->layers), free(w->mtp), free(w->expert_table), free(w->conv_taps);
     free(w);
+}
+
+int qhx_weights_conv_taps(qhx_weights *w, const qhx_config *c) {
+    const size_t C = qhx_config_conv_dim(c), K = (size_t)c->conv_kernel;
+    int linear = 0;
+    for (int l = 0; l < c->n_layers; l++) linear += !c->full_attn[l];
+    free(w->conv_taps);
+    if (!(w->conv_taps = malloc(sizeof(float) * C * K * (size_t)(linear ? linear : 1)))) return 1;
+    float *t = w->conv_taps;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->full_attn[l]) continue;
+        for (size_t ch = 0; ch < C; ch++)
+            for (size_t j = 0; j < K; j++) t[j * C + ch] = qhx_tensor_get(&w->layers[l].conv, ch * K + j);
+        w->layers[l].conv_taps = t;
+        t += C * K;
+    }
+    return 0;
 }
 
 #define W(field) (w ? &w->field : NULL)
