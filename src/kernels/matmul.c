@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_GROUP 4
+#define MAX_GROUP 32
 
 /* Several matrices over the same input, as one parallel-for: chunk k of the whole group is chunk
  * k - first[i] of matrix i. */
@@ -20,7 +20,7 @@ typedef struct {
     const float *X;
     const qhx_acts *acts;  /* set: rounded activations, for the W4 matrices and (i8_acts) the W8 ones */
     int i8_acts, w4_acts, i8_decode; /* the W8 ones through the set's prefill (i8_acts) or decode kernel */
-    int T;
+    int T, own;                /* own: matrix m takes rows m T .. (m + 1) T - 1 of X, else all take X's T */
     int first[MAX_GROUP + 1];  /* matrix m is the group's 16-row blocks first[m] .. first[m + 1] - 1 */
     int step, share;           /* a take: a multiple of step blocks, about 1 / share of those left */
     atomic_int next;           /* the first block not yet taken */
@@ -44,6 +44,18 @@ static int take(matmul_job *j, int *b0) {
 
 /* Threads take blocks until none is left. Every row is computed whole by one kernel call, so
  * results never depend on the thread count or on who took what. */
+/* a's rows from `at` on, as a view: every array advanced by `at` rows of its stride */
+static const qhx_acts *acts_rows(qhx_acts *view, const qhx_acts *a, qhx_acts_form form, size_t at) {
+    const size_t nbx = a->pad / (form == QHX_ACTS_Q16 ? QHX_Q16_BLOCK : QHX_Q8_BLOCK), nb4 = a->w4pad / QHX_W4_BLOCK;
+    *view = *a;
+    view->q = a->q ? a->q + at * a->pad : NULL, view->aq = a->aq ? a->aq + at * a->pad : NULL;
+    view->laq = a->laq ? a->laq + at * a->pad : NULL, view->v = a->v ? a->v + at * a->pad : NULL;
+    view->s = a->s + at * nbx;
+    view->w4h = a->w4h ? a->w4h + at * a->w4pad : NULL, view->w4t = a->w4t ? a->w4t + at * a->w4tstride : NULL;
+    view->w4c = a->w4c ? a->w4c + at * nb4 : NULL, view->w4s = a->w4s ? a->w4s + at * nb4 : NULL;
+    return view;
+}
+
 static void matmul_part(void *arg, int i, int nth) {
     (void)i, (void)nth;
     matmul_job *j = arg;
@@ -53,10 +65,13 @@ static void matmul_part(void *arg, int i, int nth) {
             if (lo >= hi) continue;
             const qhx_tensor *W = j->W[m];
             const int r0 = (lo - j->first[m]) * 16, r1 = (hi - j->first[m]) * 16 < W->rows ? (hi - j->first[m]) * 16 : W->rows;
-            const qhx_status rc = W->dtype == QHX_Q4 && j->w4_acts   ? j->ks->matmul_acts_w4(W, j->acts, j->T, j->Y[m], r0, r1)
-                                  : W->dtype == QHX_I8 && j->i8_decode ? j->ks->decode_acts(W, j->acts, j->T, j->Y[m], r0, r1)
-                                  : W->dtype == QHX_I8 && j->i8_acts ? j->ks->matmul_acts(W, j->acts, j->T, j->Y[m], r0, r1)
-                                                                     : j->ks->matmul(W, j->X, j->T, j->Y[m], r0, r1);
+            const size_t at = j->own ? (size_t)m * j->T : 0; /* the first input row it takes */
+            qhx_acts view;
+            const qhx_acts *A = j->acts && at ? acts_rows(&view, j->acts, j->w4_acts ? QHX_ACTS_Q8 : j->ks->acts, at) : j->acts;
+            const qhx_status rc = W->dtype == QHX_Q4 && j->w4_acts   ? j->ks->matmul_acts_w4(W, A, j->T, j->Y[m], r0, r1)
+                                  : W->dtype == QHX_I8 && j->i8_decode ? j->ks->decode_acts(W, A, j->T, j->Y[m], r0, r1)
+                                  : W->dtype == QHX_I8 && j->i8_acts ? j->ks->matmul_acts(W, A, j->T, j->Y[m], r0, r1)
+                                                                     : j->ks->matmul(W, j->X + at * W->cols, j->T, j->Y[m], r0, r1);
             if (rc) {
                 int ok = QHX_OK;
                 atomic_compare_exchange_strong(&j->status, &ok, (int)rc);
@@ -102,7 +117,8 @@ static void w4_row(const qhx_acts *a, size_t t) {
 static void round_part(void *arg, int i, int n) {
     const matmul_job *j = arg;
     const size_t cols = (size_t)j->W[0]->cols;
-    for (int t = (int)((long long)j->T * i / n); t < (int)((long long)j->T * (i + 1) / n); t++) {
+    const int rows = j->own ? j->T * j->n : j->T;
+    for (int t = (int)((long long)rows * i / n); t < (int)((long long)rows * (i + 1) / n); t++) {
         if (j->w4_acts) {
             j->ks->round_q8(j->X + (size_t)t * cols, cols, j->acts, (size_t)t);
             w4_row(j->acts, (size_t)t);
@@ -146,9 +162,10 @@ void qhx_acts_free(qhx_acts *a) {
     a->cap = 0;
 }
 
-qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx_tensor *const W[], float *const Y[]) {
+static qhx_status matmul_group(const qhx_exec *ex, const float *X, int T, int own, int n, const qhx_tensor *const W[], float *const Y[]) {
     if (n < 1 || n > MAX_GROUP) return qhx_fail(QHX_ERR_ARG, "matmul: %d matrices in a group (1 to %d)", n, MAX_GROUP);
-    matmul_job j = {.ks = ex->ks, .W = W, .Y = Y, .n = n, .X = X, .T = T};
+    matmul_job j = {.ks = ex->ks, .W = W, .Y = Y, .n = n, .X = X, .T = T, .own = own};
+    const int rows = own ? T * n : T; /* input rows to round */
     qhx_acts local = {0};
     /* Rounded activations pay in prefill, where each weight serves several tokens (1.2-1.5x), and
      * in decode where the set has a decode kernel for them: one token streams the
@@ -174,14 +191,14 @@ qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, con
     j.i8_acts = !j.i8_decode && any_i8 && !j.w4_acts && ex->ks->matmul_acts && T > 1 && !ex->per_token;
     if (j.i8_acts || j.i8_decode || j.w4_acts) {
         qhx_acts *a = ex->acts ? ex->acts : &local;
-        if (acts_reserve(j.w4_acts ? QHX_ACTS_Q8 : ex->ks->acts, a, (size_t)W[0]->cols, T) ||
-            (j.w4_acts && w4_reserve(a, (size_t)W[0]->cols, T))) {
+        if (acts_reserve(j.w4_acts ? QHX_ACTS_Q8 : ex->ks->acts, a, (size_t)W[0]->cols, rows) ||
+            (j.w4_acts && w4_reserve(a, (size_t)W[0]->cols, rows))) {
             qhx_acts_free(&local);
-            return qhx_fail(QHX_ERR_NOMEM, "matmul: out of memory for %d rounded activation rows", T);
+            return qhx_fail(QHX_ERR_NOMEM, "matmul: out of memory for %d rounded activation rows", rows);
         }
         j.acts = a;
         /* a few rows round faster on this thread than the pool wakes (W4 decode: every matmul) */
-        if (T <= 4) round_part(&j, 0, 1);
+        if (rows <= 4) round_part(&j, 0, 1);
         else qhx_pool_run(ex->pool, round_part, &j);
     }
     j.first[0] = 0;
@@ -194,6 +211,14 @@ qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, con
     qhx_acts_free(&local);
     if (j.status) return qhx_fail((qhx_status)j.status, "matmul: out of memory for a kernel's row scratch");
     return QHX_OK;
+}
+
+qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx_tensor *const W[], float *const Y[]) {
+    return matmul_group(ex, X, T, 0, n, W, Y);
+}
+
+qhx_status qhx_matmul_each(const qhx_exec *ex, const float *X, int T, int n, const qhx_tensor *const W[], float *const Y[]) {
+    return matmul_group(ex, X, T, 1, n, W, Y);
 }
 
 qhx_status qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, float *Y) {

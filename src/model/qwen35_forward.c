@@ -491,8 +491,21 @@ static qhx_status moe(const qhx_exec *ex, const qhx_config *c, const qhx_layer_w
     for (int e = E; e > 0; e--) first[e] = first[e - 1];    /* which is group e + 1's start */
     first[0] = 0;
     for (int i = 0; i < S; i++) who[row[i]] = i / K;
-    for (int r = 0; r < S; r++) memcpy(xe + (size_t)r * D, h + (size_t)who[r] * D, sizeof(float) * D);
-    for (int e = 0; e < E && !rc; e++) {
+    if (T == 1 && 2 * K <= 32) { /* a step: the K experts' gates and ups as one group on the token's row, then
+                                  * their downs as another, each on its own row (2 waits a layer, not 2 K) */
+        const qhx_tensor *W[32];
+        float *Y[32];
+        for (int k = 0; k < K; k++) {
+            W[2 * k] = &lw->experts[3 * sel[k]], W[2 * k + 1] = &lw->experts[3 * sel[k] + 1];
+            Y[2 * k] = ge + (size_t)k * I, Y[2 * k + 1] = ue + (size_t)k * I;
+        }
+        if ((rc = qhx_matmul_many(ex, h, 1, 2 * K, W, Y))) return rc;
+        ex->ks->silu(ge, ue, (size_t)K * I);
+        for (int k = 0; k < K; k++) W[k] = &lw->experts[3 * sel[k] + 2], Y[k] = ye + (size_t)k * D;
+        rc = qhx_matmul_each(ex, ge, 1, K, W, Y);
+    }
+    for (int r = 0; r < S && T > 1; r++) memcpy(xe + (size_t)r * D, h + (size_t)who[r] * D, sizeof(float) * D);
+    for (int e = 0; e < E && !rc && T > 1; e++) {
         const int r0 = first[e], n = first[e + 1] - first[e];
         if (!n) continue;
         const qhx_tensor *const W[] = {&lw->experts[3 * e], &lw->experts[3 * e + 1]};
