@@ -110,6 +110,10 @@ int main(void) {
     check_model("models/q35-moe-kjv", "auto");
     for (int k = 0; k < n_sets; k++)
         if (!scalar_family(sets[k])) check_model(b2, sets[k]);
+    /* the shared expert as wide as a routed one (35B-A3B): a lone step runs its down in the experts' group */
+    snprintf(b2, sizeof b2, "%s/tiny-moe", root);
+    CHECK(qhx_synth("tiny-moe", 5, b2, 1, NULL, NULL) == QHX_OK, "synth: %s", qhx_last_error());
+    check_model(b2, "auto");
     qhx_model *m1, *m2;
     if (qhx_model_open(NULL, "models/q35-kjv", &m1) == QHX_OK && qhx_model_open(NULL, "models/q35-rand-tiny", &m2) == QHX_OK) {
         qhx_session *s[2];

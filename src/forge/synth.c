@@ -41,7 +41,7 @@ static const preset presets[] = {
     {"2b", "Qwen3.5-2B shape (24 layers, hidden 2048)", 248320, 2048, 24, 6144, 8, 2, 256, 16, 16, 128, 128, 4, 1, 1e7, 4, 0, 0, 0},
     {"4b", "Qwen3.5-4B shape (32 layers, hidden 2560, ~9 GB BF16)", 248320, 2560, 32, 9216, 16, 4, 256, 16, 32, 128, 128, 4, 1, 1e7, 4, 0, 0, 0},
     {"9b", "Qwen3.5-9B shape (32 layers, hidden 4096, untied)", 248320, 4096, 32, 12288, 16, 4, 256, 16, 32, 128, 128, 4, 0, 1e7, 4, 0, 0, 0},
-    {"tiny-moe", "4 layers, hidden 128, 6 experts of 96, top-3, shared 64", 1000, 128, 4, 64, 4, 2, 32, 2, 4, 32, 32, 4, 1, 1e7, 4, 6, 3, 96},
+    {"tiny-moe", "4 layers, hidden 128, 6 experts of 96, top-3, shared 96 (as 35B-A3B: as wide as an expert)", 4160, 128, 4, 96, 4, 2, 32, 2, 4, 32, 32, 4, 1, 1e7, 4, 6, 3, 96},
     {"35b-a3b", "Qwen3.5-35B-A3B shape (40 layers, hidden 2048, 256 experts of 512, top-8; ~70 GB BF16: --bundle)", 248320, 2048,
      40, 512, 16, 2, 256, 16, 32, 128, 128, 4, 0, 1e7, 4, 256, 8, 512},
     {"122b-a10b", "Qwen3.5-122B-A10B shape (48 layers, hidden 3072, 256 experts of 1024, top-8; --bundle)", 248320, 3072, 48,

@@ -491,18 +491,30 @@ static qhx_status moe(const qhx_exec *ex, const qhx_config *c, const qhx_layer_w
     for (int e = E; e > 0; e--) first[e] = first[e - 1];    /* which is group e + 1's start */
     first[0] = 0;
     for (int i = 0; i < S; i++) who[row[i]] = i / K;
-    if (T == 1 && 2 * K <= 32) { /* a step: the K experts' gates and ups as one group on the token's row, then
-                                  * their downs as another, each on its own row (2 waits a layer, not 2 K) */
+    if (T == 1 && 2 * K + 2 <= 32) {
+        /* a step: the K experts' and the shared expert's gates and ups as one matmul group on the
+         * token's row, then their downs as another, each on its own row (2 waits a layer, not 2 K + 3) */
+        const int F = c->ffn;
+        float *sgt = carve(&cv, (size_t)F), *sup = carve(&cv, (size_t)F); /* what mlp() would carve */
         const qhx_tensor *W[32];
         float *Y[32];
         for (int k = 0; k < K; k++) {
             W[2 * k] = &lw->experts[3 * sel[k]], W[2 * k + 1] = &lw->experts[3 * sel[k] + 1];
             Y[2 * k] = ge + (size_t)k * I, Y[2 * k + 1] = ue + (size_t)k * I;
         }
-        if ((rc = qhx_matmul_many(ex, h, 1, 2 * K, W, Y))) return rc;
+        W[2 * K] = &lw->gate, W[2 * K + 1] = &lw->up, Y[2 * K] = sgt, Y[2 * K + 1] = sup;
+        if ((rc = qhx_matmul_many(ex, h, 1, 2 * K + 2, W, Y))) return rc;
         ex->ks->silu(ge, ue, (size_t)K * I);
+        ex->ks->silu(sgt, sup, (size_t)F);
         for (int k = 0; k < K; k++) W[k] = &lw->experts[3 * sel[k] + 2], Y[k] = ye + (size_t)k * D;
-        rc = qhx_matmul_each(ex, ge, 1, K, W, Y);
+        int n = K;
+        if (F == I) { /* the shared expert's input as row K (ue, read by now) */
+            memcpy(ge + (size_t)K * I, sgt, sizeof(float) * (size_t)F);
+            W[n] = &lw->down, Y[n++] = shared;
+        } else if ((rc = qhx_matmul(ex, &lw->down, sgt, 1, shared))) {
+            return rc;
+        }
+        if ((rc = qhx_matmul_each(ex, ge, 1, n, W, Y))) return rc;
     }
     for (int r = 0; r < S && T > 1; r++) memcpy(xe + (size_t)r * D, h + (size_t)who[r] * D, sizeof(float) * D);
     for (int e = 0; e < E && !rc && T > 1; e++) {
@@ -514,7 +526,7 @@ static qhx_status moe(const qhx_exec *ex, const qhx_config *c, const qhx_layer_w
         ex->ks->silu(Y[0], Y[1], (size_t)n * I);
         rc = qhx_matmul(ex, &lw->experts[3 * e + 2], Y[0], n, ye + (size_t)r0 * D);
     }
-    if (rc || (rc = mlp(ex, c, lw, h, shared, T, cv))) return rc;
+    if (rc || (T > 1 && (rc = mlp(ex, c, lw, h, shared, T, cv)))) return rc;
     for (int t = 0; t < T; t++) {
         float *o = out + (size_t)t * D;
         const float gate = qhx_sigmoid(sg[t]);
