@@ -63,10 +63,6 @@ static size_t scratch_need(const qhx_config *c, int n, int threads) {
 
 /* ---- Gated DeltaNet (spec §3.5) ------------------------------------------------------------- */
 
-/* Causal depthwise conv over time (kernel K <= 64, no bias) then SiLU, for channels [c0, c1) of
- * C; the state keeps the last K-1 inputs of each channel. Each key head's job convolves its own
- * channels, TILE of them at a time with time outermost, so the prompt's rows are read in order
- * (channel by channel they were C floats apart: one cache line a value). */
 /* One step of n channels: y = the taps over the FIFO and x, in the tiles' order of sums; the FIFO
  * moves on by x. */
 static inline __attribute__((always_inline)) void conv_step(const float *taps, float *fifo, const float *x, float *y, int C, int K,
@@ -82,6 +78,10 @@ static inline __attribute__((always_inline)) void conv_step(const float *taps, f
     for (int i = 0; i < n; i++) y[i] = v[i];
 }
 
+/* Causal depthwise conv over time (kernel K <= 64, no bias) then SiLU, for channels [c0, c1) of
+ * C; the state keeps the last K-1 inputs of each channel. Each key head's job convolves its own
+ * channels, TILE of them at a time with time outermost, so the prompt's rows are read in order
+ * (channel by channel they were C floats apart: one cache line a value). */
 static void causal_conv(const qhx_kernel_set *ks, const qhx_config *c, const qhx_layer_weights *lw, float *fifo,
                         const float *in, float *out, int T, int c0, int c1) {
     enum { TILE = 64 };
