@@ -205,8 +205,9 @@ const qhx_kernel_set *qhx_kernels_find(const char *name);
 const char *qhx_kernels_names(void);
 
 qhx_status qhx_matmul(const qhx_exec *ex, const qhx_tensor *W, const float *X, int T, float *Y);
-/* Y[m] = W[m] X for up to 32 matrices of the same width as one parallel-for: one wait for the
- * group instead of one a matrix, and small matrices run beside the large ones. */
+/* Y[m] = W[m] X for up to QHX_MATMUL_GROUP matrices of the same width as one parallel-for: one
+ * wait for the group instead of one a matrix, and small matrices run beside the large ones. */
+#define QHX_MATMUL_GROUP 32
 qhx_status qhx_matmul_many(const qhx_exec *ex, const float *X, int T, int n, const qhx_tensor *const W[], float *const Y[]);
 /* The same, matrix m on its own T rows of X (rows m T .. (m + 1) T - 1): a decode step's experts */
 qhx_status qhx_matmul_each(const qhx_exec *ex, const float *X, int T, int n, const qhx_tensor *const W[], float *const Y[]);

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_GROUP 32
 
 /* Several matrices over the same input, as one parallel-for: chunk k of the whole group is chunk
  * k - first[i] of matrix i. */
@@ -21,7 +20,7 @@ typedef struct {
     const qhx_acts *acts;  /* set: rounded activations, for the W4 matrices and (i8_acts) the W8 ones */
     int i8_acts, w4_acts, i8_decode; /* the W8 ones through the set's prefill (i8_acts) or decode kernel */
     int T, own;                /* own: matrix m takes rows m T .. (m + 1) T - 1 of X, else all take X's T */
-    int first[MAX_GROUP + 1];  /* matrix m is the group's 16-row blocks first[m] .. first[m + 1] - 1 */
+    int first[QHX_MATMUL_GROUP + 1];  /* matrix m is the group's 16-row blocks first[m] .. first[m + 1] - 1 */
     int step, share;           /* a take: a multiple of step blocks, about 1 / share of those left */
     atomic_int next;           /* the first block not yet taken */
     atomic_int status;         /* the first failure, or QHX_OK */
@@ -42,8 +41,6 @@ static int take(matmul_job *j, int *b0) {
     }
 }
 
-/* Threads take blocks until none is left. Every row is computed whole by one kernel call, so
- * results never depend on the thread count or on who took what. */
 /* a's rows from `at` on, as a view: every array advanced by `at` rows of its stride */
 static const qhx_acts *acts_rows(qhx_acts *view, const qhx_acts *a, qhx_acts_form form, size_t at) {
     const size_t nbx = a->pad / (form == QHX_ACTS_Q16 ? QHX_Q16_BLOCK : QHX_Q8_BLOCK), nb4 = a->w4pad / QHX_W4_BLOCK;
@@ -56,6 +53,8 @@ static const qhx_acts *acts_rows(qhx_acts *view, const qhx_acts *a, qhx_acts_for
     return view;
 }
 
+/* Threads take blocks until none is left. Every row is computed whole by one kernel call, so
+ * results never depend on the thread count or on who took what. */
 static void matmul_part(void *arg, int i, int nth) {
     (void)i, (void)nth;
     matmul_job *j = arg;
@@ -163,7 +162,7 @@ void qhx_acts_free(qhx_acts *a) {
 }
 
 static qhx_status matmul_group(const qhx_exec *ex, const float *X, int T, int own, int n, const qhx_tensor *const W[], float *const Y[]) {
-    if (n < 1 || n > MAX_GROUP) return qhx_fail(QHX_ERR_ARG, "matmul: %d matrices in a group (1 to %d)", n, MAX_GROUP);
+    if (n < 1 || n > QHX_MATMUL_GROUP) return qhx_fail(QHX_ERR_ARG, "matmul: %d matrices in a group (1 to %d)", n, QHX_MATMUL_GROUP);
     matmul_job j = {.ks = ex->ks, .W = W, .Y = Y, .n = n, .X = X, .T = T, .own = own};
     const int rows = own ? T * n : T; /* input rows to round */
     qhx_acts local = {0};

@@ -491,13 +491,13 @@ static qhx_status moe(const qhx_exec *ex, const qhx_config *c, const qhx_layer_w
     for (int e = E; e > 0; e--) first[e] = first[e - 1];    /* which is group e + 1's start */
     first[0] = 0;
     for (int i = 0; i < S; i++) who[row[i]] = i / K;
-    if (T == 1 && 2 * K + 2 <= 32) {
+    if (T == 1 && 2 * K + 2 <= QHX_MATMUL_GROUP) {
         /* a step: the K experts' and the shared expert's gates and ups as one matmul group on the
          * token's row, then their downs as another, each on its own row (2 waits a layer, not 2 K + 3) */
         const int F = c->ffn;
         float *sgt = carve(&cv, (size_t)F), *sup = carve(&cv, (size_t)F); /* what mlp() would carve */
-        const qhx_tensor *W[32];
-        float *Y[32];
+        const qhx_tensor *W[QHX_MATMUL_GROUP];
+        float *Y[QHX_MATMUL_GROUP];
         for (int k = 0; k < K; k++) {
             W[2 * k] = &lw->experts[3 * sel[k]], W[2 * k + 1] = &lw->experts[3 * sel[k] + 1];
             Y[2 * k] = ge + (size_t)k * I, Y[2 * k + 1] = ue + (size_t)k * I;
