@@ -237,7 +237,6 @@ static void decode_row(const qhx_config *c, const qhx_gguf_tensor *t, qhx_gguf_c
     }
 }
 
-/* The tensor's source row, for the forge: decoded, or read from the mapped view. */
 static int by_dst(const void *a, const void *b) {
     const uintptr_t x = (uintptr_t)((const row_tensor *)a)->dst, y = (uintptr_t)((const row_tensor *)b)->dst;
     return x < y ? -1 : x > y;
@@ -245,6 +244,7 @@ static int by_dst(const void *a, const void *b) {
 
 enum { ROW_TMP = 16384 }; /* a value-head reordered row decoded a row at a time has at most these columns */
 
+/* The tensor's source row, for the forge: decoded, or read from the mapped view. */
 static void source_row(const qhx_weight_source *src, const qhx_tensor_spec *sp, int r, float *out) {
     const gguf_source *s = (const gguf_source *)src;
     const qhx_tensor *t = sp->dst;
