@@ -313,6 +313,69 @@ static void test_suite(void) {
     CHECK(t.compiled >= 129 && t.instances >= 661, "only %d groups compiled", t.compiled);
 }
 
+/* $refs the suite leaves out: one definition reached both as a rule and merged beside a keyword
+ * (the merge once read a definition the rule had emptied), and recursion through anyOf: after a
+ * bracket it runs, before any input it is refused by the pointer that comes back. */
+static void test_schema_refs(void) {
+    struct { const char *schema, *text; int want; } cases[] = {
+#define TWICE "{\"$defs\":{\"b\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]}},\"type\":\"object\"," \
+              "\"properties\":{\"x\":{\"$ref\":\"#/$defs/b\"},\"y\":{\"$ref\":\"#/$defs/b\",\"maxLength\":3}}}"
+        {TWICE, "{\"y\":null}", 1},
+        {TWICE, "{\"x\":\"abcd\",\"y\":\"abc\"}", 1},
+        {TWICE, "{\"y\":5}", -1},
+        {TWICE, "{\"y\":\"abcd\"}", -1},
+        {TWICE, "{\"x\":[]}", -1},
+#define TREE "{\"$defs\":{\"t\":{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/t\"}}]}},\"$ref\":\"#/$defs/t\"}"
+        {TREE, "[[null,[]],null]", 1},
+        {TREE, "[[1]]", -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        qhx_grammar *g = NULL;
+        CHECK(qhx_grammar_from_json_schema(NULL, cases[i].schema, strlen(cases[i].schema), &g) == QHX_OK, "%s: %s",
+              cases[i].schema, qhx_last_error());
+        int got = g ? match(g, cases[i].text, strlen(cases[i].text)) : -3;
+        CHECK(got == cases[i].want, "%s on %s: %d, want %d", cases[i].schema, cases[i].text, got, cases[i].want);
+        qhx_grammar_free(g);
+    }
+    struct { const char *schema, *ptr; } cycles[] = {
+        {"{\"$defs\":{\"n\":{\"type\":\"array\"}},\"$ref\":\"#\"}", "'#'"},
+        {"{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", "'#'"},
+        {"{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"anyOf\":[{\"type\":\"string\"},{\"$ref\":\"#/$defs/a\"}]}},"
+         "\"$ref\":\"#/$defs/a\"}", "'#/$defs/a'"},
+        /* d leads to c through an array first, then to c before any input: c was a rule already */
+        {"{\"$defs\":{\"d\":{\"anyOf\":[{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/c\"}},{\"$ref\":\"#/$defs/c\"}]},"
+         "\"c\":{\"anyOf\":[{\"$ref\":\"#/$defs/d\"},{\"type\":\"null\"}]}},\"$ref\":\"#/$defs/d\"}", "'#/$defs/"},
+    };
+    for (size_t i = 0; i < sizeof cycles / sizeof *cycles; i++) {
+        qhx_grammar *g = NULL;
+        qhx_status rc = qhx_grammar_from_json_schema(NULL, cycles[i].schema, strlen(cycles[i].schema), &g);
+        CHECK(rc == QHX_ERR_UNSUPPORTED && strstr(qhx_last_error(), "json schema: $ref ") &&
+                  strstr(qhx_last_error(), cycles[i].ptr) && strstr(qhx_last_error(), "before reading anything"),
+              "%s: %d %s", cycles[i].schema, rc, qhx_last_error());
+        qhx_grammar_free(g);
+    }
+    /* a tool's $defs are its own: two tools with a same-named definition */
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                        "\"$defs\":{\"v\":{\"type\":\"integer\"}},\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/v\"}}},"
+                        "\"required\":[\"a\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"type\":\"object\","
+                        "\"$defs\":{\"v\":{\"type\":\"boolean\"}},\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/v\"}}},"
+                        "\"required\":[\"a\"]}}}]";
+    char *gbnf = NULL;
+    qhx_grammar *g = NULL;
+    CHECK(qhx_tool_call_gbnf(tools, strlen(tools), NULL, 1, &gbnf) == QHX_OK && gbnf &&
+              qhx_gbnf_compile(gbnf, strlen(gbnf), NULL, &g) == QHX_OK, "two tools' $defs: %s", qhx_last_error());
+    const char *f_ok = "<tool_call>\n<function=f>\n<parameter=a>\n[1,2]\n</parameter>\n</function>\n</tool_call>";
+    const char *g_ok = "<tool_call>\n<function=g>\n<parameter=a>\n[true]\n</parameter>\n</function>\n</tool_call>";
+    const char *g_bad = "<tool_call>\n<function=g>\n<parameter=a>\n[1]\n</parameter>\n</function>\n</tool_call>";
+    if (g) {
+        CHECK(match(g, f_ok, strlen(f_ok)) == 1, "tool f with its integers");
+        CHECK(match(g, g_ok, strlen(g_ok)) == 1, "tool g with its booleans");
+        CHECK(match(g, g_bad, strlen(g_bad)) == -1, "tool g took f's definition");
+    }
+    qhx_grammar_free(g);
+    free(gbnf);
+}
+
 /* ---- generation under a grammar, on the shipped model ----------------------------------------- */
 
 typedef struct {
@@ -465,6 +528,7 @@ static void test_generate(void) {
 int main(void) {
     test_gbnf();
     test_suite();
+    test_schema_refs();
     test_mask_shortcuts();
     test_generate();
     qhx_tokenizer_free(qwen);

@@ -33,10 +33,16 @@ typedef struct {
 } ref_rule;
 
 typedef struct {
+    int from, to; /* rule `from` may begin with rule `to`, reading nothing first */
+} lead;
+
+typedef struct {
     qhx_buf out;
     json_t *root;
     ref_rule *refs;
     size_t n_refs, cap_refs;
+    lead *leads;
+    size_t n_leads, cap_leads;
     int n_rules, depth;
     qhx_status err;
     char where[256];  /* the schema path being compiled, for errors */
@@ -75,6 +81,58 @@ static void outf(gen *g, const char *fmt, ...) {
 static int new_rule(gen *g) {
     if (g->n_rules >= MAX_RULES) return fail(g, QHX_ERR_ARG, "the schema needs over %d rules", MAX_RULES);
     return g->n_rules++;
+}
+
+/* the $ref rules (whose pointers are relative to one root) and the leads: not the output */
+static void gen_forget_refs(gen *g) {
+    for (size_t i = 0; i < g->n_refs; i++) free(g->refs[i].ptr);
+    g->n_refs = 0;
+}
+
+static void gen_free(gen *g) {
+    gen_forget_refs(g);
+    free(g->refs), free(g->leads);
+}
+
+static void leads_to(gen *g, int from, int to) {
+    if (qhx_reserve(&g->leads, &g->cap_leads, g->n_leads + 1, sizeof *g->leads)) { fail(g, QHX_ERR_NOMEM, "out of memory"); return; }
+    g->leads[g->n_leads++] = (lead){from, to};
+}
+
+/* A $ref that comes back to itself before reading anything ({"$ref": "#"}, or through anyOf) would
+ * be a left-recursive rule, which no left-to-right matcher can run: refused by its pointer. */
+static int no_left_cycle(gen *g) {
+    const int n = g->n_rules;
+    int *start = calloc((size_t)n + 1, sizeof *start), *adj = malloc((g->n_leads + 1) * sizeof *adj);
+    int *stack = malloc(((size_t)n + 1) * 2 * sizeof *stack);
+    uint8_t *color = calloc((size_t)n + 1, 1); /* 0 unseen, 1 on the stack, 2 done */
+    int rc = start && adj && stack && color ? 0 : fail(g, QHX_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < g->n_leads; i++) start[g->leads[i].from + 1]++;
+    for (int r = 0; !rc && r < n; r++) start[r + 1] += start[r];
+    for (size_t i = 0; !rc && i < g->n_leads; i++) adj[start[g->leads[i].from] + color[g->leads[i].from]++] = g->leads[i].to;
+    if (!rc) memset(color, 0, (size_t)n + 1);
+    for (int r0 = 0; !rc && r0 < n; r0++) {
+        if (color[r0]) continue;
+        int top = 0; /* pairs: a rule, and the next of its leads to follow */
+        stack[0] = r0, stack[1] = start[r0], color[r0] = 1;
+        while (top >= 0 && !rc) {
+            int r = stack[2 * top], *next = &stack[2 * top + 1];
+            if (*next == start[r + 1]) { color[r] = 2, top--; continue; }
+            int to = adj[(*next)++];
+            if (color[to] == 0) { top++, stack[2 * top] = to, stack[2 * top + 1] = start[to], color[to] = 1; continue; }
+            if (color[to] == 2) continue;
+            const char *ptr = "#";
+            for (int k = top; k >= 0 && stack[2 * k] != to; k--)
+                for (size_t i = 0; i < g->n_refs; i++)
+                    if (g->refs[i].rule == stack[2 * k]) ptr = g->refs[i].ptr;
+            for (size_t i = 0; i < g->n_refs; i++)
+                if (g->refs[i].rule == to) ptr = g->refs[i].ptr;
+            rc = fail(g, QHX_ERR_UNSUPPORTED, "$ref '%.100s' comes back to itself before reading anything (through "
+                                              "$ref alone, anyOf or oneOf), which no left-to-right grammar can enforce", ptr);
+        }
+    }
+    free(start), free(adj), free(stack), free(color);
+    return rc;
 }
 
 /* A GBNF literal for bytes s[0..n): "..." with escapes. */
@@ -334,6 +392,7 @@ static int ref_rule_of(gen *g, const char *ref) {
     int body = schema_rule(g, t);
     if (body < 0) return -1;
     outf(g, "r%d ::= r%d\n", r, body);
+    leads_to(g, r, body);
     return r;
 }
 
@@ -904,7 +963,9 @@ static int schema_body(gen *g, json_t *s) {
         }
     const char *alts_key = json_object_get(f, "anyOf") ? "anyOf" : json_object_get(f, "oneOf") ? "oneOf" : NULL;
     if (alts_key) {
-        json_t *alts = json_incref(json_object_get(f, alts_key));
+        json_t *alts = json_incref(json_object_get(f, alts_key)), *rest = json_copy(f); /* f may be the schema itself */
+        json_decref(f);
+        if (!(f = rest)) return json_decref(alts), fail(g, QHX_ERR_NOMEM, "out of memory");
         json_object_del(f, alts_key);
         if (!json_is_array(alts) || !json_array_size(alts)) {
             json_decref(alts), json_decref(f);
@@ -928,13 +989,16 @@ static int schema_body(gen *g, json_t *s) {
                 if (!disjoint(g, ms[x], ms[y]))
                     r = fail(g, QHX_ERR_UNSUPPORTED, "'oneOf' whose branches %zu and %zu may both match cannot be "
                                                      "enforced (use anyOf, or make them disjoint by type or const)", x, y);
+        /* with nothing beside the alternatives, a branch's $ref stays a rule: recursion through anyOf */
+        int bare = 1;
+        json_object_foreach(f, k, v) if (!is_annotation(k)) bare = 0;
         for (i = 0; i < n && r >= 0; i++)
-            if ((sub[i] = schema_body(g, ms[i])) < 0) r = -1;
+            if ((sub[i] = bare ? schema_rule(g, json_array_get(alts, i)) : schema_body(g, ms[i])) < 0) r = -1;
         for (i = 0; ms && i < n; i++) json_decref(ms[i]);
         free(ms);
         if (r >= 0 && (r = new_rule(g)) >= 0) {
             outf(g, "r%d ::=", r);
-            for (i = 0; i < n; i++) outf(g, "%s r%d", i ? " |" : "", sub[i]);
+            for (i = 0; i < n; i++) outf(g, "%s r%d", i ? " |" : "", sub[i]), leads_to(g, r, sub[i]);
             outf(g, "\n");
         }
         free(sub);
@@ -1004,8 +1068,8 @@ qhx_status qhx_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf) 
     qhx_buf_puts(&g.out, PRELUDE);
     int r = schema_rule(&g, root);
     if (r >= 0) outf(&g, "root ::= [ \\t\\n]{0,8} r%d ws\n", r);
-    for (size_t i = 0; i < g.n_refs; i++) free(g.refs[i].ptr);
-    free(g.refs);
+    if (!g.err) no_left_cycle(&g);
+    gen_free(&g);
     json_decref(root);
     if (!g.err && g.out.oom) g.err = qhx_fail(QHX_ERR_NOMEM, "out of memory");
     if (g.err) { qhx_buf_free(&g.out); return g.err; }
@@ -1149,7 +1213,8 @@ qhx_status qhx_tool_call_gbnf(const char *tools, size_t len, const char *name, i
         if (strpbrk(fname, "<>\n")) { fail(&g, QHX_ERR_ARG, "tool name '%.60s' holds < > or a newline", fname); break; }
         g.root = json_object_get(fn, "parameters") ? json_object_get(fn, "parameters") : fn; /* where its $refs point */
         int r = function_rule(&g, fn);
-        if (r < 0) break;
+        if (r < 0 || no_left_cycle(&g)) break;
+        gen_forget_refs(&g); /* the next tool's pointers point into its own parameters */
         char tmp[32];
         snprintf(tmp, sizeof tmp, "%sr%d", found++ ? " | " : "", r);
         qhx_buf_puts(&fns, tmp);
@@ -1161,6 +1226,7 @@ qhx_status qhx_tool_call_gbnf(const char *tools, size_t len, const char *name, i
         else outf(&g, "root ::= [ \\t\\n]{0,8} call (\"\\n\"{1,2} call)*\n");
     }
     qhx_buf_free(&fns);
+    gen_free(&g);
     json_decref(root);
     if (!g.err && g.out.oom) g.err = qhx_fail(QHX_ERR_NOMEM, "out of memory");
     if (g.err) { qhx_buf_free(&g.out); return g.err; }
