@@ -9,6 +9,7 @@
 #include "testlib.h"
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer_internal.h"
+#include "util/buf.h"
 #include "util/json.h"
 
 #include <dirent.h>
@@ -354,6 +355,24 @@ static void test_schema_refs(void) {
               "%s: %d %s", cycles[i].schema, rc, qhx_last_error());
         qhx_grammar_free(g);
     }
+    /* a cycle through the 300th branch of an anyOf (leads counted past a byte), and the same
+     * branches with none */
+    qhx_buf many = {0}, none = {0};
+    qhx_buf_puts(&many, "{\"anyOf\":["), qhx_buf_puts(&none, "{\"anyOf\":[");
+    for (int i = 0; i < 299; i++) {
+        char c[48];
+        snprintf(c, sizeof c, "{\"const\":%d},", i);
+        qhx_buf_puts(&many, c), qhx_buf_puts(&none, c);
+    }
+    qhx_buf_puts(&many, "{\"$ref\":\"#\"}]}"), qhx_buf_puts(&none, "{\"type\":\"null\"}]}");
+    qhx_grammar *mg = NULL;
+    CHECK(!many.oom && qhx_grammar_from_json_schema(NULL, many.s, many.len, &mg) == QHX_ERR_UNSUPPORTED &&
+              strstr(qhx_last_error(), "$ref '#' comes back"), "300 branches, the last a cycle: %s", qhx_last_error());
+    qhx_grammar_free(mg), mg = NULL;
+    CHECK(!none.oom && qhx_grammar_from_json_schema(NULL, none.s, none.len, &mg) == QHX_OK && match(mg, "298", 3) == 1 &&
+              match(mg, "299", 3) == -1, "300 branches: %s", qhx_last_error());
+    qhx_grammar_free(mg);
+    qhx_buf_free(&many), qhx_buf_free(&none);
     /* a tool's $defs are its own: two tools with a same-named definition */
     const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
                         "\"$defs\":{\"v\":{\"type\":\"integer\"}},\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/v\"}}},"

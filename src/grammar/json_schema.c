@@ -83,10 +83,10 @@ static int new_rule(gen *g) {
     return g->n_rules++;
 }
 
-/* the $ref rules (whose pointers are relative to one root) and the leads: not the output */
+/* the $ref rules (their pointers are relative to one root) and the leads, checked: not the output */
 static void gen_forget_refs(gen *g) {
     for (size_t i = 0; i < g->n_refs; i++) free(g->refs[i].ptr);
-    g->n_refs = 0;
+    g->n_refs = g->n_leads = 0;
 }
 
 static void gen_free(gen *g) {
@@ -99,36 +99,41 @@ static void leads_to(gen *g, int from, int to) {
     g->leads[g->n_leads++] = (lead){from, to};
 }
 
+static const char *ref_of(const gen *g, int rule) {
+    for (size_t i = 0; i < g->n_refs; i++)
+        if (g->refs[i].rule == rule) return g->refs[i].ptr;
+    return NULL;
+}
+
 /* A $ref that comes back to itself before reading anything ({"$ref": "#"}, or through anyOf) would
- * be a left-recursive rule, which no left-to-right matcher can run: refused by its pointer. */
+ * be a left-recursive rule, which no left-to-right matcher can run: refused by its pointer. A
+ * depth-first walk over the leads; a lead back to a rule on the walk's stack closes a cycle. */
 static int no_left_cycle(gen *g) {
-    const int n = g->n_rules;
-    int *start = calloc((size_t)n + 1, sizeof *start), *adj = malloc((g->n_leads + 1) * sizeof *adj);
-    int *stack = malloc(((size_t)n + 1) * 2 * sizeof *stack);
-    uint8_t *color = calloc((size_t)n + 1, 1); /* 0 unseen, 1 on the stack, 2 done */
+    const size_t n = (size_t)g->n_rules;
+    int *start = calloc(n + 2, sizeof *start), *adj = malloc((g->n_leads + 1) * sizeof *adj);
+    int *stack = malloc((n + 1) * 2 * sizeof *stack); /* pairs: a rule, the next of its leads to follow */
+    uint8_t *color = calloc(n + 1, 1);                /* 0 unseen, 1 on the stack, 2 done */
     int rc = start && adj && stack && color ? 0 : fail(g, QHX_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; !rc && i < g->n_leads; i++) start[g->leads[i].from + 1]++;
-    for (int r = 0; !rc && r < n; r++) start[r + 1] += start[r];
-    for (size_t i = 0; !rc && i < g->n_leads; i++) adj[start[g->leads[i].from] + color[g->leads[i].from]++] = g->leads[i].to;
-    if (!rc) memset(color, 0, (size_t)n + 1);
-    for (int r0 = 0; !rc && r0 < n; r0++) {
+    /* the leads by rule, a counting sort: rule r's are adj[start[r] .. start[r + 1]) */
+    for (size_t i = 0; !rc && i < g->n_leads; i++) start[g->leads[i].from + 2]++;
+    for (size_t r = 0; !rc && r < n; r++) start[r + 2] += start[r + 1];
+    for (size_t i = 0; !rc && i < g->n_leads; i++) adj[start[g->leads[i].from + 1]++] = g->leads[i].to;
+    for (int r0 = 0; !rc && r0 < (int)n; r0++) {
         if (color[r0]) continue;
-        int top = 0; /* pairs: a rule, and the next of its leads to follow */
+        int top = 0;
         stack[0] = r0, stack[1] = start[r0], color[r0] = 1;
         while (top >= 0 && !rc) {
-            int r = stack[2 * top], *next = &stack[2 * top + 1];
-            if (*next == start[r + 1]) { color[r] = 2, top--; continue; }
-            int to = adj[(*next)++];
+            const int r = stack[2 * top];
+            if (stack[2 * top + 1] == start[r + 1]) { color[r] = 2, top--; continue; }
+            const int to = adj[stack[2 * top + 1]++];
             if (color[to] == 0) { top++, stack[2 * top] = to, stack[2 * top + 1] = start[to], color[to] = 1; continue; }
             if (color[to] == 2) continue;
-            const char *ptr = "#";
-            for (int k = top; k >= 0 && stack[2 * k] != to; k--)
-                for (size_t i = 0; i < g->n_refs; i++)
-                    if (g->refs[i].rule == stack[2 * k]) ptr = g->refs[i].ptr;
-            for (size_t i = 0; i < g->n_refs; i++)
-                if (g->refs[i].rule == to) ptr = g->refs[i].ptr;
+            int k = top; /* the cycle: the stack from `to` up, named by its first $ref */
+            while (stack[2 * k] != to) k--;
+            const char *ptr = NULL;
+            for (; k <= top && !ptr; k++) ptr = ref_of(g, stack[2 * k]);
             rc = fail(g, QHX_ERR_UNSUPPORTED, "$ref '%.100s' comes back to itself before reading anything (through "
-                                              "$ref alone, anyOf or oneOf), which no left-to-right grammar can enforce", ptr);
+                                              "$ref alone, anyOf or oneOf), which no left-to-right grammar can enforce", ptr ? ptr : "#");
         }
     }
     free(start), free(adj), free(stack), free(color);
