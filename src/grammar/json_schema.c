@@ -5,9 +5,10 @@
  * their punctuation, and the value up to 8 spaces or newlines before it.
  * Keywords apply per type, as the standard says: {"minimum": 3} still accepts "a string".
  * Enforced: type, properties, required, additionalProperties, items, prefixItems, minItems,
- * maxItems, enum, const, anyOf, oneOf (disjoint branches only: exclusion is not a grammar), allOf (merged),
- * $ref/$defs (recursive too, local pointers; not back to itself before reading), minLength, maxLength, pattern (pattern.c), integer
- * minimum/maximum/exclusive*, number minimum 0, and format date, time, date-time, uuid, ipv4
+ * maxItems, enum, const, anyOf, oneOf (disjoint branches only: exclusion is not a grammar), allOf
+ * (merged), $ref/$defs (local pointers; recursive too, but not back to itself before reading),
+ * minLength, maxLength, pattern (pattern.c), integer minimum/maximum/exclusive*, number minimum 0,
+ * and format date, time, date-time, uuid, ipv4
  * (other formats are annotations, as the standard makes them by default). Object members come in
  * any order when a schema lists at most 8 properties, else in the order listed. Any other
  * keyword that constrains a value is refused by name; annotations are ignored. */
