@@ -84,14 +84,14 @@ static int new_rule(gen *g) {
     return g->n_rules++;
 }
 
-/* the $ref rules (their pointers are relative to one root) and the leads, checked: not the output */
-static void gen_forget_refs(gen *g) {
+/* what holds for one root only: its $ref rules (pointers into it) and their leads, once checked */
+static void gen_forget_root(gen *g) {
     for (size_t i = 0; i < g->n_refs; i++) free(g->refs[i].ptr);
     g->n_refs = g->n_leads = 0;
 }
 
 static void gen_free(gen *g) {
-    gen_forget_refs(g);
+    gen_forget_root(g);
     free(g->refs), free(g->leads);
 }
 
@@ -1220,7 +1220,7 @@ qhx_status qhx_tool_call_gbnf(const char *tools, size_t len, const char *name, i
         g.root = json_object_get(fn, "parameters") ? json_object_get(fn, "parameters") : fn; /* where its $refs point */
         int r = function_rule(&g, fn);
         if (r < 0 || no_left_cycle(&g)) break;
-        gen_forget_refs(&g); /* the next tool's pointers point into its own parameters */
+        gen_forget_root(&g); /* the next tool's pointers point into its own parameters */
         char tmp[32];
         snprintf(tmp, sizeof tmp, "%sr%d", found++ ? " | " : "", r);
         qhx_buf_puts(&fns, tmp);

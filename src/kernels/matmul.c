@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* Several matrices over the same input, as one parallel-for: chunk k of the whole group is chunk
  * k - first[i] of matrix i. */
 typedef struct {
