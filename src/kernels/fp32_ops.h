@@ -605,6 +605,20 @@ QV_INLINE void attend_values(const qhx_attend_args *a, qhx_kv_form form, const u
         if (g < ng && u < nc) qv_store(a->o + (size_t)(g0 + g) * a->o_stride + c + u * QV_LANES, acc[g][u]);
 }
 
+/* Before the scores of a tile's rows p .. p + nr: those rows' values (read once the tile's scores
+ * are done) into every level, and the next tile's keys at the same rows into L2. Spread over the
+ * stream, a few lines a block of rows, the fetches keep the misses in flight; issued as one burst
+ * at the tile's start (1,024 lines for f16), they stalled behind each other: decode attention
+ * over 32k f16 rows, one thread, 0.73-0.79 of a read loop as a burst, 0.93-1.10 spread
+ * (bench/README.md, 2026-12-06). */
+QV_INLINE void attend_fetch(const qhx_attend_args *a, const unsigned char *vrows, const unsigned char *knext, int p, int nr) {
+    const size_t at = (size_t)p * a->stride, n = (size_t)nr * a->stride;
+    for (size_t b = 0; b < n; b += 64) {
+        __builtin_prefetch(vrows + at + b, 0, 3);
+        if (knext) __builtin_prefetch(knext + at + b, 0, 2);
+    }
+}
+
 /* the form a constant, so kv_load's choice is made once a call */
 QV_INLINE void attend_form(const qhx_attend_args *a, qhx_kv_form form) {
     const int G = a->G, hd = a->hd, chunks = hd / QV_LANES;
@@ -619,16 +633,19 @@ QV_INLINE void attend_form(const qhx_attend_args *a, qhx_kv_form form) {
         const unsigned char *krows = a->k + (size_t)p0 * a->stride, *vrows = a->v + (size_t)p0 * a->stride;
         /* while the scores are computed, fetch this tile's values and the next tile's keys: a
          * head's rows are one stream, but the values are read a block of columns at a time */
-        for (size_t b = 0; b < (size_t)np * a->stride; b += 64) {
-            __builtin_prefetch(vrows + b);
-            if (p0 + QHX_ATTEND_TILE < a->n) __builtin_prefetch(krows + (size_t)QHX_ATTEND_TILE * a->stride + b);
-        }
+        const unsigned char *knext = p0 + QHX_ATTEND_TILE < a->n ? krows + (size_t)QHX_ATTEND_TILE * a->stride : NULL;
         for (int g0 = 0; g0 < G; g0 += 4) {
             const int ng = G - g0 < 4 ? G - g0 : 4;
             int p = 0;
             if (ng == 4)
-                for (; p + ATT_R <= np; p += ATT_R) attend_scores(a, form, krows + (size_t)p * a->stride, ATT_R, g0, 4, s, p);
-            for (; p < np; p++) attend_scores(a, form, krows + (size_t)p * a->stride, 1, g0, ng, s, p);
+                for (; p + ATT_R <= np; p += ATT_R) {
+                    if (!g0) attend_fetch(a, vrows, knext, p, ATT_R);
+                    attend_scores(a, form, krows + (size_t)p * a->stride, ATT_R, g0, 4, s, p);
+                }
+            for (; p < np; p++) {
+                if (!g0) attend_fetch(a, vrows, knext, p, 1);
+                attend_scores(a, form, krows + (size_t)p * a->stride, 1, g0, ng, s, p);
+            }
         }
         for (int g = 0; g < G; g++) { /* the running maximum; the sums and outputs rescaled to it */
             float *sg = s + (size_t)g * QHX_ATTEND_TILE, mx = m[g];
