@@ -608,9 +608,9 @@ QV_INLINE void attend_values(const qhx_attend_args *a, qhx_kv_form form, const u
 /* Before the scores of a tile's rows p .. p + nr: those rows' values (read once the tile's scores
  * are done) into every level, and the next tile's keys at the same rows into L2. Spread over the
  * stream, a few lines a block of rows, the fetches keep the misses in flight; issued as one burst
- * at the tile's start (1,024 lines for f16), they stalled behind each other: decode attention
- * over 16k rows, one thread, f16 0.83-0.89 of a read loop as a burst, 1.04-1.11 spread; q8
- * 0.54-0.59 and 0.75 (bench/README.md, 2026-12-06). */
+ * at the tile's start (1,024 lines for f16), they stalled behind each other: over 16k rows on
+ * one thread, f16 0.83-0.89 of a read loop as a burst, 1.04-1.11 spread; q8 0.54-0.59 and 0.75
+ * (in the model, with both cores streaming, no change: bench/README.md, 2026-12-06). */
 QV_INLINE void attend_fetch(const qhx_attend_args *a, const unsigned char *vrows, const unsigned char *knext, int p, int nr) {
     const size_t at = (size_t)p * a->stride, n = (size_t)nr * a->stride;
     for (size_t b = 0; b < n; b += 64) {
