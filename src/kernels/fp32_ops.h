@@ -605,12 +605,9 @@ QV_INLINE void attend_values(const qhx_attend_args *a, qhx_kv_form form, const u
         if (g < ng && u < nc) qv_store(a->o + (size_t)(g0 + g) * a->o_stride + c + u * QV_LANES, acc[g][u]);
 }
 
-/* Before the scores of a tile's rows p .. p + nr: those rows' values (read once the tile's scores
- * are done) into every level, and the next tile's keys at the same rows into L2. Spread over the
- * stream, a few lines a block of rows, the fetches keep the misses in flight; issued as one burst
- * at the tile's start (1,024 lines for f16), they stalled behind each other: over 16k rows on
- * one thread, f16 0.83-0.89 of a read loop as a burst, 1.04-1.11 spread; q8 0.54-0.59 and 0.75
- * (in the model, with both cores streaming, no change: bench/README.md, 2026-12-06). */
+/* Before the scores of a tile's rows p .. p + nr: those rows' values (read once the scores are
+ * done) into every level, the next tile's keys at the same rows into L2. A few lines a block keep
+ * the misses in flight, where one burst a tile queued them (bench/README.md, "Kernels alone"). */
 QV_INLINE void attend_fetch(const qhx_attend_args *a, const unsigned char *vrows, const unsigned char *knext, int p, int nr) {
     const size_t at = (size_t)p * a->stride, n = (size_t)nr * a->stride;
     for (size_t b = 0; b < n; b += 64) {
@@ -631,8 +628,7 @@ QV_INLINE void attend_form(const qhx_attend_args *a, qhx_kv_form form) {
     for (int p0 = 0; p0 < a->n; p0 += QHX_ATTEND_TILE) {
         const int np = a->n - p0 < QHX_ATTEND_TILE ? a->n - p0 : QHX_ATTEND_TILE;
         const unsigned char *krows = a->k + (size_t)p0 * a->stride, *vrows = a->v + (size_t)p0 * a->stride;
-        /* while the scores are computed, fetch this tile's values and the next tile's keys: a
-         * head's rows are one stream, but the values are read a block of columns at a time */
+        /* the values are read a block of columns at a time, so they are fetched ahead (attend_fetch) */
         const unsigned char *knext = p0 + QHX_ATTEND_TILE < a->n ? krows + (size_t)QHX_ATTEND_TILE * a->stride : NULL;
         for (int g0 = 0; g0 < G; g0 += 4) {
             const int ng = G - g0 < 4 ? G - g0 : 4;
