@@ -1,12 +1,14 @@
 /* Attention at depth, one thread, the 4B shape (4 KV heads of 256, 4 query heads each):
  *  - decode: one query token over N cached rows of a layer in every KV form: the bytes of K and V
  *    read a second, next to a plain streaming read of the same bytes in the same run (the cache is
- *    2 x 4 x N rows, 64 MiB in f32 at 16k, so it comes from memory);
+ *    2 x 4 x N rows, 64 MiB in f32 at 16k, so it comes from memory); on THREADS threads the heads
+ *    are dealt out as the model deals them, and the read loop is split the same way; best and mean
+ *    of the passes, since threads that share the bus see its noise;
  *  - prefill: a 32-query block against a 128-row tile as attention_blocks runs it (the scores
  *    K q^T, the running softmax a query a lane, the weights times V through a transposed A), in
  *    GFLOP/s of the products next to the peak of independent FMAs in registers, with and without
  *    the softmax.
- *   build/attend_bench [N [KERNELS]] */
+ *   build/attend_bench [N [KERNELS [THREADS]]] */
 #include "kernels/kernels.h"
 #include "kernels/kv.h"
 #include "util/error.h"
@@ -61,14 +63,47 @@ static float qhx_fma_peak_probe(long n) { return __builtin_cpu_supports("avx512f
 static float qhx_fma_peak_probe(long n) { (void)n; return 0; }
 #endif
 
+/* one pass of decode attention over a layer's heads, or of the read loop over its bytes, on the
+ * pool: head h on part h mod n, as attention_pairs deals them */
+typedef struct {
+    const qhx_kernel_set *ks;
+    qhx_kv_form form;
+    const unsigned char *k, *v;
+    size_t head, bytes;
+    int n, hd, G, heads, read;
+    const float *q;
+    float *o, *scratch;
+    uint64_t sink[64];
+} pass;
+
+static void pass_part(void *arg, int i, int nth) {
+    pass *P = arg;
+    if (P->read) { /* the same bytes, a contiguous share of K and of V a part */
+        const size_t share = P->bytes / nth / 64 * 64, at = share * i, len = i == nth - 1 ? P->bytes - at : share;
+        P->sink[i] += read_all((const uint64_t *)(P->k + at), len) + read_all((const uint64_t *)(P->v + at), len);
+        return;
+    }
+    for (int h = i; h < P->heads; h += nth) {
+        const size_t at = (size_t)h * P->n * P->head;
+        const qhx_attend_args a = {P->form, P->hd, P->G, P->n, P->q, (size_t)2 * P->hd, P->k + at, P->v + at, P->head, 0.0625f,
+                                   P->o + (size_t)i * P->G * P->hd, (size_t)P->hd, P->scratch + (size_t)i * P->G * QHX_ATTEND_TILE};
+        P->ks->attend(&a);
+    }
+}
+
 int main(int argc, char **argv) {
-    const int n = argc > 1 ? atoi(argv[1]) : 16384, hd = 256, G = 4, heads = 4, reps = 7;
+    const int n = argc > 1 ? atoi(argv[1]) : 16384, hd = 256, G = 4, heads = 4, reps = 15;
     const qhx_kernel_set *ks = qhx_kernels_find(argc > 2 ? argv[2] : "auto");
-    if (!ks || n < 1) return fprintf(stderr, "attend_bench: %s\n", ks ? "N must be positive" : qhx_last_error()), 2;
-    float *q = malloc(sizeof(float) * G * hd * 2), *row = malloc(sizeof(float) * hd), *o = malloc(sizeof(float) * G * hd);
-    float *scratch = malloc(sizeof(float) * G * QHX_ATTEND_TILE);
+    const int threads = argc > 3 ? atoi(argv[3]) : 1;
+    if (!ks || n < 1 || threads < 1 || threads > 64)
+        return fprintf(stderr, "attend_bench: %s\n", !ks ? qhx_last_error() : n < 1 ? "N must be positive" : "THREADS must be 1-64"), 2;
+    qhx_pool *pool = qhx_pool_new(threads);
+    float *q = malloc(sizeof(float) * G * hd * 2), *row = malloc(sizeof(float) * hd), *o = malloc(sizeof(float) * G * hd * threads);
+    float *scratch = malloc(sizeof(float) * G * QHX_ATTEND_TILE * threads);
+    if (!pool || !q || !row || !o || !scratch) return fprintf(stderr, "attend_bench: out of memory\n"), 1;
     for (int i = 0; i < G * hd * 2; i++) q[i] = frand();
-    printf("decode attention over %d rows, 4 heads x (4 queries, 256 wide), one thread, kernels %s\n", n, ks->name);
+    printf("decode attention over %d rows, 4 heads x (4 queries, 256 wide), %d thread%s, kernels %s; GB/s best (mean)\n", n, threads,
+           threads > 1 ? "s" : "", ks->name);
     const qhx_kv_form forms[] = {QHX_KV_F32, QHX_KV_F16, QHX_KV_Q8};
     for (int f = 0; f < 3; f++) {
         const size_t head = qhx_kv_head_bytes(forms[f], hd), bytes = head * heads * (size_t)n;
@@ -79,24 +114,20 @@ int main(int argc, char **argv) {
             qhx_kv_store(forms[f], row, hd, k + r * head);
             qhx_kv_store(forms[f], row, hd, v + r * head);
         }
-        double best = 1e30, best_read = 1e30;
-        uint64_t sink = 0;
-        for (int r = 0; r < reps; r++) { /* alternated with the read loop, best of each */
-            double t0 = now();
-            for (int h = 0; h < heads; h++) {
-                const qhx_attend_args a = {forms[f], hd, G, n, q, (size_t)2 * hd, k + (size_t)h * n * head, v + (size_t)h * n * head,
-                                           head, 0.0625f, o, (size_t)hd, scratch};
-                ks->attend(&a);
+        pass P = {ks, forms[f], k, v, head, bytes, n, hd, G, heads, 0, q, o, scratch, {0}};
+        double best = 1e30, best_read = 1e30, sum = 0, sum_read = 0;
+        for (int r = 0; r < reps; r++) { /* alternated with the read loop */
+            for (P.read = 0; P.read < 2; P.read++) {
+                const double t0 = now();
+                qhx_pool_run(pool, pass_part, &P);
+                const double t = now() - t0;
+                if (P.read) best_read = t < best_read ? t : best_read, sum_read += t;
+                else best = t < best ? t : best, sum += t;
             }
-            const double t = now() - t0;
-            best = t < best ? t : best;
-            t0 = now();
-            sink += read_all((const uint64_t *)k, bytes) + read_all((const uint64_t *)v, bytes);
-            const double tr = now() - t0;
-            best_read = tr < best_read ? tr : best_read;
         }
-        printf("  %-3s %7.2f ms a layer  %5.1f GB/s  read loop %5.1f GB/s  (%.2f of it)%s\n", qhx_kv_form_name(forms[f]), best * 1e3,
-               2 * bytes / best / 1e9, 2 * bytes / best_read / 1e9, best_read / best, sink == 42 ? " " : "");
+        printf("  %-3s %7.2f ms a layer  %5.1f (%5.1f) GB/s  read loop %5.1f (%5.1f) GB/s  %.2f (%.2f) of it%s\n", qhx_kv_form_name(forms[f]),
+               best * 1e3, 2 * bytes / best / 1e9, 2 * bytes * reps / sum / 1e9, 2 * bytes / best_read / 1e9, 2 * bytes * reps / sum_read / 1e9,
+               best_read / best, sum_read / sum, P.sink[0] == 42 ? " " : "");
         free(k);
         free(v);
     }
@@ -143,5 +174,6 @@ int main(int argc, char **argv) {
     printf("\n");
     free(K), free(QT), free(ST), free(O);
     free(q), free(row), free(o), free(scratch);
+    qhx_pool_free(pool);
     return 0;
 }

@@ -100,7 +100,8 @@ static void report_mode(void *arg, int i, int n) {
 }
 
 /* attend, kv_widen and softmax_tile of every set, each KV form, on odd shapes: against the double
- * oracle (ref) over the same stored rows; widening bit for bit what qhx_kv_at reads; and the stored
+ * oracle (ref) over the same stored rows; rows packed at width 256 (the model's layout, a path of
+ * its own) bit for bit what the same rows strided give; widening bit for bit what qhx_kv_at reads; and the stored
  * forms within their rounding of the fp32 rows (f16 2^-11 of each value, q8 half a step of a block
  * of 32), so a broken store or scale cannot pass. */
 static void attention_tests(const char *const *sets, size_t n_sets) {
@@ -116,7 +117,7 @@ static void attention_tests(const char *const *sets, size_t n_sets) {
         if (!ks || again) continue;
         seen[n_seen++] = ks->attend;
         double worst = 0, worst_form[3] = {0};
-        int widen_ok = 1, cases = 0;
+        int widen_ok = 1, packed_ok = 1, cases = 0;
         for (size_t h = 0; h < sizeof hds / sizeof *hds; h++)
             for (size_t gi = 0; gi < sizeof Gs / sizeof *Gs; gi++)
                 for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
@@ -138,6 +139,15 @@ static void attention_tests(const char *const *sets, size_t n_sets) {
                         ks->attend(&a);
                         a.o = want;
                         ref->attend(&a);
+                        if (hd == 256) { /* the rows packed as the model keeps them: the set's path for them, bit for bit */
+                            unsigned char *kp = malloc((size_t)n * head), *vp = malloc((size_t)n * head);
+                            for (int p = 0; p < n; p++) memcpy(kp + p * head, kc + p * stride + head, head), memcpy(vp + p * head, vc + p * stride + head, head);
+                            qhx_attend_args b = a;
+                            b.k = kp, b.v = vp, b.stride = head, b.o = exact;
+                            ks->attend(&b);
+                            if (memcmp(exact, o, sizeof(float) * G * hd)) packed_ok = 0;
+                            free(kp), free(vp);
+                        }
                         double scale = 0;
                         for (int i = 0; i < G * hd; i++) scale = fmax(scale, fabs(want[i]));
                         for (int i = 0; i < G * hd; i++) worst = fmax(worst, fabs(o[i] - want[i]) / scale);
@@ -196,6 +206,7 @@ static void attention_tests(const char *const *sets, size_t n_sets) {
                "the forms cost f32 %.1e, f16 %.1e, q8 %.1e; softmax_tile %.1e\n",
                sets[s], cases, worst, worst_form[0], worst_form[1], worst_form[2], soft_err);
         CHECK(worst <= 5e-6, "%s attend: %.2e from the oracle", sets[s], worst);
+        CHECK(packed_ok, "%s attend: packed rows give other outputs than the same rows strided", sets[s]);
         CHECK(worst_form[0] == 0 && worst_form[1] <= 2e-3 && worst_form[1] > 0 && worst_form[2] <= 2e-2 && worst_form[2] > worst_form[1],
               "%s: stored forms off by f32 %.2e f16 %.2e q8 %.2e", sets[s], worst_form[0], worst_form[1], worst_form[2]);
         CHECK(widen_ok, "%s kv_widen differs from qhx_kv_at", sets[s]);

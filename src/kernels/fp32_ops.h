@@ -567,17 +567,35 @@ QV_TARGET static void QV_NAME(kv_widen)(qhx_kv_form form, const unsigned char *r
 #define ATT_R (QV_GEMM_ROWS >= 8 ? 4 : 2)
 #define ATT_C (QV_GEMM_ROWS >= 8 ? 4 : 2)
 
+/* attend's strides: compile-time constants on the common path, so every row and query is an
+ * immediate offset from one register (the general form runs out of registers and spills) */
+typedef struct {
+    int hd;
+    size_t stride, qs, os; /* bytes between cached rows; floats between queries, between outputs */
+} att_shape;
+
 /* scores s[g][p0 + r] of rows r < nr (from row) for queries g0 + g, g < ng: each loaded vector of
- * the rows and of the queries serves nr x ng products */
-QV_INLINE void attend_scores(const qhx_attend_args *a, qhx_kv_form form, const unsigned char *row, int nr, int g0, int ng, float *s,
-                             int p) {
+ * the rows and of the queries serves nr x ng products. Between the column steps go the fetches of
+ * the same rows' values (fv, read once the tile's scores are done) into every level and of the
+ * next tile's keys (fk) into L2: a few lines a step keep the misses in flight, where one burst a
+ * tile queued them (bench/README.md, "Kernels alone"). */
+QV_INLINE void attend_scores(const qhx_attend_args *a, qhx_kv_form form, att_shape z, const unsigned char *row, int nr, int g0,
+                             int ng, float *s, int p, const unsigned char *fv, const unsigned char *fk) {
+    const int steps = z.hd / QV_LANES, lines = (int)(((size_t)nr * z.stride + 63) / 64);
+    const float *q0 = a->q + (size_t)g0 * z.qs;
     qv_f32 acc[ATT_R][4], k[ATT_R], q[4];
     _Pragma("GCC unroll 4") for (int r = 0; r < ATT_R; r++) _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) acc[r][g] = qv_zero();
     _Pragma("GCC unroll 4") for (int r = 0; r < ATT_R; r++) k[r] = qv_zero();
     _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) q[g] = qv_zero();
-    for (int c = 0; c < a->hd; c += QV_LANES) {
-        _Pragma("GCC unroll 4") for (int r = 0; r < ATT_R; r++) if (r < nr) k[r] = kv_load(form, row + (size_t)r * a->stride, a->hd, c);
-        _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) if (g < ng) q[g] = qv_load(a->q + (size_t)(g0 + g) * a->q_stride + c);
+    _Pragma("GCC unroll 16") for (int j = 0; j < steps; j++) {
+        const int c = j * QV_LANES;
+        if (fv)
+            for (int l = j; l < lines; l += steps) {
+                __builtin_prefetch(fv + (size_t)l * 64, 0, 3);
+                if (fk) __builtin_prefetch(fk + (size_t)l * 64, 0, 2);
+            }
+        _Pragma("GCC unroll 4") for (int r = 0; r < ATT_R; r++) if (r < nr) k[r] = kv_load(form, row + (size_t)r * z.stride, z.hd, c);
+        _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) if (g < ng) q[g] = qv_load(q0 + (size_t)g * z.qs + c);
         _Pragma("GCC unroll 4") for (int r = 0; r < ATT_R; r++) _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++)
             if (r < nr && g < ng) acc[r][g] = qv_fma(q[g], k[r], acc[r][g]);
     }
@@ -586,66 +604,62 @@ QV_INLINE void attend_scores(const qhx_attend_args *a, qhx_kv_form form, const u
 }
 
 /* o[g0 + g][c .. c + nc vectors) = o * shrink[g] + sum over the tile's np rows of s[g][p] v[p] */
-QV_INLINE void attend_values(const qhx_attend_args *a, qhx_kv_form form, const unsigned char *rows, int np, int g0, int ng, int c,
-                             int nc, const float *s, const float *shrink) {
+QV_INLINE void attend_values(const qhx_attend_args *a, qhx_kv_form form, att_shape z, const unsigned char *rows, int np, int g0,
+                             int ng, int c, int nc, const float *s, const float *shrink) {
+    float *o = a->o + (size_t)g0 * z.os + c;
+    const float *w0 = s + (size_t)g0 * QHX_ATTEND_TILE;
     qv_f32 acc[4][ATT_C], v[ATT_C];
     _Pragma("GCC unroll 4") for (int u = 0; u < ATT_C; u++) v[u] = qv_zero();
     _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) _Pragma("GCC unroll 4") for (int u = 0; u < ATT_C; u++)
-        acc[g][u] = g < ng && u < nc ? qv_mul(qv_set1(shrink[g0 + g]), qv_load(a->o + (size_t)(g0 + g) * a->o_stride + c + u * QV_LANES)) : qv_zero();
+        acc[g][u] = g < ng && u < nc ? qv_mul(qv_set1(shrink[g0 + g]), qv_load(o + (size_t)g * z.os + u * QV_LANES)) : qv_zero();
     for (int p = 0; p < np; p++) {
-        const unsigned char *row = rows + (size_t)p * a->stride;
-        _Pragma("GCC unroll 4") for (int u = 0; u < ATT_C; u++) if (u < nc) v[u] = kv_load(form, row, a->hd, c + u * QV_LANES);
+        const unsigned char *row = rows + (size_t)p * z.stride;
+        _Pragma("GCC unroll 4") for (int u = 0; u < ATT_C; u++) if (u < nc) v[u] = kv_load(form, row, z.hd, c + u * QV_LANES);
         _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) {
             if (g >= ng) continue;
-            const qv_f32 w = qv_set1(s[(size_t)(g0 + g) * QHX_ATTEND_TILE + p]);
+            const qv_f32 w = qv_set1(w0[(size_t)g * QHX_ATTEND_TILE + p]);
             _Pragma("GCC unroll 4") for (int u = 0; u < ATT_C; u++) if (u < nc) acc[g][u] = qv_fma(w, v[u], acc[g][u]);
         }
     }
     _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) _Pragma("GCC unroll 4") for (int u = 0; u < ATT_C; u++)
-        if (g < ng && u < nc) qv_store(a->o + (size_t)(g0 + g) * a->o_stride + c + u * QV_LANES, acc[g][u]);
+        if (g < ng && u < nc) qv_store(o + (size_t)g * z.os + u * QV_LANES, acc[g][u]);
 }
 
-/* Before the scores of a tile's rows p .. p + nr: those rows' values (read once the scores are
- * done) into every level, the next tile's keys at the same rows into L2. A few lines a block keep
- * the misses in flight, where one burst a tile queued them (bench/README.md, "Kernels alone"). */
-QV_INLINE void attend_fetch(const qhx_attend_args *a, const unsigned char *vrows, const unsigned char *knext, int p, int nr) {
-    const size_t at = (size_t)p * a->stride, n = (size_t)nr * a->stride;
-    for (size_t b = 0; b < n; b += 64) {
-        __builtin_prefetch(vrows + at + b, 0, 3);
-        if (knext) __builtin_prefetch(knext + at + b, 0, 2);
-    }
-}
-
-/* the form a constant, so kv_load's choice is made once a call */
-QV_INLINE void attend_form(const qhx_attend_args *a, qhx_kv_form form) {
-    const int G = a->G, hd = a->hd, chunks = hd / QV_LANES;
+/* the form and the shape constants, so kv_load's choice is made once a call and the column loops
+ * have known bounds */
+QV_INLINE void attend_form(const qhx_attend_args *a, qhx_kv_form form, att_shape z) {
+    const int G = a->G, hd = z.hd, chunks = hd / QV_LANES;
     float m[64], l[64], shrink[64];
     for (int g = 0; g < G; g++) {
         m[g] = -__builtin_inff(), l[g] = 0.0f;
-        memset(a->o + (size_t)g * a->o_stride, 0, sizeof(float) * hd);
+        memset(a->o + (size_t)g * z.os, 0, sizeof(float) * hd);
     }
     float *s = a->scratch; /* [G][QHX_ATTEND_TILE] */
     for (int p0 = 0; p0 < a->n; p0 += QHX_ATTEND_TILE) {
         const int np = a->n - p0 < QHX_ATTEND_TILE ? a->n - p0 : QHX_ATTEND_TILE;
-        const unsigned char *krows = a->k + (size_t)p0 * a->stride, *vrows = a->v + (size_t)p0 * a->stride;
-        /* the values are read a block of columns at a time, so they are fetched ahead (attend_fetch) */
-        const unsigned char *knext = p0 + QHX_ATTEND_TILE < a->n ? krows + (size_t)QHX_ATTEND_TILE * a->stride : NULL;
+        const unsigned char *krows = a->k + (size_t)p0 * z.stride, *vrows = a->v + (size_t)p0 * z.stride;
+        const unsigned char *knext = p0 + QHX_ATTEND_TILE < a->n ? krows + (size_t)QHX_ATTEND_TILE * z.stride : NULL;
         for (int g0 = 0; g0 < G; g0 += 4) {
             const int ng = G - g0 < 4 ? G - g0 : 4;
             int p = 0;
             if (ng == 4)
                 for (; p + ATT_R <= np; p += ATT_R) {
-                    if (!g0) attend_fetch(a, vrows, knext, p, ATT_R);
-                    attend_scores(a, form, krows + (size_t)p * a->stride, ATT_R, g0, 4, s, p);
+                    const size_t at = (size_t)p * z.stride;
+                    attend_scores(a, form, z, krows + at, ATT_R, g0, 4, s, p, g0 ? NULL : vrows + at, knext ? knext + at : NULL);
                 }
             for (; p < np; p++) {
-                if (!g0) attend_fetch(a, vrows, knext, p, 1);
-                attend_scores(a, form, krows + (size_t)p * a->stride, 1, g0, ng, s, p);
+                const size_t at = (size_t)p * z.stride;
+                attend_scores(a, form, z, krows + at, 1, g0, ng, s, p, g0 ? NULL : vrows + at, knext ? knext + at : NULL);
             }
         }
         for (int g = 0; g < G; g++) { /* the running maximum; the sums and outputs rescaled to it */
-            float *sg = s + (size_t)g * QHX_ATTEND_TILE, mx = m[g];
-            for (int p = 0; p < np; p++) mx = sg[p] > mx ? sg[p] : mx;
+            float *sg = s + (size_t)g * QHX_ATTEND_TILE, mx = m[g], t[QV_LANES];
+            qv_f32 mv = qv_set1(mx);
+            int p = 0;
+            for (; p + QV_LANES <= np; p += QV_LANES) mv = qv_max(mv, qv_load(sg + p));
+            qv_store(t, mv);
+            for (int i = 0; i < QV_LANES; i++) mx = t[i] > mx ? t[i] : mx;
+            for (; p < np; p++) mx = sg[p] > mx ? sg[p] : mx;
             shrink[g] = expf(m[g] - mx);
             l[g] = l[g] * shrink[g] + QV_NAME(exp_sum)(sg, np, mx);
             m[g] = mx;
@@ -654,22 +668,31 @@ QV_INLINE void attend_form(const qhx_attend_args *a, qhx_kv_form form) {
             const int ng = G - g0 < 4 ? G - g0 : 4;
             int c = 0;
             if (ng == 4)
-                for (; c + ATT_C <= chunks; c += ATT_C) attend_values(a, form, vrows, np, g0, 4, c * QV_LANES, ATT_C, s, shrink);
-            for (; c < chunks; c++) attend_values(a, form, vrows, np, g0, ng, c * QV_LANES, 1, s, shrink);
+                for (; c + ATT_C <= chunks; c += ATT_C) attend_values(a, form, z, vrows, np, g0, 4, c * QV_LANES, ATT_C, s, shrink);
+            for (; c < chunks; c++) attend_values(a, form, z, vrows, np, g0, ng, c * QV_LANES, 1, s, shrink);
         }
     }
     for (int g = 0; g < G; g++) {
-        float *o = a->o + (size_t)g * a->o_stride;
+        float *o = a->o + (size_t)g * z.os;
         const qv_f32 inv = qv_set1(1.0f / l[g]);
         for (int c = 0; c < hd; c += QV_LANES) qv_store(o + c, qv_mul(inv, qv_load(o + c)));
     }
 }
 
+/* the model's layout at Qwen3.5's head width (256): rows packed, each query followed by its gate,
+ * outputs packed; any other layout through the same code with its strides read at run time */
+#define ATT_PACKED(form) ((att_shape){256, qhx_kv_head_bytes(form, 256), 512, 256})
+
 QV_TARGET static void QV_NAME(attend)(const qhx_attend_args *a) {
+    const att_shape any = {a->hd, a->stride, a->q_stride, a->o_stride};
+    const int packed = a->hd == 256 && a->stride == qhx_kv_head_bytes(a->form, 256) && a->q_stride == 512 && a->o_stride == 256;
     if (a->hd % QV_LANES || a->G > 64) qhx_attend_scalar(a);
-    else if (a->form == QHX_KV_F16) attend_form(a, QHX_KV_F16);
-    else if (a->form == QHX_KV_Q8) attend_form(a, QHX_KV_Q8);
-    else attend_form(a, QHX_KV_F32);
+    else if (packed && a->form == QHX_KV_F16) attend_form(a, QHX_KV_F16, ATT_PACKED(QHX_KV_F16));
+    else if (packed && a->form == QHX_KV_Q8) attend_form(a, QHX_KV_Q8, ATT_PACKED(QHX_KV_Q8));
+    else if (packed) attend_form(a, QHX_KV_F32, ATT_PACKED(QHX_KV_F32));
+    else if (a->form == QHX_KV_F16) attend_form(a, QHX_KV_F16, any);
+    else if (a->form == QHX_KV_Q8) attend_form(a, QHX_KV_Q8, any);
+    else attend_form(a, QHX_KV_F32, any);
 }
 #undef ATT_R
 #undef ATT_C
