@@ -696,6 +696,7 @@ QV_TARGET static void QV_NAME(attend)(const qhx_attend_args *a) {
 }
 #undef ATT_R
 #undef ATT_C
+#undef ATT_PACKED
 
 /* A lane a query: each row of the tile is one load for QV_LANES queries, so the maxima, the
  * exponentials and the sums need no transposition (kernels.h) */
