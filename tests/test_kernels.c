@@ -101,9 +101,9 @@ static void report_mode(void *arg, int i, int n) {
 
 /* attend, kv_widen and softmax_tile of every set, each KV form, on odd shapes: against the double
  * oracle (ref) over the same stored rows; rows packed at width 256 (the model's layout, a path of
- * its own) bit for bit what the same rows strided give; widening bit for bit what qhx_kv_at reads; and the stored
- * forms within their rounding of the fp32 rows (f16 2^-11 of each value, q8 half a step of a block
- * of 32), so a broken store or scale cannot pass. */
+ * its own) bit for bit what the same rows strided give; widening bit for bit what qhx_kv_at
+ * reads; and the stored forms within their rounding of the fp32 rows (f16 2^-11 of each value, q8
+ * half a step of a block of 32), so a broken store or scale cannot pass. */
 static void attention_tests(const char *const *sets, size_t n_sets) {
     const int hds[] = {16, 48, 64, 256}, Gs[] = {1, 3, 4, 5}, ns[] = {1, 2, 63, 64, 65, 300};
     const qhx_kv_form forms[] = {QHX_KV_F32, QHX_KV_F16, QHX_KV_Q8};

@@ -684,8 +684,8 @@ QV_INLINE void attend_form(const qhx_attend_args *a, qhx_kv_form form, att_shape
 #define ATT_PACKED(form) ((att_shape){256, qhx_kv_head_bytes(form, 256), 512, 256})
 
 QV_TARGET static void QV_NAME(attend)(const qhx_attend_args *a) {
-    const att_shape any = {a->hd, a->stride, a->q_stride, a->o_stride};
-    const int packed = a->hd == 256 && a->stride == qhx_kv_head_bytes(a->form, 256) && a->q_stride == 512 && a->o_stride == 256;
+    const att_shape any = {a->hd, a->stride, a->q_stride, a->o_stride}, model = ATT_PACKED(a->form);
+    const int packed = any.hd == model.hd && any.stride == model.stride && any.qs == model.qs && any.os == model.os;
     if (a->hd % QV_LANES || a->G > 64) qhx_attend_scalar(a);
     else if (packed && a->form == QHX_KV_F16) attend_form(a, QHX_KV_F16, ATT_PACKED(QHX_KV_F16));
     else if (packed && a->form == QHX_KV_Q8) attend_form(a, QHX_KV_Q8, ATT_PACKED(QHX_KV_Q8));
