@@ -2,7 +2,9 @@
 # Long contexts against ik_llama.cpp, in one run: prefill of 512 tokens and decode at each depth on
 # the 4B shape, qhexrt's W8 and W4 bundles (`qhx bench --depth`) alternating with ik_llama.cpp's
 # Q8_0 and Q4_0 GGUFs of the same shape (its llama-sweep-bench, which grows one context and times
-# 512-token windows and a few decode steps at every --sweep-stride-th window).
+# 512-token windows and a few decode steps at every --sweep-stride-th window). Decode over depth 0's
+# is qhexrt's alternated with depth 0 in the same seconds; ik_llama.cpp's, its first window's (minutes
+# earlier).
 #   IK=/path/to/ik_llama.cpp/build/bin [PAIRS="w8:q8_0 w4:q4_0"] bench/depth.sh [-t THREADS] [-d DEPTHS] [-n DECODE] DIR
 # DIR keeps the bundles and GGUFs between runs (about 14 GB) and each run's raw output; DEPTHS (default 0,4096,16384,32768)
 # must be multiples of 512 whose steps divide evenly (the sweep's stride). Build ik_llama.cpp as
@@ -48,7 +50,7 @@ qhx_run() { # BUNDLE: the same
     "$root/build/qhx" bench "$1" -t "$threads" --kv "${QHX_KV:-f16}" --prompts 16 --decode "$decode" --depth "$depths" --json |
         tee "$dir/qhx-$(basename "$1").json" | python3 -c '
 import json, sys
-for r in json.load(sys.stdin)["depths"]: print(r["depth"], r["prefill_512_tok_s"], r["decode_tok_s"])'
+for r in json.load(sys.stdin)["depths"]: print(r["depth"], r["prefill_512_tok_s"], r["decode_tok_s"], r["decode_vs_depth0"])'
 }
 for pair in ${PAIRS:-w8:q8_0 w4:q4_0}; do
     w=${pair%:*} t=${pair#*:}
@@ -57,9 +59,10 @@ for pair in ${PAIRS:-w8:q8_0 w4:q4_0}; do
     k=$(ik_run "$dir/4b.$t.gguf")
     echo "ik_llama.cpp $t: $(tr '\n' ' ' <<<"$k")"
     echo "## qhexrt $w against ik_llama.cpp $t"
-    echo "| depth | qhexrt prefill / decode tok/s | ik_llama.cpp prefill / decode | ratio prefill / decode |"
-    echo "|---|---|---|---|"
-    awk 'NR == FNR { pre[$1] = $2; dec[$1] = $3; next }
-         $1 in pre { printf "| %d | %.2f / %.2f | %.2f / %.2f | %.2fx / %.2fx |\n", $1, pre[$1], dec[$1], $2, $3, pre[$1] / $2, dec[$1] / $3 }' \
+    echo "| depth | qhexrt prefill / decode tok/s | ik_llama.cpp prefill / decode | ratio prefill / decode | decode over depth 0's: qhexrt (alternated) / ik |"
+    echo "|---|---|---|---|---|"
+    awk 'NR == FNR { pre[$1] = $2; dec[$1] = $3; vs0[$1] = $4; next }
+         FNR == 1 { first = $3 }
+         $1 in pre { printf "| %d | %.2f / %.2f | %.2f / %.2f | %.2fx / %.2fx | %.2f / %.2f |\n", $1, pre[$1], dec[$1], $2, $3, pre[$1] / $2, dec[$1] / $3, vs0[$1], $3 / first }' \
         <(echo "$q") <(echo "$k")
 done

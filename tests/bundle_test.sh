@@ -29,10 +29,12 @@ check "node -e 'const j=JSON.parse(require(\"fs\").readFileSync(process.argv[1],
     [\"bandwidth_gb_s\",\"bandwidth_frac\",\"bandwidth_frac_median\",\"bandwidth_peak_gb_s\",\"bandwidth_peak_frac\",\"ttft_ms\",\"peak_rss_mb\",\"weight_gb_s\"].every(k=>pos(j[k]))&&
     Math.abs(j.weight_gb_s/j.bandwidth_gb_s-j.bandwidth_frac)<0.005/j.bandwidth_gb_s+2e-3*j.bandwidth_frac+1e-3 ? 0 : 1)' $tmp/bench.json" "bench --json: $(cat "$tmp/bench.json" "$tmp/bench.err")"
 expect_err 2 "--prompts" "$qhx" bench "$tmp/two" --prompts 8,x
-# --depth: prefill of 512 and decode after N tokens of context, each a positive rate
-"$qhx" bench models/q35-kjv --json --prompts 8 --decode 4 --depth 0,600 >"$tmp/bench4.json" 2>"$tmp/bench4.err"
+# --depth: prefill of 512 and decode after N tokens of context, each a positive rate, and decode
+# alternated with depth 0's: their ratio is the two rates' (to the rounding of the three)
+"$qhx" bench models/q35-kjv --json --prompts 8 --decode 12 --depth 0,600 >"$tmp/bench4.json" 2>"$tmp/bench4.err"
 check "node -e 'const d=JSON.parse(require(\"fs\").readFileSync(process.argv[1],\"utf8\")).depths;
-    process.exit(d&&d.length===2&&d[1].depth===600&&d.every(x=>x.prefill_512_tok_s>0&&x.decode_tok_s>0) ? 0 : 1)' $tmp/bench4.json" \
+    process.exit(d&&d.length===2&&d[1].depth===600&&d.every(x=>x.prefill_512_tok_s>0&&x.decode_tok_s>0&&x.decode_depth0_tok_s>0&&
+        Math.abs(x.decode_tok_s/x.decode_depth0_tok_s-x.decode_vs_depth0)<=0.0006+0.011/x.decode_depth0_tok_s) ? 0 : 1)' $tmp/bench4.json" \
     "bench --depth --json: $(cat "$tmp/bench4.json" "$tmp/bench4.err")"
 expect_err 1 "--depth 4000: 512 more tokens exceed the context of 4096" "$qhx" bench "$tmp/two" --depth 4000
 # bench/decode_limit.sh: one round over two bundles, a line each and the ratio line

@@ -24,7 +24,8 @@ static const char bench_help[] =
     "second against this machine's read bandwidth measured in the same run, time to first token\n"
     "(the 512-token prompt, or the largest below it) and peak RSS.\n"
     "  --depth N[,N...]  also, after N tokens of context each: prefill of 512 more tokens and\n"
-    "                 --decode steps (at most 64) at that depth\n"
+    "                 --decode steps (at most 64) at that depth, alternated 8 steps at a time with\n"
+    "                 decode from an empty context, and the ratio of the two\n"
     "  --draft ngram|mtp  also time speculative decoding's verify pass: 1 + N tokens in one stepwise\n"
     "                 call against N + 1 one-token calls from the same state, N = 1 .. --draft-max\n"
     "                 (default 8), the mark before each pass and the rewind after a rejection; mtp:\n"
@@ -96,19 +97,36 @@ fail:
     return rc;
 }
 
+/* n greedy decode steps of s from *tok, their seconds added to *sec */
+static qhx_status decode_steps(qhx_session *s, int32_t *tok, int n, float *last, int vocab, double *sec) {
+    const double t0 = now_s();
+    for (int j = 0; j < n; j++) {
+        const qhx_status st = qhx_session_eval(s, tok, 1, QHX_EVAL_STEPWISE, NULL, last);
+        if (st) return st;
+        *tok = qhx_argmax(last, vocab);
+    }
+    *sec += now_s() - t0;
+    return QHX_OK;
+}
+
 /* Prefill of 512 tokens and decode after `depth` tokens of context (evaluated untimed, in pieces of
  * 512 as a server would), from one snapshot, with the caches already grown to hold them: what long
- * contexts cost. The depths rise, each
- * context grown from the last, so the deepest is filled once. */
+ * contexts cost. The depths rise, each context grown from the last, so the deepest is filled once.
+ * Decode at a depth alternates, 8 steps at a time, with decode from an empty context in a second
+ * session: the host's bandwidth moves by a fifth from minute to minute here, and the deepest depth
+ * is measured many minutes after the first, so the ratio of the two is taken over the same seconds. */
 static int bench_depths(qhx_model *m, qhx_session *s, const int32_t *depths, int n, int n_decode, json_t *report) {
+    enum { SEGMENT = 8 };
     qhx_model_info in;
     qhx_model_get_info(m, &in);
     json_t *list = json_array();
     float *last = malloc(sizeof(float) * (size_t)in.vocab_size);
+    qhx_session *ref = NULL; /* decode from an empty context, alternated with each depth's */
     int32_t piece[512];
     uint64_t seed = 7;
     int rc = 1;
     if (!last || !list) goto done;
+    if (qhx_session_new(m, &ref)) { api_error(); goto done; }
     if (report) json_object_set(report, "depths", list);
     qhx_session_reset(s);
     for (int i = 0; i < n; i++) {
@@ -132,27 +150,32 @@ static int bench_depths(qhx_model *m, qhx_session *s, const int32_t *depths, int
         qhx_status st = qhx_session_eval(s, piece, 512, QHX_EVAL_SEQUENCE, NULL, NULL);
         const double pre = 512 / (now_s() - t0);
         if (!st) st = qhx_session_restore(s, snap);
-        int32_t tok = piece[0];
-        t0 = now_s();
-        for (int j = 0; j < n_decode && !st; j++) {
-            st = qhx_session_eval(s, &tok, 1, QHX_EVAL_STEPWISE, NULL, last);
-            tok = qhx_argmax(last, in.vocab_size);
+        int32_t tok = piece[0], tok0 = piece[0];
+        double at_depth = 0, at_zero = 0;
+        qhx_session_reset(ref);
+        for (int j = 0; j < n_decode && !st; j += SEGMENT) {
+            const int k = n_decode - j < SEGMENT ? n_decode - j : SEGMENT;
+            st = decode_steps(s, &tok, k, last, in.vocab_size, &at_depth);
+            if (!st) st = decode_steps(ref, &tok0, k, last, in.vocab_size, &at_zero);
         }
-        const double dec = n_decode / (now_s() - t0);
+        const double dec = n_decode / at_depth, dec0 = n_decode / at_zero;
         if (!st) st = qhx_session_restore(s, snap); /* the context, for the next depth to grow */
         qhx_snapshot_free(snap);
         if (st) { api_error(); goto done; }
         /* what one session (a server slot) holds at this depth plus the 512: states and KV rows */
         const double mb = ((double)in.state_bytes + (double)in.kv_bytes_per_token * (depths[i] + 512)) / 1e6;
         if (report)
-            json_array_append_new(list, json_pack("{s:i, s:o, s:o, s:o}", "depth", depths[i], "prefill_512_tok_s", num(pre, 2), "decode_tok_s",
-                                                  num(dec, 2), "session_mb", num(mb, 1)));
-        else fprintf(stderr, "  at depth %6d: prefill of 512 tokens %8.1f tok/s, decode %.2f tok/s; the session holds %.1f MB\n", depths[i], pre, dec, mb);
+            json_array_append_new(list, json_pack("{s:i, s:o, s:o, s:o, s:o, s:o}", "depth", depths[i], "prefill_512_tok_s", num(pre, 2),
+                                                  "decode_tok_s", num(dec, 2), "decode_depth0_tok_s", num(dec0, 2), "decode_vs_depth0",
+                                                  num(dec / dec0, 3), "session_mb", num(mb, 1)));
+        else fprintf(stderr, "  at depth %6d: prefill of 512 tokens %8.1f tok/s, decode %.2f tok/s (%.3f of the %.2f at depth 0 alternated with it); the session holds %.1f MB\n",
+                     depths[i], pre, dec, dec / dec0, dec0, mb);
     }
     rc = 0;
 done:
     json_decref(list);
     free(last);
+    qhx_session_free(ref);
     return rc;
 }
 
