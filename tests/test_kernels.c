@@ -105,7 +105,7 @@ static void report_mode(void *arg, int i, int n) {
  * reads; and the stored forms within their rounding of the fp32 rows (f16 2^-11 of each value, q8
  * half a step of a block of 32), so a broken store or scale cannot pass. */
 static void attention_tests(const char *const *sets, size_t n_sets) {
-    const int hds[] = {16, 48, 64, 256}, Gs[] = {1, 3, 4, 5}, ns[] = {1, 2, 63, 64, 65, 300};
+    const int T = QHX_ATTEND_TILE, hds[] = {16, 48, 64, 256}, Gs[] = {1, 3, 4, 5}, ns[] = {1, 2, T - 1, T, T + 1, 2 * T + 45}; /* across tiles */
     const qhx_kv_form forms[] = {QHX_KV_F32, QHX_KV_F16, QHX_KV_Q8};
     const qhx_kernel_set *ref = qhx_kernels_find("ref");
     void (*seen[32])(const qhx_attend_args *);
