@@ -13,6 +13,7 @@
 #include "kernels/kv.h"
 #include "util/error.h"
 #include "util/hugemem.h"
+#include "util/readloop.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -31,36 +32,10 @@ static float frand(void) {
     return (float)((rng >> 40) / 16777216.0 - 0.5);
 }
 
-/* a plain read of n bytes, 8 sums apart so the adds do not serialise it; on x86-64 with 256-bit
- * loads, as qhx bench's yardstick reads: 64-bit loads reach only 34-39 GB/s on two threads of
- * this VM, where the wide ones reach 56-77 */
-#if defined(__x86_64__)
-#include <immintrin.h>
-__attribute__((target("avx2"))) static uint64_t read_wide(const unsigned char *p, size_t n) {
-    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-    for (size_t k = 0; k + 128 <= n; k += 128) {
-        a = _mm256_add_epi64(a, _mm256_loadu_si256((const __m256i *)(p + k)));
-        b = _mm256_add_epi64(b, _mm256_loadu_si256((const __m256i *)(p + k + 32)));
-        c = _mm256_add_epi64(c, _mm256_loadu_si256((const __m256i *)(p + k + 64)));
-        d = _mm256_add_epi64(d, _mm256_loadu_si256((const __m256i *)(p + k + 96)));
-    }
-    a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
-    return (uint64_t)_mm256_extract_epi64(a, 0) ^ (uint64_t)_mm256_extract_epi64(a, 3);
-}
-#endif
-static uint64_t read_all(const uint64_t *p, size_t n) {
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2")) return read_wide((const unsigned char *)p, n);
-#endif
-    uint64_t s[8] = {0};
-    for (size_t i = 0; i + 8 <= n / 8; i += 8)
-        for (int j = 0; j < 8; j++) s[j] += p[i + j];
-    return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
-}
-
 /* 12 independent chains of fused multiply-adds, 16 lanes each, n steps: one core's fp32 peak
  * (AVX-512 where the CPU has it; 0 elsewhere) */
 #if defined(__x86_64__)
+#include <immintrin.h>
 #define FMA12(x) x(0) x(1) x(2) x(3) x(4) x(5) x(6) x(7) x(8) x(9) x(10) x(11)
 __attribute__((target("avx512f"))) static float fma_chains(long n) {
     const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
@@ -98,7 +73,7 @@ static void pass_part(void *arg, int i, int nth) {
     pass *P = arg;
     if (P->read) { /* the same bytes, a contiguous share of K and of V a part */
         const size_t share = P->bytes / nth / 64 * 64, at = share * i, len = i == nth - 1 ? P->bytes - at : share;
-        P->sink[i] += read_all((const uint64_t *)(P->k + at), len) + read_all((const uint64_t *)(P->v + at), len);
+        P->sink[i] += qhx_read_stream(P->k + at, len) + qhx_read_stream(P->v + at, len);
         return;
     }
     for (int h = i; h < P->heads; h += nth) {
