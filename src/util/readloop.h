@@ -5,8 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* reads n bytes from p (whole 128-byte blocks) with the widest loads the CPU has; returns a sum
- * of them, so the compiler cannot drop the reads */
+/* reads the n bytes from p with the widest loads the CPU has, in whole blocks of 128 bytes on x86-64
+ * (64 on aarch64, 32 without vectors: a shorter tail goes unread); returns a sum of them, so the
+ * compiler cannot drop the reads */
 uint64_t qhx_read_stream(const unsigned char *p, size_t n);
 
 #endif
