@@ -2,7 +2,9 @@
 # Long contexts against ik_llama.cpp, in one run: prefill of 512 tokens and decode at each depth on
 # the 4B shape, qhexrt's W8 and W4 bundles (`qhx bench --depth`) alternating with ik_llama.cpp's
 # Q8_0 and Q4_0 GGUFs of the same shape (its llama-sweep-bench, which grows one context and times
-# 512-token windows and a few decode steps at every --sweep-stride-th window). Decode over depth 0's
+# 512-token windows and a few decode steps at every --sweep-stride-th window). Both are warm at depth
+# 0: qhexrt's depths follow its own prefill and decode runs, and ik_llama.cpp evaluates a 512-token
+# batch first (-wb; without it its first window often ran below its 4k one). Decode over depth 0's
 # is qhexrt's alternated with depth 0 in the same seconds; ik_llama.cpp's, its first window's (minutes
 # earlier). With -r ROUNDS the pairs run that many times in turn (qhexrt, ik_llama.cpp, qhexrt, ...)
 # and a last table gives each ratio's median over the rounds: on a shared VM one run's ratio moves
@@ -41,7 +43,7 @@ for t in q8_0 q4_0; do [[ -s $dir/4b.$t.gguf ]] || "$root/build/gguf_synth" pres
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $threads threads, depths $depths, $decode decode steps"
 ik_run() { # GGUF: "depth prefill decode" for each wanted depth (sweep-bench writes its JSON lines to stderr, its llama.log into DIR)
     (cd "$dir" && "$ik/llama-sweep-bench" -m "$1" -c $ctx -ub 512 -b 512 -n "$decode" -t "$threads" -fa 1 --no-mmap \
-        -ctk "${IK_KV:-f16}" -ctv "${IK_KV:-f16}" --sweep-stride $stride --output-format jsonl 2>&1 >/dev/null) |
+        -ctk "${IK_KV:-f16}" -ctv "${IK_KV:-f16}" --sweep-stride $stride -wb --output-format jsonl 2>&1 >/dev/null) |
         tee "$dir/ik-$(basename "$1").jsonl" | grep '^{' | python3 -c '
 import json, sys
 wanted = set(int(d) for d in sys.argv[1].split(","))
