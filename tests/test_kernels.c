@@ -224,7 +224,7 @@ int main(void) {
     size_t n_sets = 0;
     snprintf(names, sizeof names, "%s", qhx_kernels_names());
     for (char *tok = strtok(names, " "); tok && n_sets < 32; tok = strtok(NULL, " ")) sets[n_sets++] = tok;
-    const int rows[] = {1, 3, 4, 5, 17, 67}, cols[] = {1, 7, 8, 9, 31, 64, 100, 257}, Ts[] = {1, 2, 3, 4, 5, 9, 16, 17, 40};
+    const int rows[] = {1, 3, 4, 5, 17, 67}, cols[] = {1, 7, 8, 9, 31, 64, 100, 257}, Ts[] = {1, 2, 3, 4, 5, 9, 16, 17, 19, 21, 26, 40}; /* past 16: every remainder of prefill's passes of 4 (W8) and 6 (W4) tokens */
     const qhx_dtype dts[] = {QHX_I8, QHX_F16, QHX_BF16, QHX_F32, QHX_Q4};
     int w4_exact = 0;
     int variants = 0;
