@@ -375,6 +375,52 @@ int main(void) {
         printf("  gemm    %-9s vs double: 150 shapes x A as is and transposed (K up to 300), worst error %.2e of sum|a b| (tolerance 1e-06)\n", sets[s], worst);
     }
 
+    /* conv (the Gated DeltaNet's causal conv, then SiLU) of every set: its sums are the reference's,
+     * bit for bit, in every set (the products added in the spec's order, here in plain C), and
+     * only the SiLU is the set's own (its silu over those sums, bit for bit); T tokens in one call
+     * equal T one-token calls, FIFO included; K = 4 (Qwen3.5's, a constant in the SIMD layers)
+     * and others, channel counts across the lanes, channels of a wider row. */
+    for (size_t s = 0; s < n_sets; s++) {
+        const qhx_kernel_set *ks = qhx_kernels_find(sets[s]);
+        if (!ks) continue;
+        const int Ks[] = {1, 2, 4, 5}, ns[] = {1, 15, 16, 17, 64, 100}, Tc[] = {1, 2, 3, 7};
+        const size_t C = 131;
+        int differs = 0, split_differs = 0, cases = 0;
+        for (int a = 0; a < 4; a++)
+            for (int b = 0; b < 6; b++)
+                for (int c = 0; c < 4; c++) {
+                    const int K = Ks[a], n = ns[b], T = Tc[c];
+                    float *taps = malloc(sizeof(float) * K * C), *fifo = malloc(sizeof(float) * (K + 1) * C), *fifo1 = malloc(sizeof(float) * (K + 1) * C);
+                    float *in = malloc(sizeof(float) * T * C), *out = malloc(sizeof(float) * T * C), *out1 = malloc(sizeof(float) * T * C);
+                    float *want = malloc(sizeof(float) * T * C), *hist = malloc(sizeof(float) * (T + K) * C);
+                    for (size_t i = 0; i < (size_t)K * C; i++) taps[i] = frand();
+                    for (size_t i = 0; i < (size_t)(K + 1) * C; i++) fifo[i] = fifo1[i] = frand();
+                    for (size_t i = 0; i < (size_t)T * C; i++) in[i] = 2 * frand(), out[i] = out1[i] = want[i] = 0;
+                    /* the inputs in time order: the FIFO's K - 1, then the tokens' */
+                    for (int r = 0; r < K - 1; r++) memcpy(hist + (size_t)r * C, fifo + (size_t)r * C, sizeof(float) * C);
+                    memcpy(hist + (size_t)(K - 1) * C, in, sizeof(float) * T * C);
+                    for (int t = 0; t < T; t++) {
+                        for (int i = 0; i < n; i++) {
+                            float v = taps[(size_t)(K - 1) * C + i] * in[(size_t)t * C + i];
+                            for (int j = 0; j < K - 1; j++) v += taps[(size_t)j * C + i] * hist[(size_t)(t + j) * C + i];
+                            want[(size_t)t * C + i] = v;
+                        }
+                        ks->silu(want + (size_t)t * C, NULL, (size_t)n);
+                    }
+                    ks->conv(taps, fifo, in, out, C, K, T, n);
+                    for (int t = 0; t < T; t++) ks->conv(taps, fifo1, in + (size_t)t * C, out1 + (size_t)t * C, C, K, 1, n);
+                    differs += memcmp(out, want, sizeof(float) * T * C) != 0;
+                    for (int r = 0; r < K - 1; r++) differs += memcmp(fifo + (size_t)r * C, hist + (size_t)(T + r) * C, sizeof(float) * n) != 0;
+                    differs += memcmp(fifo + (size_t)(K - 1) * C, fifo1 + (size_t)(K - 1) * C, sizeof(float) * 2 * C) != 0; /* past the FIFO: untouched */
+                    split_differs += memcmp(out, out1, sizeof(float) * T * C) != 0 || memcmp(fifo, fifo1, sizeof(float) * (K + 1) * C) != 0;
+                    cases++;
+                    free(taps), free(fifo), free(fifo1), free(in), free(out), free(out1), free(want), free(hist);
+                }
+        CHECK(differs == 0, "%s conv: %d of %d shapes differ from the reference's sums under the set's SiLU", sets[s], differs, cases);
+        CHECK(split_differs == 0, "%s conv: %d shapes where T tokens in one call differ from T one-token calls", sets[s], split_differs);
+        printf("  conv    %-9s %d shapes: the reference's sums and the set's SiLU bit for bit; one call = T calls\n", sets[s], cases);
+    }
+
     /* delta_rule (the recurrent rule over T tokens of one head) of every set against the rule in
      * double, odd head sizes (the SIMD sets sweep 32 or 64 columns at a time), tokens in rows of a
      * wider matrix as the model lays them out: |error| relative to 1 + max|S|. And T tokens in one

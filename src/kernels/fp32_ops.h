@@ -523,6 +523,30 @@ QV_TARGET static void QV_NAME(silu)(float *x, const float *mul, size_t n) {
     }
 }
 
+/* The conv over T tokens, time outermost, so each token reads its K rows' channels in order; the
+ * products are added as the twin adds them (no FMA), the SiLU is the layer's. K is a constant for
+ * Qwen3.5's 4 taps (its inputs from registers' worth of rows), a variable otherwise. */
+QV_INLINE void conv_rows(const float *taps, float *fifo, const float *in, float *out, size_t C, const int K, int T, int n) {
+    const float *src[64];
+    for (int t = 0; t < T; t++) {
+        for (int j = 0; j < K - 1; j++) src[j] = qhx_conv_row(fifo, in, C, K, t - (K - 1) + j);
+        const float *x = in + (size_t)t * C;
+        float *y = out + (size_t)t * C;
+        for (int c = 0; c < n; c += QV_LANES) {
+            const int w = n - c < QV_LANES ? n - c : QV_LANES;
+            qv_f32 v = qv_mul(qv_load_w(taps + (size_t)(K - 1) * C + c, w), qv_load_w(x + c, w));
+            for (int j = 0; j < K - 1; j++) v = qv_add(v, qv_mul(qv_load_w(taps + (size_t)j * C + c, w), qv_load_w(src[j] + c, w)));
+            qv_store_w(y + c, qv_silu(v), w);
+        }
+    }
+    qhx_conv_keep(fifo, in, C, K, T, n);
+}
+
+QV_TARGET static void QV_NAME(conv)(const float *taps, float *fifo, const float *in, float *out, size_t C, int K, int T, int n) {
+    if (K == 4) conv_rows(taps, fifo, in, out, C, 4, T, n);
+    else conv_rows(taps, fifo, in, out, C, K, T, n);
+}
+
 QV_TARGET static float QV_NAME(exp_sum)(float *x, int n, float sub) {
     const qv_f32 m = qv_set1(sub);
     qv_f32 acc = qv_zero();
@@ -734,6 +758,6 @@ QV_TARGET static void QV_NAME(softmax_tile)(float *s, int n, int ld, int nq, con
 }
 
 const qhx_fp32_ops QV_PASTE(qhx_fp32, QV_ISA) = {.matmul = QV_NAME(matmul), 
-                                         .gemm = QV_NAME(gemm), .delta_rule = QV_NAME(delta_rule), .silu = QV_NAME(silu),
+                                         .gemm = QV_NAME(gemm), .delta_rule = QV_NAME(delta_rule), .silu = QV_NAME(silu), .conv = QV_NAME(conv),
                                          .attend = QV_NAME(attend), .softmax_tile = QV_NAME(softmax_tile),
                                          .kv_widen = QV_NAME(kv_widen)};

@@ -6,6 +6,7 @@
 #include "qhexrt.h"
 #include "util/tensor.h"
 #include <stdint.h>
+#include <string.h>
 
 typedef struct qhx_pool qhx_pool;
 
@@ -89,6 +90,12 @@ typedef struct {
     void (*delta_rule)(float *S, const qhx_delta_args *a);
     /* x = silu(x) * mul elementwise (mul NULL: silu(x)); silu(x) = x / (1 + e^-x) */
     void (*silu)(float *x, const float *mul, size_t n);
+    /* The Gated DeltaNet's causal depthwise conv over T tokens, then SiLU (spec §3.5), for n
+     * channels of rows C floats apart: out_t = silu(w[K-1] x_t + w[0] x_{t-K+1} + ... + w[K-2]
+     * x_{t-1}), the products added in that order (the reference's, in every set: only the SiLU is
+     * the set's own, as its silu). taps [K][C]; inputs before token 0 come from fifo [K-1][C]
+     * (oldest first), which is left holding the last K-1 (qhx_conv_keep). */
+    void (*conv)(const float *taps, float *fifo, const float *in, float *out, size_t C, int K, int T, int n);
     void (*attend)(const qhx_attend_args *a);
     /* One tile of prefill attention's running softmax over a block of queries, a query a column:
      * s [n][ld] holds the tile's scores (row p, column i < nq) and query i sees its first seen[i]
@@ -127,6 +134,16 @@ typedef struct {
     int panel_rows;
 } qhx_acts_ops;
 
+/* The conv's input tau (< T) of a channel's column: token tau's row, or before the first token the
+ * FIFO's. Then, after T tokens, the FIFO moved on to the last K-1 inputs (oldest first). */
+static inline const float *qhx_conv_row(const float *fifo, const float *in, size_t C, int K, int tau) {
+    return tau >= 0 ? in + (size_t)tau * C : fifo + (size_t)(tau + K - 1) * C;
+}
+static inline void qhx_conv_keep(float *fifo, const float *in, size_t C, int K, int T, int n) {
+    for (int j = 0; j < K - 1; j++) /* row j + T of the old FIFO is read before it is written */
+        memmove(fifo + (size_t)j * C, qhx_conv_row(fifo, in, C, K, T - (K - 1) + j), sizeof(float) * (size_t)n);
+}
+
 /* the scalar twins, which the vector layers fall back on for shapes their lanes do not divide */
 void qhx_attend_scalar(const qhx_attend_args *a);
 void qhx_kv_widen_scalar(qhx_kv_form form, const unsigned char *rows, size_t stride, int hd, int n, float *out, int ld);
@@ -153,6 +170,7 @@ typedef struct {
     void (*gemm)(int M, int N, int K, float alpha, const float *A, int lda, int acs, const float *B, int ldb, float *C, int ldc);
     void (*delta_rule)(float *S, const qhx_delta_args *a);
     void (*silu)(float *x, const float *mul, size_t n);
+    void (*conv)(const float *taps, float *fifo, const float *in, float *out, size_t C, int K, int T, int n);
     void (*attend)(const qhx_attend_args *a);
     void (*softmax_tile)(float *s, int n, int ld, int nq, const int *seen, float *m, float *sum, float *o, size_t ostride, int hd);
     void (*kv_widen)(qhx_kv_form form, const unsigned char *rows, size_t stride, int hd, int n, float *out, int ld);

@@ -185,6 +185,19 @@ static void scalar_silu(float *x, const float *mul, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i])) * (mul ? mul[i] : 1.0f);
 }
 
+static void scalar_conv(const float *taps, float *fifo, const float *in, float *out, size_t C, int K, int T, int n) {
+    for (int t = 0; t < T; t++) {
+        float *y = out + (size_t)t * C;
+        for (int i = 0; i < n; i++) {
+            float v = taps[(size_t)(K - 1) * C + i] * in[(size_t)t * C + i];
+            for (int j = 0; j < K - 1; j++) v += taps[(size_t)j * C + i] * qhx_conv_row(fifo, in, C, K, t - (K - 1) + j)[i];
+            y[i] = v;
+        }
+        scalar_silu(y, NULL, (size_t)n);
+    }
+    qhx_conv_keep(fifo, in, C, K, T, n);
+}
+
 static float scalar_exp_sum(float *x, int n, float sub) {
     float sum = 0.0f;
     for (int i = 0; i < n; i++) sum += x[i] = expf(x[i] - sub);
@@ -281,10 +294,10 @@ static void ref_attend(const qhx_attend_args *a) {
 }
 
 const qhx_fp32_ops qhx_fp32_ref = {.matmul = ref_matmul, .gemm = ref_gemm,
-                                   .delta_rule = scalar_delta_rule, .silu = scalar_silu, .attend = ref_attend,
+                                   .delta_rule = scalar_delta_rule, .silu = scalar_silu, .conv = scalar_conv, .attend = ref_attend,
                                    .softmax_tile = scalar_softmax_tile, .kv_widen = qhx_kv_widen_scalar};
 const qhx_fp32_ops qhx_fp32_scalar = {.matmul = scalar_matmul, .gemm = scalar_gemm,
-                                      .delta_rule = scalar_delta_rule, .silu = scalar_silu, .attend = qhx_attend_scalar,
+                                      .delta_rule = scalar_delta_rule, .silu = scalar_silu, .conv = scalar_conv, .attend = qhx_attend_scalar,
                                       .softmax_tile = scalar_softmax_tile, .kv_widen = qhx_kv_widen_scalar};
 const qhx_acts_ops qhx_acts_scalar_q16 = {.form = QHX_ACTS_Q16, .matmul = scalar_int_matmul, .decode = scalar_int_matmul, .matmul_w4 = scalar_w4_matmul,
                                           .round = scalar_round_q16, .round_q8 = scalar_round_q8};

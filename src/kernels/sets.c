@@ -46,7 +46,7 @@ static void compose(void) {
     for (size_t i = 0; i < N_SETS; i++) {
         const recipe *r = &recipes[i];
         sets[i] = (qhx_kernel_set){.name = r->layer, .matmul = r->fp32->matmul,
-                                   .gemm = r->fp32->gemm, .delta_rule = r->fp32->delta_rule, .silu = r->fp32->silu,
+                                   .gemm = r->fp32->gemm, .delta_rule = r->fp32->delta_rule, .silu = r->fp32->silu, .conv = r->fp32->conv,
                                    .attend = r->fp32->attend, .softmax_tile = r->fp32->softmax_tile, .kv_widen = r->fp32->kv_widen,
                                    .ieee = r->fp32 == &qhx_fp32_ref, .supported = (cpu & r->needs) == r->needs};
         if (r->acts)

@@ -63,71 +63,6 @@ static size_t scratch_need(const qhx_config *c, int n, int threads) {
 
 /* ---- Gated DeltaNet (spec §3.5) ------------------------------------------------------------- */
 
-/* One step of n channels: y = the taps over the FIFO and x, in the tiles' order of sums; the FIFO
- * moves on by x. */
-static inline __attribute__((always_inline)) void conv_step(const float *taps, float *fifo, const float *x, float *y, int C, int K,
-                                                            int n) {
-    float v[64];
-    for (int i = 0; i < n; i++) v[i] = taps[(size_t)(K - 1) * C + i] * x[i];
-    for (int j = 0; j < K - 1; j++)
-        for (int i = 0; i < n; i++) v[i] += taps[(size_t)j * C + i] * fifo[(size_t)j * C + i];
-    for (int j = 0; j + 1 < K - 1; j++)
-        for (int i = 0; i < n; i++) fifo[(size_t)j * C + i] = fifo[(size_t)(j + 1) * C + i];
-    if (K > 1)
-        for (int i = 0; i < n; i++) fifo[(size_t)(K - 2) * C + i] = x[i];
-    for (int i = 0; i < n; i++) y[i] = v[i];
-}
-
-/* Causal depthwise conv over time (kernel K <= 64, no bias) then SiLU, for channels [c0, c1) of
- * C; the state keeps the last K-1 inputs of each channel. Each key head's job convolves its own
- * channels, TILE of them at a time with time outermost, so the prompt's rows are read in order
- * (channel by channel they were C floats apart: one cache line a value). */
-static void causal_conv(const qhx_kernel_set *ks, const qhx_config *c, const qhx_layer_weights *lw, float *fifo,
-                        const float *in, float *out, int T, int c0, int c1) {
-    enum { TILE = 64 };
-    const int K = c->conv_kernel, C = qhx_config_conv_dim(c);
-    const float *taps = lw->conv_taps; /* [tap][channel] */
-    float w[64][TILE], hist[64][TILE], x[TILE], v[TILE];
-    if (T <= 2) { /* decode steps: the taps and the FIFO read in place, a tile's sums along its channels */
-        for (int ch0 = c0; ch0 < c1; ch0 += TILE) {
-            const int n = c1 - ch0 < TILE ? c1 - ch0 : TILE;
-            for (int t = 0; t < T; t++) {
-                float *y = out + (size_t)t * C + ch0;
-                if (n == TILE) conv_step(taps + ch0, fifo + ch0, in + (size_t)t * C + ch0, y, C, K, TILE); /* a constant: vectorized */
-                else conv_step(taps + ch0, fifo + ch0, in + (size_t)t * C + ch0, y, C, K, n);
-                ks->silu(y, NULL, (size_t)n);
-            }
-        }
-        return;
-    }
-    /* [tap][channel]: hist[j] is the input j + 1 - K steps back. The loops run over whole tiles
-     * (a short last tile padded with zeros), so the compiler vectorizes them; each channel's sum
-     * still adds its taps in the reference's order. */
-    /* lanes past a short last tile hold zeros or an earlier tile's values: their sums are never stored */
-    memset(w, 0, sizeof(float) * TILE * (size_t)K);
-    memset(hist, 0, sizeof(float) * TILE * (size_t)K);
-    memset(x, 0, sizeof x);
-    for (int ch0 = c0; ch0 < c1; ch0 += TILE) {
-        const int n = c1 - ch0 < TILE ? c1 - ch0 : TILE;
-        for (int j = 0; j < K; j++) memcpy(w[j], taps + (size_t)j * C + ch0, sizeof(float) * n);
-        for (int j = 0; j < K - 1; j++) memcpy(hist[j], fifo + (size_t)j * C + ch0, sizeof(float) * n);
-        for (int t = 0; t < T; t++) {
-            memcpy(x, in + (size_t)t * C + ch0, sizeof(float) * n);
-            for (int i = 0; i < TILE; i++) v[i] = w[K - 1][i] * x[i];
-            for (int j = 0; j < K - 1; j++)
-                for (int i = 0; i < TILE; i++) v[i] += w[j][i] * hist[j][i];
-            if (K > 1) {
-                memmove(hist[0], hist[1], sizeof(float) * TILE * (size_t)(K - 2));
-                memcpy(hist[K - 2], x, sizeof x);
-            }
-            float *y = out + (size_t)t * C + ch0;
-            memcpy(y, v, sizeof(float) * n);
-            ks->silu(y, NULL, (size_t)n);
-        }
-        for (int j = 0; j < K - 1; j++) memcpy(fifo + (size_t)j * C + ch0, hist[j], sizeof(float) * n);
-    }
-}
-
 static void l2norm(float *x, int n) {
     float inv = 1.0f / sqrtf((float)qhx_sumsq(x, n) + 1e-6f);
     for (int i = 0; i < n; i++) x[i] *= inv;
@@ -166,9 +101,10 @@ static void deltanet_heads(void *arg, int th, int nth) {
         const float *b = J->b + t0 * hv, *a = J->a + t0 * hv;
         for (int kh = kh0; kh < kh1; kh++) {
             const float *mixed = J->mixed + t0 * C;
-            causal_conv(J->ks, c, lw, ls->conv, mixed, xc, T, kh * dk, (kh + 1) * dk);
-            causal_conv(J->ks, c, lw, ls->conv, mixed, xc, T, (hk + kh) * dk, (hk + kh + 1) * dk);
-            causal_conv(J->ks, c, lw, ls->conv, mixed, xc, T, 2 * hk * dk + kh * group * dv, 2 * hk * dk + (kh + 1) * group * dv);
+            /* the conv of its channels (spec §3.5): its q head's, its k head's, its value heads' */
+            const int ch[3] = {kh * dk, (hk + kh) * dk, 2 * hk * dk + kh * group * dv}, nch[3] = {dk, dk, group * dv};
+            for (int i = 0; i < 3; i++)
+                J->ks->conv(lw->conv_taps + ch[i], ls->conv + ch[i], mixed + ch[i], xc + ch[i], (size_t)C, c->conv_kernel, T, nch[i]);
             float *q = xc + (size_t)kh * dk, *k = xc + (size_t)(hk + kh) * dk; /* row: q heads | k heads | v heads */
             for (int t = 0; t < T; t++) {
                 float *qt = q + (size_t)t * C, *kt = k + (size_t)t * C;
