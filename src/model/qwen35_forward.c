@@ -508,6 +508,33 @@ void qhx_state_end(const qhx_run *runs, int n_runs) {
     for (int r = 0; r < n_runs; r++) runs[r].st->pos += runs[r].n;
 }
 
+/* x += delta (delta NULL: nothing to add), then h = RMSNorm(x) (h NULL: none), for each of n rows;
+ * a prompt's rows split over the pool (on one thread the other waited ~1 % of a prefill), every
+ * row computed as alone. */
+typedef struct {
+    float *x, *h;
+    const float *delta;
+    const qhx_tensor *w;
+    int n, D;
+    float eps;
+} norm_job;
+
+static void norm_rows(void *arg, int i, int nth) {
+    const norm_job *j = arg;
+    for (int t = j->n * i / nth; t < j->n * (i + 1) / nth; t++) {
+        float *x = j->x + (size_t)t * j->D;
+        if (j->delta)
+            for (int k = 0; k < j->D; k++) x[k] += j->delta[(size_t)t * j->D + k];
+        if (j->h) qhx_rmsnorm1p(j->h + (size_t)t * j->D, x, j->w, j->D, j->eps);
+    }
+}
+
+static void add_norm(const qhx_exec *ex, float *x, const float *delta, float *h, const qhx_tensor *w, int n, int D, float eps) {
+    norm_job j = {x, h, delta, w, n, D, eps};
+    if (ex->pool && n > QHX_DECODE_MAX_T) qhx_pool_run(ex->pool, norm_rows, &j);
+    else norm_rows(&j, 0, 1);
+}
+
 qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_weights *w, const qhx_run *runs, int n_runs,
                              int l0, int l1, float *x, int n) {
     const int D = c->hidden;
@@ -518,18 +545,15 @@ qhx_status qhx_qwen35_layers(const qhx_exec *ex, const qhx_config *c, const qhx_
 
     for (int l = l0; l < l1; l++) {
         const qhx_layer_weights *lw = &w->layers[l];
-        for (int t = 0; t < n; t++) qhx_rmsnorm1p(h + (size_t)t * D, x + (size_t)t * D, &lw->in_norm, D, c->eps);
+        add_norm(ex, x, NULL, h, &lw->in_norm, n, D, c->eps);
         rc = c->full_attn[l] ? gated_attention(ex, c, lw, l, runs, n_runs, h, delta, n, cv)
                              : gated_deltanet(ex, c, lw, l, runs, n_runs, h, delta, n, cv);
         if (rc) break;
-        for (size_t i = 0; i < (size_t)n * D; i++) x[i] += delta[i];
-
-        for (int t = 0; t < n; t++) qhx_rmsnorm1p(h + (size_t)t * D, x + (size_t)t * D, &lw->post_norm, D, c->eps);
+        add_norm(ex, x, delta, h, &lw->post_norm, n, D, c->eps);
         if ((rc = c->n_experts ? moe(ex, c, lw, h, delta, n, cv) : mlp(ex, c, lw, h, delta, n, cv))) break;
-        for (size_t i = 0; i < (size_t)n * D; i++) x[i] += delta[i];
+        add_norm(ex, x, delta, NULL, NULL, n, D, c->eps);
     }
-    if (!rc && l1 == c->n_layers)
-        for (int t = 0; t < n; t++) qhx_rmsnorm1p(x + (size_t)t * D, x + (size_t)t * D, &w->final_norm, D, c->eps);
+    if (!rc && l1 == c->n_layers) add_norm(ex, x, NULL, x, &w->final_norm, n, D, c->eps);
     qhx_fp_leave(fp);
     return rc; /* on failure, layers before l moved on: the caller resets the state */
 }
