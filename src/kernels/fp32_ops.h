@@ -11,7 +11,7 @@
  *     QV_PREFILL_TOKENS at a time, so the FMAs run from registers and the widening is shared by
  *     all T tokens; without, decode's tiles over plain rows (W8 groups unpacked), widening in
  *     registers: the layer says which its registers and caches favour.
- *   attention's tile products (gemm), the delta rule, silu; attention over the KV
+ *   attention's tile products (gemm), the delta rule, silu, the conv; attention over the KV
  *   cache (attend, kv_widen) and prefill attention's running softmax (softmax_tile). */
 #include "format/w4.h"
 #include "format/w8.h"
@@ -523,9 +523,10 @@ QV_TARGET static void QV_NAME(silu)(float *x, const float *mul, size_t n) {
     }
 }
 
-/* The conv over T tokens, time outermost, so each token reads its K rows' channels in order; the
- * products are added as the twin adds them (no FMA), the SiLU is the layer's. K is a constant for
- * Qwen3.5's 4 taps (its inputs from registers' worth of rows), a variable otherwise. */
+/* The conv over T tokens, time outermost, so each token reads its K input rows' channels in order
+ * (a tile of channels at a time down the tokens read one cache line a row: 2-4 % of a prefill);
+ * the products added as the twin adds them (no FMA), the SiLU the layer's. Qwen3.5's K = 4 is a
+ * constant, so the taps' loop unrolls. */
 QV_INLINE void conv_rows(const float *taps, float *fifo, const float *in, float *out, size_t C, const int K, int T, int n) {
     const float *src[64];
     for (int t = 0; t < T; t++) {
