@@ -134,11 +134,11 @@ typedef struct {
     int panel_rows;
 } qhx_acts_ops;
 
-/* The conv's input tau (< T) of a channel's column: token tau's row, or before the first token the
- * FIFO's. Then, after T tokens, the FIFO moved on to the last K-1 inputs (oldest first). */
+/* The conv's input row tau (< T): token tau's, or before the first token the FIFO's. */
 static inline const float *qhx_conv_row(const float *fifo, const float *in, size_t C, int K, int tau) {
     return tau >= 0 ? in + (size_t)tau * C : fifo + (size_t)(tau + K - 1) * C;
 }
+/* After T tokens: the FIFO moved on to the last K-1 inputs (oldest first), n channels a row. */
 static inline void qhx_conv_keep(float *fifo, const float *in, size_t C, int K, int T, int n) {
     for (int j = 0; j < K - 1; j++) /* row j + T of the old FIFO is read before it is written */
         memmove(fifo + (size_t)j * C, qhx_conv_row(fifo, in, C, K, T - (K - 1) + j), sizeof(float) * (size_t)n);
