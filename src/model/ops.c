@@ -23,3 +23,11 @@ void qhx_rmsnorm1p(float *out, const float *x, const qhx_tensor *w, int n, float
     else
         for (int i = 0; i < n; i++) out[i] = x[i] * inv * (1.0f + qhx_tensor_get(w, (size_t)i));
 }
+
+void qhx_rmsnorm_gated(float *x, const float *gate, const qhx_tensor *w, int n, float eps) {
+    const float inv = 1.0f / sqrtf((float)(qhx_sumsq(x, n) / n) + eps);
+    if (w->dtype == QHX_F32)
+        for (int i = 0; i < n; i++) x[i] = x[i] * inv * ((const float *)w->data)[i] * gate[i];
+    else
+        for (int i = 0; i < n; i++) x[i] = x[i] * inv * qhx_tensor_get(w, (size_t)i) * gate[i];
+}

@@ -31,11 +31,14 @@ static inline __attribute__((always_inline)) float qhx_tensor_get(const qhx_tens
     default: return 0.0f;
     }
 }
-/* out = x / rms(x) * (1 + w): Qwen3.5's zero-centred RMSNorm. out may alias x. */
 /* the sum of squares in double, in 8 lanes (i % 8) added in a fixed order: vectorizes, and every
  * path (prefill, decode, batched) sums a row the same way */
 double qhx_sumsq(const float *x, int n);
+/* out = x / rms(x) * (1 + w): Qwen3.5's zero-centred RMSNorm. out may alias x. */
 void qhx_rmsnorm1p(float *out, const float *x, const qhx_tensor *w, int n, float eps);
+/* x = x / rms(x) * w * gate: the Gated DeltaNet's output norm (a plain weight; gate already
+ * through SiLU), the products in that order */
+void qhx_rmsnorm_gated(float *x, const float *gate, const qhx_tensor *w, int n, float eps);
 
 static inline float qhx_silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float qhx_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -124,11 +124,10 @@ static void deltanet_heads(void *arg, int th, int nth) {
                                            (size_t)hv, o, (size_t)hv * dv, T, dk, dv, work,
                                            j + 1 < kh1 * group ? S + (size_t)dk * dv : following};
                 J->ks->delta_rule(S, &da);
-                for (int t = 0; t < T; t++) { /* gated RMSNorm: plain weight, then * silu(z) */
-                    float *or = o + (size_t)t * hv * dv, *zr = J->z + ((t0 + t) * hv + j) * dv;
-                    const float inv = 1.0f / sqrtf((float)(qhx_sumsq(or, dv) / dv) + c->eps);
+                for (int t = 0; t < T; t++) {
+                    float *zr = J->z + ((t0 + t) * hv + j) * dv;
                     J->ks->silu(zr, NULL, (size_t)dv); /* z is read only here */
-                    for (int e = 0; e < dv; e++) or[e] = or[e] * inv * qhx_tensor_get(&lw->gnorm, e) * zr[e];
+                    qhx_rmsnorm_gated(o + (size_t)t * hv * dv, zr, &lw->gnorm, dv, c->eps);
                 }
             }
         }
@@ -284,6 +283,39 @@ static void attention_blocks(void *arg, int th, int nth) {
     }
 }
 
+/* A run's queries and keys normed and rotated, its keys and values stored into its cache: each
+ * token's rows alone, so a prompt's tokens split over the pool. */
+typedef struct {
+    const qhx_config *c;
+    const qhx_layer_weights *lw;
+    const qhx_state *st;
+    qhx_layer_state *ls;
+    float *qg, *k, *v; /* the run's first token's rows */
+    int nt, pos0;
+} qk_job;
+
+static void qk_rows(void *arg, int th, int nth) {
+    const qk_job *J = arg;
+    const qhx_config *c = J->c;
+    const int hq = c->n_heads, hkv = c->n_kv_heads, hd = c->head_dim, kvdim = hkv * hd;
+    for (int t = J->nt * th / nth; t < J->nt * (th + 1) / nth; t++) {
+        float *k = J->k + (size_t)t * kvdim, *v = J->v + (size_t)t * kvdim;
+        float *qgt = J->qg + (size_t)t * hq * hd * 2, cs[2048], sn[2048]; /* rot <= head_dim <= 4096 (hfconfig.c) */
+        rope_angles(cs, sn, c->rot_dim, J->pos0 + t, c->rope_theta);
+        for (int j = 0; j < hq; j++) {
+            float *qj = qgt + (size_t)j * hd * 2;
+            qhx_rmsnorm1p(qj, qj, &J->lw->q_norm, hd, c->eps);
+            rope(qj, c->rot_dim, cs, sn);
+        }
+        for (int j = 0; j < hkv; j++) {
+            qhx_rmsnorm1p(k + (size_t)j * hd, k + (size_t)j * hd, &J->lw->k_norm, hd, c->eps);
+            rope(k + (size_t)j * hd, c->rot_dim, cs, sn);
+            qhx_kv_store(J->st->kv, k + (size_t)j * hd, hd, qhx_state_kv(J->st, J->ls->k_cache, j, J->pos0 + t));
+            qhx_kv_store(J->st->kv, v + (size_t)j * hd, hd, qhx_state_kv(J->st, J->ls->v_cache, j, J->pos0 + t));
+        }
+    }
+}
+
 /* The projections over all T rows, K and V normed and rotated, then stored into each run's cache
  * in its form; then a run at a time over its own cache, at its own positions. */
 static qhx_status gated_attention(const qhx_exec *ex, const qhx_config *c, const qhx_layer_weights *lw, int l,
@@ -306,22 +338,9 @@ static qhx_status gated_attention(const qhx_exec *ex, const qhx_config *c, const
         const qhx_state *st = runs[r].st;
         qhx_layer_state *ls = qhx_state_layer(st, l);
         const int pos0 = st->pos, t0 = runs[r].row0, nt = runs[r].n;
-        for (int t = 0; t < nt; t++) {
-            float *k = kv + (size_t)(t0 + t) * kvdim, *v = kv + ((size_t)T + t0 + t) * kvdim;
-            float *qgt = qg + (size_t)(t0 + t) * hq * hd * 2, cs[2048], sn[2048]; /* rot <= head_dim <= 4096 (hfconfig.c) */
-            rope_angles(cs, sn, c->rot_dim, pos0 + t, c->rope_theta);
-            for (int j = 0; j < hq; j++) {
-                float *qj = qgt + (size_t)j * hd * 2;
-                qhx_rmsnorm1p(qj, qj, &lw->q_norm, hd, c->eps);
-                rope(qj, c->rot_dim, cs, sn);
-            }
-            for (int j = 0; j < hkv; j++) {
-                qhx_rmsnorm1p(k + (size_t)j * hd, k + (size_t)j * hd, &lw->k_norm, hd, c->eps);
-                rope(k + (size_t)j * hd, c->rot_dim, cs, sn);
-                qhx_kv_store(st->kv, k + (size_t)j * hd, hd, qhx_state_kv(st, ls->k_cache, j, pos0 + t));
-                qhx_kv_store(st->kv, v + (size_t)j * hd, hd, qhx_state_kv(st, ls->v_cache, j, pos0 + t));
-            }
-        }
+        qk_job qk = {c, lw, st, ls, qg + (size_t)t0 * hq * hd * 2, kv + (size_t)t0 * kvdim, kv + ((size_t)T + t0) * kvdim, nt, pos0};
+        if (nt > QHX_DECODE_MAX_T) qhx_pool_run(ex->pool, qk_rows, &qk);
+        else qk_rows(&qk, 0, 1);
         attn_job job = {ex->ks, qg + (size_t)t0 * hq * hd * 2, ls->k_cache, ls->v_cache, st->kv_head, (size_t)st->kv_capacity, st->kv,
                         att + (size_t)t0 * hq * hd, scratch, scratch_floats, nt, pos0, hq, hd, group, 1.0f / sqrtf((float)hd)};
         if (nt >= ATTN_BLOCKED_FROM && !ex->per_token) {
