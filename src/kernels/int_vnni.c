@@ -252,9 +252,10 @@ TARGET static qhx_status vnni_int_matmul(const qhx_tensor *W, const qhx_acts *X,
  * widening and one product; the conversion and multiply-add, once per 64 columns, are what bound
  * the kernel over blocks of 32 (Zen 5, one thread: 0.80 of a read loop against 0.85 over 64; in
  * the model +5-6 %; bench/README.md in git history, 2026-12-05). Each token alone, so results do not depend on T.
- * No software fetch: the hardware's streamer alone ran the 4B layers' matrices 1.07x faster on
- * two threads and 1.12x on one than the 8 KiB non-temporal fetch the other streams take
- * (bench/README.md, "Decode against the read limit"). */
+ * One token fetches nothing ahead: the hardware's streamer alone ran the 4B layers' matrices
+ * 1.07x faster on two threads and 1.12x on one than the 8 KiB non-temporal fetch the other streams
+ * take. Several tokens (a batched step) keep it: without it 4 sessions' steps fell from 3.4x one
+ * session's tok/s to 2.0x (bench/README.md, "Decode against the read limit"). */
 INLINE __m512i w8_widen(const int8_t *p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p)); }
 
 /* NT tokens (1-4) over one row group: each block widened once for all of them, each token's
@@ -270,6 +271,7 @@ INLINE void w8_decode_tokens(const int8_t *g, size_t nb, const qhx_acts *X, int 
     }
     for (size_t p = 0; p < pairs; p++) {
         const int8_t *wb = g + 2 * p * GB;
+        if (NT > 1) _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) _mm_prefetch((const char *)wb + QHX_STREAM_AHEAD + 64 * k, _MM_HINT_NTA);
         __m512i w0[QHX_W8_GROUP], w1[QHX_W8_GROUP];
         _Pragma("GCC unroll 4") for (int i = 0; i < QHX_W8_GROUP; i++) w0[i] = w8_widen(wb + i * QHX_W8_BLOCK), w1[i] = w8_widen(wb + GB + i * QHX_W8_BLOCK);
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {

@@ -195,8 +195,9 @@ unsigned qhx_cpu_features(void);
  * (distances alternated 15 times in one process, 2 threads, 4B MLP matrices); 16 KiB measured the
  * same as 8. Over 614 MB, 2 threads, at 72-76 GB/s, alternated 21 times with a plain read loop:
  * 0.87-0.89 of the loop against 0.70-0.73 fetching into every level (4 and 2 KiB ahead:
- * 0.76-0.84). The row-major rows and AVX2's one-pass int16 W8 fetch this far ahead; the AVX-512
- * W8 decode fetches nothing (int_vnni.c), W4 its own way. */
+ * 0.76-0.84). The row-major rows, AVX2's one-pass int16 W8 and the AVX-512 W8 decode of several
+ * tokens fetch this far ahead; the AVX-512 W8 decode of one token fetches nothing (int_vnni.c),
+ * W4 its own way. */
 #define QHX_STREAM_AHEAD 8192
 
 /* Up to this many tokens a call, the SIMD sets' fp32 matmuls run their decode kernels, one token
