@@ -16,17 +16,10 @@ double qhx_sumsq(const float *x, int n) {
     return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 
-/* element i of fp32 weights, which safetensors may leave unaligned (a plain load, vectorized) */
-static inline float f32_at(const void *p, int i) {
-    float f;
-    memcpy(&f, (const unsigned char *)p + 4 * (size_t)i, sizeof f);
-    return f;
-}
-
 void qhx_rmsnorm1p(float *out, const float *x, const qhx_tensor *w, int n, float eps) {
     const float inv = 1.0f / sqrtf((float)(qhx_sumsq(x, n) / n) + eps);
     if (w->dtype == QHX_F32)
-        for (int i = 0; i < n; i++) out[i] = x[i] * inv * (1.0f + f32_at(w->data, i));
+        for (int i = 0; i < n; i++) out[i] = x[i] * inv * (1.0f + qhx_f32_at(w->data, (size_t)i));
     else
         for (int i = 0; i < n; i++) out[i] = x[i] * inv * (1.0f + qhx_tensor_get(w, (size_t)i));
 }
@@ -34,7 +27,7 @@ void qhx_rmsnorm1p(float *out, const float *x, const qhx_tensor *w, int n, float
 void qhx_rmsnorm_gated(float *x, const float *gate, const qhx_tensor *w, int n, float eps) {
     const float inv = 1.0f / sqrtf((float)(qhx_sumsq(x, n) / n) + eps);
     if (w->dtype == QHX_F32)
-        for (int i = 0; i < n; i++) x[i] = x[i] * inv * f32_at(w->data, i) * gate[i];
+        for (int i = 0; i < n; i++) x[i] = x[i] * inv * qhx_f32_at(w->data, (size_t)i) * gate[i];
     else
         for (int i = 0; i < n; i++) x[i] = x[i] * inv * qhx_tensor_get(w, (size_t)i) * gate[i];
 }

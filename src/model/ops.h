@@ -8,14 +8,20 @@
 #include <math.h>
 #include <string.h>
 
+/* element i of fp32 data, which safetensors may leave unaligned (a plain load, vectorized) */
+static inline __attribute__((always_inline)) float qhx_f32_at(const void *p, size_t i) {
+    float f;
+    memcpy(&f, (const unsigned char *)p + 4 * i, sizeof f);
+    return f;
+}
+
 /* Element i of a weight, widened to fp32 (the data may be unaligned: safetensors packs tightly).
  * Inline: the norms and the conv read their small weights through it once per token. */
 static inline __attribute__((always_inline)) float qhx_tensor_get(const qhx_tensor *t, size_t i) {
     const unsigned char *p = t->data;
     uint16_t h;
-    float f;
     switch (t->dtype) {
-    case QHX_F32: memcpy(&f, p + 4 * i, 4); return f;
+    case QHX_F32: return qhx_f32_at(p, i);
     case QHX_BF16: memcpy(&h, p + 2 * i, 2); return qhx_bf16_to_f32(h);
     case QHX_F16: memcpy(&h, p + 2 * i, 2); return qhx_f16_to_f32(h);
     case QHX_I8: {

@@ -338,10 +338,11 @@ static qhx_status gated_attention(const qhx_exec *ex, const qhx_config *c, const
         const qhx_state *st = runs[r].st;
         qhx_layer_state *ls = qhx_state_layer(st, l);
         const int pos0 = st->pos, t0 = runs[r].row0, nt = runs[r].n;
-        qk_job qk = {c, lw, st, ls, qg + (size_t)t0 * hq * hd * 2, kv + (size_t)t0 * kvdim, kv + ((size_t)T + t0) * kvdim, nt, pos0};
+        float *qg0 = qg + (size_t)t0 * hq * hd * 2; /* the run's first query row */
+        qk_job qk = {c, lw, st, ls, qg0, kv + (size_t)t0 * kvdim, kv + ((size_t)T + t0) * kvdim, nt, pos0};
         if (nt > QHX_DECODE_MAX_T) qhx_pool_run(ex->pool, qk_rows, &qk);
         else qk_rows(&qk, 0, 1);
-        attn_job job = {ex->ks, qg + (size_t)t0 * hq * hd * 2, ls->k_cache, ls->v_cache, st->kv_head, (size_t)st->kv_capacity, st->kv,
+        attn_job job = {ex->ks, qg0, ls->k_cache, ls->v_cache, st->kv_head, (size_t)st->kv_capacity, st->kv,
                         att + (size_t)t0 * hq * hd, scratch, scratch_floats, nt, pos0, hq, hd, group, 1.0f / sqrtf((float)hd)};
         if (nt >= ATTN_BLOCKED_FROM && !ex->per_token) {
             qhx_pool_run(ex->pool, attention_blocks, &job);
