@@ -46,14 +46,21 @@ static void remove_stale(const char *dir) {
     free(parent);
 }
 
+/* DIR.tmp-PID or DIR.old-PID, malloc'd (NULL: out of memory) */
+static char *sibling(const char *dir, const char *what) {
+    const size_t n = strlen(dir);
+    char *s = malloc(n + 32);
+    if (s) memcpy(s, dir, n), snprintf(s + n, 32, ".%s-%d", what, (int)getpid());
+    return s;
+}
+
 qhx_status qhx_outdir_begin(const char *dir, int force, char **tmp) {
     struct stat st;
     *tmp = NULL;
     if (!*dir) return qhx_fail(QHX_ERR_ARG, "output directory name is empty");
     if (stat(dir, &st) == 0 && !force) return qhx_fail(QHX_ERR_IO, "%s: already exists (use --force to replace it)", dir);
-    char *t = malloc(strlen(dir) + 32);
+    char *t = sibling(dir, "tmp");
     if (!t) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
-    sprintf(t, "%s.tmp-%d", dir, (int)getpid());
     qhx_outdir_remove(t); /* a leftover of an earlier process with our pid */
     remove_stale(dir);
     if (mkdir(t, 0755) != 0) {
@@ -67,9 +74,8 @@ qhx_status qhx_outdir_begin(const char *dir, int force, char **tmp) {
 
 qhx_status qhx_outdir_publish(const char *tmp, const char *dir) {
     struct stat st;
-    char *old = malloc(strlen(dir) + 32);
+    char *old = sibling(dir, "old");
     if (!old) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
-    sprintf(old, "%s.old-%d", dir, (int)getpid());
     /* One atomic swap where the filesystem can: at every instant dir is the old or the new one. */
     if (stat(dir, &st) == 0 && renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
         qhx_outdir_remove(tmp); /* the old one, now under the temporary name */
