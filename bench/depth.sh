@@ -34,9 +34,11 @@ stride=$((${ds[1]:-512} / 512))
 for d in "${ds[@]}"; do
     (( d % 512 == 0 && (d / 512) % stride == 0 )) || { echo "depth $d: not a multiple of the sweep stride, $((stride * 512)) tokens" >&2; exit 2; }
 done
-for w in w8 w4; do
-    [[ -f $dir/4b-$w/manifest.json ]] ||
-        "$root/build/qhx" synth --preset 4b --seed 1 --out "$dir/4b-$w" --bundle $w --lmhead $w --context-len $ctx
+for w in w8 w4; do # written again where an earlier run's is missing or holds too few positions
+    m=$dir/4b-$w/manifest.json
+    have=$([[ -f $m ]] && python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["context_length"])' "$m" || echo 0)
+    ((have >= ctx)) ||
+        "$root/build/qhx" synth --preset 4b --seed 1 --out "$dir/4b-$w" --bundle $w --lmhead $w --context-len $ctx --force
 done
 for t in q8_0 q4_0; do [[ -s $dir/4b.$t.gguf ]] || "$root/build/gguf_synth" preset:4b "$dir/4b.$t.gguf" $t; done
 
@@ -51,11 +53,12 @@ for line in sys.stdin:
     r = json.loads(line)
     if r["n_kv"] in wanted: print(r["n_kv"], round(r["speed_pp"], 2), round(r["speed_tg"], 2))' "$depths"
 }
-qhx_run() { # BUNDLE: the same
-    "$root/build/qhx" bench "$1" -t "$threads" --kv "${QHX_KV:-f16}" --prompts 16 --decode "$decode" --depth "$depths" --json |
-        tee "$dir/qhx-$(basename "$1").json" | python3 -c '
+qhx_run() { # BUNDLE: the same (a failed bench has said why on stderr; the script stops there)
+    local out=$dir/qhx-$(basename "$1").json
+    "$root/build/qhx" bench "$1" -t "$threads" --kv "${QHX_KV:-f16}" --prompts 16 --decode "$decode" --depth "$depths" --json >"$out" || return 1
+    python3 -c '
 import json, sys
-for r in json.load(sys.stdin)["depths"]: print(r["depth"], r["prefill_512_tok_s"], r["decode_tok_s"], r["decode_vs_depth0"])'
+for r in json.load(open(sys.argv[1]))["depths"]: print(r["depth"], r["prefill_512_tok_s"], r["decode_tok_s"], r["decode_vs_depth0"])' "$out"
 }
 rows=$(mktemp) # "pair depth prefill-ratio decode-ratio qhexrt-vs-0 ik-vs-0", a line per round
 trap 'rm -f "$rows"' EXIT
