@@ -34,10 +34,9 @@ stride=$((${ds[1]:-512} / 512))
 for d in "${ds[@]}"; do
     (( d % 512 == 0 && (d / 512) % stride == 0 )) || { echo "depth $d: not a multiple of the sweep stride, $((stride * 512)) tokens" >&2; exit 2; }
 done
-for w in w8 w4; do # written again where an earlier run's is missing or holds too few positions
-    m=$dir/4b-$w/manifest.json
-    have=$([[ -f $m ]] && python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["context_length"])' "$m" || echo 0)
-    ((have >= ctx)) ||
+for w in w8 w4; do # written again where an earlier run's is missing, unreadable or holds too few positions
+    have=$("$root/build/qhx" inspect "$dir/4b-$w" 2>/dev/null | sed -n 's/^context: \([0-9]*\) positions$/\1/p' || true)
+    ((${have:-0} >= ctx)) ||
         "$root/build/qhx" synth --preset 4b --seed 1 --out "$dir/4b-$w" --bundle $w --lmhead $w --context-len $ctx --force
 done
 for t in q8_0 q4_0; do [[ -s $dir/4b.$t.gguf ]] || "$root/build/gguf_synth" preset:4b "$dir/4b.$t.gguf" $t; done
