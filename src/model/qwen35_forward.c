@@ -32,15 +32,16 @@ static float *carve(carver *cv, size_t n) {
     return p;
 }
 
-#define QBLOCK 32            /* queries of one attention_blocks item */
+#define QBLOCK 64            /* queries of one attention_blocks item */
 #define KTILE 128            /* cached rows of one attention_blocks step */
 #define ATTN_BLOCKED_FROM 8  /* tokens a run; fewer: a gemm this narrow wastes most of its lanes */
 
 /* floats of one attention thread's scratch, whatever the depth: attention_blocks' queries
- * [group][hd][QBLOCK], scores [KTILE][QBLOCK], widened key and value tiles [KTILE][hd] and the
- * running maxima and sums [group][QBLOCK]; or attend's tile of scores a query head */
+ * [group][hd][QBLOCK] and outputs [group][QBLOCK][hd], scores [KTILE][QBLOCK], widened key and
+ * value tiles [KTILE][hd] and the running maxima and sums [group][QBLOCK]; or attend's tile of
+ * scores a query head */
 static size_t attention_block_floats(int hd, int group) {
-    const size_t blocks = (size_t)group * hd * QBLOCK + (size_t)KTILE * QBLOCK + (size_t)2 * KTILE * hd + (size_t)2 * group * QBLOCK,
+    const size_t blocks = (size_t)2 * group * hd * QBLOCK + (size_t)KTILE * QBLOCK + (size_t)2 * KTILE * hd + (size_t)2 * group * QBLOCK,
                  pairs = (size_t)group * QHX_ATTEND_TILE;
     return ((blocks > pairs ? blocks : pairs) + 15) & ~(size_t)15;
 }
@@ -232,31 +233,45 @@ static const float *head_tile(const attn_job *J, const unsigned char *cache, int
     return buf;
 }
 
+/* The bytes of tile rows [p0, p0 + KTILE) of a head's K and V, piece `piece` of `pieces`, fetched
+ * into L2 while the tile before them is multiplied: widening them on demand stalled on memory at
+ * depth (a head outgrows the caches at ~8k tokens). */
+static void fetch_tile_piece(const attn_job *J, int kvh, int p0, int n, int piece, int pieces) {
+    if (p0 >= n) return;
+    const size_t bytes = (size_t)(n - p0 < KTILE ? n - p0 : KTILE) * J->head, at = ((size_t)kvh * J->cap + p0) * J->head;
+    for (size_t b = bytes * piece / pieces & ~(size_t)63; b < bytes * (piece + 1) / pieces; b += 64) {
+        __builtin_prefetch(J->kc + at + b, 0, 2);
+        __builtin_prefetch(J->vc + at + b, 0, 2);
+    }
+}
+
 /* One item is a KV head and a block of queries: each tile of the head's rows is widened once for
  * the query heads that share it (at 16k tokens a head's rows outgrow the caches, and widening them
  * once a query head read them from memory that many times). The scores come out a query a column
  * (K q), the running softmax takes them a query a lane (ks->softmax_tile), and the weights go into
- * the product with V as they lie (A transposed, ks->gemm's acs). */
+ * the product with V as they lie (A transposed, ks->gemm's acs), into outputs of the block's own
+ * (rows of att lie hq * hd apart, and stepping them cost 5 % at 16k). QBLOCK 64 widens a tile for
+ * twice the queries that 32 did (1.08x at 16k: bench/README.md, "Depth"); KTILE sets where the
+ * running softmax rescales, so it is part of the result and must not change with the block. */
 static void attention_blocks(void *arg, int th, int nth) {
     const attn_job *J = arg;
-    const int hd = J->hd, G = J->group, hkv = J->hq / G, blocks = (J->T + QBLOCK - 1) / QBLOCK, ostride = J->hq * hd;
+    const int hd = J->hd, G = J->group, hkv = J->hq / G, blocks = (J->T + QBLOCK - 1) / QBLOCK;
     float *QT = J->scratch + (size_t)th * J->scratch_floats; /* [G][hd][QBLOCK]: the block's queries, transposed */
-    float *ST = QT + (size_t)G * hd * QBLOCK;               /* [KTILE][QBLOCK]: K q, then the weights, one column a query */
+    float *OB = QT + (size_t)G * hd * QBLOCK;               /* [G][QBLOCK][hd]: their outputs */
+    float *ST = OB + (size_t)G * QBLOCK * hd;               /* [KTILE][QBLOCK]: K q, then the weights, one column a query */
     float *KB = ST + (size_t)KTILE * QBLOCK, *VB = KB + (size_t)KTILE * hd; /* widened tiles */
     float *mx = VB + (size_t)KTILE * hd, *sum = mx + (size_t)G * QBLOCK; /* [G][QBLOCK] each */
     int seen[QBLOCK];
     for (int item = th; item < hkv * blocks; item += nth) {
         const int kvh = item % hkv, t0 = item / hkv * QBLOCK;
         const int nq = J->T - t0 < QBLOCK ? J->T - t0 : QBLOCK, n = J->pos0 + t0 + nq; /* the block's last query sees n */
-        for (int g = 0; g < G; g++) {
-            const int j = kvh * G + g;
+        for (int g = 0; g < G; g++)
             for (int i = 0; i < nq; i++) {
-                const float *qi = J->qg + ((size_t)(t0 + i) * J->hq + j) * hd * 2;
+                const float *qi = J->qg + ((size_t)(t0 + i) * J->hq + kvh * G + g) * hd * 2;
                 for (int d = 0; d < hd; d++) QT[((size_t)g * hd + d) * QBLOCK + i] = qi[d];
-                memset(J->att + ((size_t)(t0 + i) * J->hq + j) * hd, 0, sizeof(float) * hd);
                 mx[g * QBLOCK + i] = -INFINITY, sum[g * QBLOCK + i] = 0.0f;
             }
-        }
+        memset(OB, 0, sizeof(float) * (size_t)G * QBLOCK * hd);
         for (int p0 = 0; p0 < n; p0 += KTILE) {
             const int kt = n - p0 < KTILE ? n - p0 : KTILE;
             const float *K = head_tile(J, J->kc, kvh, p0, kt, KB), *V = head_tile(J, J->vc, kvh, p0, kt, VB);
@@ -265,19 +280,21 @@ static void attention_blocks(void *arg, int th, int nth) {
                 seen[i] = r < 0 ? 0 : r > kt ? kt : r;
             }
             for (int g = 0; g < G; g++) {
-                float *o = J->att + ((size_t)t0 * J->hq + kvh * G + g) * hd;
+                float *o = OB + (size_t)g * QBLOCK * hd;
                 memset(ST, 0, sizeof(float) * (size_t)kt * QBLOCK);
                 J->ks->gemm(kt, nq, hd, J->scale, K, hd, 1, QT + (size_t)g * hd * QBLOCK, QBLOCK, ST, QBLOCK);
-                J->ks->softmax_tile(ST, kt, QBLOCK, nq, seen, mx + g * QBLOCK, sum + g * QBLOCK, o, (size_t)ostride, hd);
-                J->ks->gemm(nq, hd, kt, 1.0f, ST, 1, QBLOCK, V, hd, o, ostride);
+                if (J->form != QHX_KV_F32) fetch_tile_piece(J, kvh, p0 + KTILE, n, 2 * g, 2 * G);
+                J->ks->softmax_tile(ST, kt, QBLOCK, nq, seen, mx + g * QBLOCK, sum + g * QBLOCK, o, (size_t)hd, hd);
+                J->ks->gemm(nq, hd, kt, 1.0f, ST, 1, QBLOCK, V, hd, o, hd);
+                if (J->form != QHX_KV_F32) fetch_tile_piece(J, kvh, p0 + KTILE, n, 2 * g + 1, 2 * G);
             }
         }
         for (int g = 0; g < G; g++)
             for (int i = 0; i < nq; i++) {
                 const int j = kvh * G + g;
+                const float *ob = OB + ((size_t)g * QBLOCK + i) * hd, inv = 1.0f / sum[g * QBLOCK + i];
                 float *oi = J->att + ((size_t)(t0 + i) * J->hq + j) * hd;
-                const float inv = 1.0f / sum[g * QBLOCK + i];
-                for (int e = 0; e < hd; e++) oi[e] *= inv;
+                for (int e = 0; e < hd; e++) oi[e] = ob[e] * inv;
                 gate_output(oi, J->qg + ((size_t)(t0 + i) * J->hq + j) * hd * 2 + hd, hd);
             }
     }
