@@ -4,7 +4,7 @@
  *    2 x 4 x N rows, 64 MiB in f32 at 16k, so it comes from memory); on THREADS threads the heads
  *    are dealt out as the model deals them, and the read loop is split the same way; best and mean
  *    of the passes, since threads that share the bus see its noise;
- *  - prefill: a 32-query block against a 128-row tile as attention_blocks runs it (the scores
+ *  - prefill: a 64-query block against a 128-row tile as attention_blocks runs it (the scores
  *    K q^T, the running softmax a query a lane, the weights times V through a transposed A), in
  *    GFLOP/s of the products next to the peak of independent FMAs in registers, with and without
  *    the softmax.
@@ -124,30 +124,31 @@ int main(int argc, char **argv) {
         free(k);
         free(v);
     }
-    /* prefill's tile: scores ST [128][32] = K [128][256] Q^T [256][32], the softmax over ST's
-     * columns, out [32][256] += ST^T [32][128] V [128][256] */
-    float *K = malloc(sizeof(float) * 128 * 256), *QT = malloc(sizeof(float) * 256 * 32), *ST = malloc(sizeof(float) * 128 * 32);
-    float *O = malloc(sizeof(float) * 32 * 256), mx[32], sm[32];
-    int seen[32];
+    /* prefill's tile: scores ST [128][QB] = K [128][256] Q^T [256][QB], the softmax over ST's
+     * columns, out [QB][256] += ST^T [QB][128] V [128][256] */
+    enum { QB = 64 };
+    float *K = malloc(sizeof(float) * 128 * 256), *QT = malloc(sizeof(float) * 256 * QB), *ST = malloc(sizeof(float) * 128 * QB);
+    float *O = malloc(sizeof(float) * QB * 256), mx[QB], sm[QB];
+    int seen[QB];
     for (int i = 0; i < 128 * 256; i++) K[i] = frand();
-    for (int i = 0; i < 256 * 32; i++) QT[i] = frand();
-    for (int i = 0; i < 32; i++) seen[i] = 128, mx[i] = -INFINITY, sm[i] = 0;
-    memset(O, 0, sizeof(float) * 32 * 256);
-    const int tiles = 2000;
+    for (int i = 0; i < 256 * QB; i++) QT[i] = frand();
+    for (int i = 0; i < QB; i++) seen[i] = 128, mx[i] = -INFINITY, sm[i] = 0;
+    memset(O, 0, sizeof(float) * QB * 256);
+    const int tiles = 1000;
     double best = 1e30, best_soft = 1e30;
     for (int r = 0; r < reps; r++)
         for (int soft = 0; soft < 2; soft++) {
             const double t0 = now();
             for (int t = 0; t < tiles; t++) {
-                ks->gemm(128, 32, 256, 0.0625f, K, 256, 1, QT, 32, ST, 32);
-                if (soft) ks->softmax_tile(ST, 128, 32, 32, seen, mx, sm, O, 256, 256);
-                ks->gemm(32, 256, 128, 1.0f, ST, 1, 32, K, 256, O, 256);
+                ks->gemm(128, QB, 256, 0.0625f, K, 256, 1, QT, QB, ST, QB);
+                if (soft) ks->softmax_tile(ST, 128, QB, QB, seen, mx, sm, O, 256, 256);
+                ks->gemm(QB, 256, 128, 1.0f, ST, 1, QB, K, 256, O, 256);
             }
             const double dt = now() - t0;
             if (soft) best_soft = dt < best_soft ? dt : best_soft;
             else best = dt < best ? dt : best;
         }
-    const double flops = 2.0 * tiles * (2.0 * 128 * 32 * 256);
+    const double flops = 2.0 * tiles * (2.0 * 128 * QB * 256);
     /* the peak: 16 independent chains of fused multiply-adds over 16 registers of 16 lanes (8 on
      * AVX2: counted as issued, so a wider layer shows its width) */
     double peak = 1e30;
@@ -159,7 +160,7 @@ int main(int argc, char **argv) {
         peak = dt < peak ? dt : peak;
     }
     const double peak_flops = 20000000.0 * 12 * 16 * 2 / peak;
-    printf("prefill tile (32 queries x 128 rows x 256): products %.1f GFLOP/s, with the softmax %.1f", flops / best / 1e9,
+    printf("prefill tile (%d queries x 128 rows x 256): products %.1f GFLOP/s, with the softmax %.1f", QB, flops / best / 1e9,
            flops / best_soft / 1e9);
     if (qhx_fma_peak_probe(0) != 0) /* on this machine */
         printf("; fp32 FMA peak of one core %.1f GFLOP/s (%.2f and %.2f of it)", peak_flops / 1e9, flops / best / peak_flops,
