@@ -234,8 +234,8 @@ static const float *head_tile(const attn_job *J, const unsigned char *cache, int
 }
 
 /* The bytes of tile rows [p0, p0 + KTILE) of a head's K and V, piece `piece` of `pieces`, fetched
- * into L2 while the tile before them is multiplied: widening them on demand stalled on memory at
- * depth (a head outgrows the caches at ~8k tokens). */
+ * into L2 while the tile before them is multiplied: read on demand, they stalled the widening (or
+ * f32's products) on memory at depth, where a head outgrows the caches (~8k tokens). */
 static void fetch_tile_piece(const attn_job *J, int kvh, int p0, int n, int piece, int pieces) {
     if (p0 >= n) return;
     const size_t bytes = (size_t)(n - p0 < KTILE ? n - p0 : KTILE) * J->head, at = ((size_t)kvh * J->cap + p0) * J->head;
@@ -250,7 +250,7 @@ static void fetch_tile_piece(const attn_job *J, int kvh, int p0, int n, int piec
  * once a query head read them from memory that many times). The scores come out a query a column
  * (K q), the running softmax takes them a query a lane (ks->softmax_tile), and the weights go into
  * the product with V as they lie (A transposed, ks->gemm's acs), into outputs of the block's own
- * (rows of att lie hq * hd apart, and stepping them cost 5 % at 16k). QBLOCK 64 widens a tile for
+ * (rows of att lie hq * hd floats apart: with blocks of 64, ~5 % at 16k). QBLOCK 64 widens a tile for
  * twice the queries that 32 did (1.08x at 16k: bench/README.md, "Depth"); KTILE sets where the
  * running softmax rescales, so it is part of the result and must not change with the block. */
 static void attention_blocks(void *arg, int th, int nth) {
@@ -283,10 +283,10 @@ static void attention_blocks(void *arg, int th, int nth) {
                 float *o = OB + (size_t)g * QBLOCK * hd;
                 memset(ST, 0, sizeof(float) * (size_t)kt * QBLOCK);
                 J->ks->gemm(kt, nq, hd, J->scale, K, hd, 1, QT + (size_t)g * hd * QBLOCK, QBLOCK, ST, QBLOCK);
-                if (J->form != QHX_KV_F32) fetch_tile_piece(J, kvh, p0 + KTILE, n, 2 * g, 2 * G);
+                fetch_tile_piece(J, kvh, p0 + KTILE, n, 2 * g, 2 * G);
                 J->ks->softmax_tile(ST, kt, QBLOCK, nq, seen, mx + g * QBLOCK, sum + g * QBLOCK, o, (size_t)hd, hd);
                 J->ks->gemm(nq, hd, kt, 1.0f, ST, 1, QBLOCK, V, hd, o, hd);
-                if (J->form != QHX_KV_F32) fetch_tile_piece(J, kvh, p0 + KTILE, n, 2 * g + 1, 2 * G);
+                fetch_tile_piece(J, kvh, p0 + KTILE, n, 2 * g + 1, 2 * G);
             }
         }
         for (int g = 0; g < G; g++)
