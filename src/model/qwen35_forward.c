@@ -239,7 +239,7 @@ static const float *head_tile(const attn_job *J, const unsigned char *cache, int
 static void fetch_tile_piece(const attn_job *J, int kvh, int p0, int n, int piece, int pieces) {
     if (p0 >= n) return;
     const size_t bytes = (size_t)(n - p0 < KTILE ? n - p0 : KTILE) * J->head, at = ((size_t)kvh * J->cap + p0) * J->head;
-    for (size_t b = bytes * piece / pieces & ~(size_t)63; b < bytes * (piece + 1) / pieces; b += 64) {
+    for (size_t b = (bytes * piece / pieces) & ~(size_t)63; b < bytes * (piece + 1) / pieces; b += 64) {
         __builtin_prefetch(J->kc + at + b, 0, 2);
         __builtin_prefetch(J->vc + at + b, 0, 2);
     }
@@ -250,9 +250,9 @@ static void fetch_tile_piece(const attn_job *J, int kvh, int p0, int n, int piec
  * once a query head read them from memory that many times). The scores come out a query a column
  * (K q), the running softmax takes them a query a lane (ks->softmax_tile), and the weights go into
  * the product with V as they lie (A transposed, ks->gemm's acs), into outputs of the block's own
- * (rows of att lie hq * hd floats apart: with blocks of 64, ~5 % at 16k). QBLOCK 64 widens a tile for
- * twice the queries that 32 did (1.08x at 16k: bench/README.md, "Depth"); KTILE sets where the
- * running softmax rescales, so it is part of the result and must not change with the block. */
+ * (rows of att lie hq * hd floats apart). A block of 64 queries shares each widened tile twice as
+ * widely as 32 did (bench/README.md, "Depth"); KTILE sets where the running softmax rescales, so
+ * it is part of the result and must not change with the block. */
 static void attention_blocks(void *arg, int th, int nth) {
     const attn_job *J = arg;
     const int hd = J->hd, G = J->group, hkv = J->hq / G, blocks = (J->T + QBLOCK - 1) / QBLOCK;
