@@ -59,6 +59,23 @@ static void test_gbnf(void) {
         {"root ::= x\nx ::= \"(\" x? \")\"", "((()))", 1},
         {"root ::= x\nx ::= \"(\" x? \")\"", "(()", 0},
         {"root ::= \"\" | \"a\"", "", 1},
+        /* a quantifier over a quantified element is one quantifier: (x+)+ = x+, (x?)? = x?, else x* */
+        {"root ::= \"ab\"++", "ababab", 1},
+        {"root ::= \"ab\"++", "", 0},
+        {"root ::= [0-9]** \"x\"", "x", 1},
+        {"root ::= (\"a\"+)* \"b\"", "b", 1},
+        {"root ::= (\"a\"+)* \"b\"", "aaab", 1},
+        {"root ::= (\"a\"?)+ \"b\"", "aab", 1},
+        {"root ::= (\"a\"+)? \"b\"", "aab", 1},
+        {"root ::= (\"a\"?)? \"b\"", "ab", 1},
+        {"root ::= (\"a\"?)? \"b\"", "aab", -1},
+        {"root ::= ((\"a\"+)+)+ \"b\"", "aaaab", 1},
+        {"root ::= ((\"a\"+)+)+ \"b\"", "b", -1},
+        {"root ::= (\"a\"+ \"c\")+ \"b\"", "aacacb", 1}, /* two elements: a group, as it was */
+        {"root ::= (\"a\"+ | \"c\")+ \"b\"", "acab", 1},
+        {"root ::= \"a\"+{2}", "aaa", 1},
+        {"root ::= \"a\"{2}+", "aaa", 0},
+        {"root ::= \"a\"{2}+", "aaaa", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         qhx_grammar *g = gbnf(cases[i].g);
@@ -243,6 +260,38 @@ static void run_file(const char *file, tally *t, int tokens) {
         free(schema);
     }
     json_decref(doc);
+}
+
+/* Ambiguity over the real vocabulary. Stacked quantifiers collapse (the parser), so twelve of them
+ * mask as one does, after every byte: each level used to double a state's stacks, and the mask's
+ * work with them. Nested repetitions through rules cannot collapse there: a mask that would step
+ * past QHX_GMATCH_MASK_WORK stacks fails at once and says why, where it took minutes. */
+static void test_ambiguity(void) {
+    if (!qwen) return;
+    qhx_grammar *one = NULL, *many = NULL, *rules = NULL;
+    const char *g1 = "root ::= [^a-z]+", *g12 = "root ::= [^a-z]++++++++++++";
+    char g_rules[512] = "root ::= r0\n";
+    for (int i = 0; i < 11; i++) snprintf(g_rules + strlen(g_rules), 64, "r%d ::= r%d+\n", i, i + 1);
+    strcat(g_rules, "r11 ::= [^a-z]+\n");
+    if (qhx_gbnf_compile(g1, strlen(g1), qwen, &one) || qhx_gbnf_compile(g12, strlen(g12), qwen, &many) ||
+        qhx_gbnf_compile(g_rules, strlen(g_rules), qwen, &rules)) {
+        CHECK(0, "compile: %s", qhx_last_error());
+    } else {
+        qhx_gmatch *a, *b, *c;
+        qhx_gmatch_new(one, &a), qhx_gmatch_new(many, &b), qhx_gmatch_new(rules, &c);
+        const size_t words = ((size_t)qhx_tokenizer_n_ids(qwen) + 63) / 64;
+        int same = 1, failed = 0;
+        for (int k = 0; k < 4; k++) {
+            const uint64_t *ma = qhx_gmatch_mask(a), *mb = qhx_gmatch_mask(b);
+            same &= ma && mb && !memcmp(ma, mb, words * sizeof *ma);
+            qhx_gmatch_accept(a, "1 ", 2), qhx_gmatch_accept(b, "1 ", 2);
+        }
+        if (!qhx_gmatch_mask(c)) failed = qhx_gmatch_error(c) == QHX_ERR_RANGE && strstr(qhx_last_error(), "too ambiguous");
+        CHECK(same, "%s masks as %s", g12, g1);
+        CHECK(failed, "twelve nested repetitions through rules: a mask fails as too ambiguous (%s)", qhx_last_error());
+        qhx_gmatch_free(a), qhx_gmatch_free(b), qhx_gmatch_free(c);
+    }
+    qhx_grammar_free(one), qhx_grammar_free(many), qhx_grammar_free(rules);
 }
 
 /* The mask's shortcuts (a looping string state, a bounded string's runway with its pieces by
@@ -549,6 +598,7 @@ int main(void) {
     test_suite();
     test_schema_refs();
     test_mask_shortcuts();
+    test_ambiguity();
     test_generate();
     qhx_tokenizer_free(qwen);
     return tl_finish("test_grammar");

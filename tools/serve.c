@@ -70,6 +70,11 @@ enum MHD_Result send_error(server *sv, struct MHD_Connection *c, unsigned status
     return send_json(sv, c, status, e);
 }
 
+/* A generation that failed on what the request asked for (past the context, a grammar too
+ * ambiguous to constrain) is the client's to fix: 400; anything else is the server's. */
+static const char *failure_type(qhx_status st) {
+    return st == QHX_ERR_ARG || st == QHX_ERR_RANGE ? "invalid_request_error" : "server_error";
+}
 
 /* ---- generation ---- */
 
@@ -592,7 +597,7 @@ static void *stream_worker(void *arg) {
     } else if (st == QHX_ERR_CANCELLED) {
         log_request(jb, 499, &res); /* nginx's "client closed request" */
     } else {
-        json_t *e = json_pack("{s:{s:s, s:s}}", "error", "message", qhx_last_error(), "type", "server_error");
+        json_t *e = json_pack("{s:{s:s, s:s}}", "error", "message", qhx_last_error(), "type", failure_type(st));
         send_event(jb, e);
     }
     close(jb->fd);
@@ -658,7 +663,7 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
     qhx_status st = run_job(jb, &res);
     enum MHD_Result ret;
     if (st == QHX_ERR_CANCELLED) ret = MHD_NO, log_request(jb, 499, &res); /* the client left, or the server is stopping */
-    else if (st) ret = send_error(sv, c, 500, "server_error", NULL, NULL, "%s", qhx_last_error());
+    else if (st) ret = send_error(sv, c, strcmp(failure_type(st), "server_error") ? 400 : 500, failure_type(st), NULL, NULL, "%s", qhx_last_error());
     else {
         while (jb->n_reasoning && jb->reasoning && jb->reasoning[jb->n_reasoning - 1] == '\n') jb->n_reasoning--;
         while (jb->shown_reasoning.len && jb->shown_reasoning.s[jb->shown_reasoning.len - 1] == '\n') jb->shown_reasoning.len--;

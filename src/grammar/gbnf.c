@@ -40,6 +40,8 @@ typedef struct {
     size_t n_cs, cap_cs;
     int depth;
     qhx_status err;
+    char single;       /* the sequence or group just parsed is one element under this * + or ?, */
+    qhx_gsym single_x; /* this one */
 } parser;
 
 static int line_of(const parser *ps, const char *at) {
@@ -278,14 +280,22 @@ static int one_symbol(parser *ps, int rule, seq *q, size_t from) {
     return seq_push(q, G_RULE, r) ? (oom(ps), -1) : 0;
 }
 
+/* A quantifier over a quantified element, as one quantifier: (x+)+ is x+, (x?)? is x?, every other
+ * pair of * + ? is x*. Stacked, they are ambiguous ("xx" is one x+ or two) and a state's stacks
+ * double with each level; (x*)* would even be left-recursive. */
+static char stacked(char inner, char outer) { return inner == outer && inner != '*' ? inner : '*'; }
+
 /* One alternative: elements until | ) or the end of the rule. */
 static int parse_sequence(parser *ps, int rule, seq *q, int nested) {
     size_t last = 0; /* where the last element starts in q */
+    char lastq = 0;  /* the * + or ? over it, of the element lastx */
+    qhx_gsym lastx = {0};
     for (;;) {
         skip_space(ps, nested);
+        ps->single = last == 0 ? lastq : 0, ps->single_x = lastx;
         if (ps->p >= ps->end) return 0;
         char c = *ps->p;
-        if (c != '*' && c != '+' && c != '?' && c != '{') last = q->n;
+        if (c != '*' && c != '+' && c != '?' && c != '{') last = q->n, lastq = 0;
         if (c == '|' || c == ')' || c == '\n' || c == '\r') return 0;
         if (c == '"') {
             ps->p++;
@@ -338,8 +348,16 @@ static int parse_sequence(parser *ps, int rule, seq *q, int nested) {
             if (ps->p >= ps->end || *ps->p != ')') return perr(ps, "expected )"), -1;
             ps->p++;
             if (seq_push(q, G_RULE, r)) return oom(ps), -1;
+            lastq = ps->single, lastx = ps->single_x; /* (x+) is x+ to a quantifier after it */
         } else if (c == '*' || c == '+' || c == '?' || c == '{') {
-            if (one_symbol(ps, rule, q, last)) return -1;
+            if (lastq && c != '{') { /* stacked: one quantifier over the element */
+                c = stacked(lastq, c);
+                q->n = last;
+                if (seq_push(q, lastx.kind, lastx.arg)) return oom(ps), -1;
+            } else {
+                if (one_symbol(ps, rule, q, last)) return -1;
+                lastx = q->s[q->n - 1];
+            }
             ps->p++;
             long min = c == '+', max = c == '?' ? 1 : -1;
             if (c == '{') {
@@ -359,6 +377,7 @@ static int parse_sequence(parser *ps, int rule, seq *q, int nested) {
                 if (max >= 0 && max < min) return perr(ps, "repetition {m,n} with n < m"), -1;
             }
             if (repeat(ps, rule, q, min, max)) return -1;
+            lastq = c == '{' ? 0 : c;
         } else {
             return perr(ps, "unexpected character"), -1;
         }
@@ -366,12 +385,13 @@ static int parse_sequence(parser *ps, int rule, seq *q, int nested) {
 }
 
 static int parse_alternates(parser *ps, int rule) {
-    for (;;) {
+    for (int n = 1;; n++) {
         seq q = {0};
         if (parse_sequence(ps, rule, &q, ps->depth > 0)) {
             free(q.s);
             return -1;
         }
+        const char single = ps->single;
         if (add_alt(ps, rule, &q)) return -1;
         skip_space(ps, ps->depth > 0);
         if (ps->p < ps->end && *ps->p == '|') {
@@ -379,6 +399,7 @@ static int parse_alternates(parser *ps, int rule) {
             skip_space(ps, 1);
             continue;
         }
+        ps->single = n == 1 ? single : 0;
         return 0;
     }
 }

@@ -63,6 +63,9 @@ typedef struct qhx_gmatch qhx_gmatch;
 /* Stacks a state may hold: an ambiguous grammar ((a{0,1000}){0,1000}) could otherwise grow its
  * state without bound; past this, checks refuse and masks fail (qhx_gmatch_error says why). */
 #define QHX_GMATCH_MAX_STACKS 8192
+/* Stacks one mask may step over the vocabulary's trie (~20 ns each): a state of a few stacks
+ * steps up to ~1 M, one of thousands (nested repetitions through rules) would take minutes. */
+#define QHX_GMATCH_MASK_WORK (32 << 20)
 
 qhx_status qhx_gmatch_new(const qhx_grammar *g, qhx_gmatch **out);
 void qhx_gmatch_free(qhx_gmatch *m);
@@ -84,8 +87,8 @@ const uint64_t *qhx_gmatch_mask(qhx_gmatch *m);
 const qhx_trie *qhx_tokenizer_trie(const qhx_tokenizer *t);
 void qhx_trie_free(qhx_trie *t);
 
-/* Why the last mask failed: QHX_ERR_RANGE with a message for a state past QHX_GMATCH_MAX_STACKS,
- * else QHX_ERR_NOMEM. */
+/* Why the last mask failed: QHX_ERR_RANGE with a message for a state past QHX_GMATCH_MAX_STACKS
+ * or a mask past QHX_GMATCH_MASK_WORK, else QHX_ERR_NOMEM. */
 qhx_status qhx_gmatch_error(const qhx_gmatch *m);
 /* A token's piece (its raw bytes), or NULL for special tokens and ids without text. */
 const char *qhx_gmatch_piece(const qhx_gmatch *m, int32_t id, size_t *len);

@@ -363,7 +363,8 @@ struct qhx_gmatch {
     cached cache[N_CACHED];
     int next_cache;
     int oom;
-    int too_many;            /* a step went past QHX_GMATCH_MAX_STACKS */
+    int too_many;            /* 1: a step went past QHX_GMATCH_MAX_STACKS; 2: a mask past QHX_GMATCH_MASK_WORK */
+    int64_t work_left;       /* stacks a mask may still step */
 };
 
 static uint64_t node_key(int32_t pos, int32_t parent) { return (uint64_t)(uint32_t)pos << 32 | (uint32_t)parent; }
@@ -504,6 +505,7 @@ static long step(qhx_gmatch *m, size_t from, size_t n, upart *u, uint8_t b, size
         cp = v.acc;
         if (cp < v.min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
     }
+    if ((m->work_left -= (int64_t)n) < 0) { m->too_many = 2; return -1; }
     size_t out = m->n_work;
     if (++m->epoch == 0) { memset(m->seen, 0, sizeof *m->seen * m->cap_seen); m->epoch = 1; }
     for (size_t i = 0; i < n; i++) {
@@ -528,6 +530,7 @@ static long step(qhx_gmatch *m, size_t from, size_t n, upart *u, uint8_t b, size
 /* Runs bytes from the current state; the end state lies at work[*at .. *at + return). */
 static long run(qhx_gmatch *m, const char *bytes, size_t len, upart *u, size_t *at) {
     m->n_work = 0;
+    m->too_many = 0;
     if (qhx_reserve(&m->work, &m->cap_work, m->n_cur, sizeof *m->work)) return -1;
     memcpy(m->work, m->cur, sizeof *m->work * m->n_cur);
     m->n_work = m->n_cur;
@@ -935,7 +938,11 @@ const uint64_t *qhx_gmatch_mask(qhx_gmatch *m) {
     sort_ids(m->cur, m->n_cur); /* a state is a set: the same set in another order is the same state */
     m->n_work = 0;
     m->oom = 0;
-    return mask_of(m, m->cur, m->n_cur, m->u, 0);
+    m->too_many = 0;
+    m->work_left = QHX_GMATCH_MASK_WORK;
+    const uint64_t *mask = mask_of(m, m->cur, m->n_cur, m->u, 0);
+    m->work_left = INT64_MAX;
+    return mask;
 }
 
 void qhx_gmatch_reset(qhx_gmatch *m) {
@@ -974,6 +981,7 @@ qhx_status qhx_gmatch_new(const qhx_grammar *g, qhx_gmatch **out) {
     qhx_gmatch *m = calloc(1, sizeof *m);
     if (!m) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     m->g = g;
+    m->work_left = INT64_MAX;
     m->n_words = g->trie ? ((size_t)g->trie->n_vocab + 63) / 64 : 0;
     if (g->trie && !(m->loops = calloc(N_LOOPS, sizeof *m->loops))) goto fail;
     if (qhx_reserve(&m->node, &m->cap_node, 1, sizeof *m->node) || rehash(m, 1024)) goto fail;
@@ -990,9 +998,12 @@ fail:
 }
 
 qhx_status qhx_gmatch_error(const qhx_gmatch *m) {
-    if (m->too_many)
+    if (m->too_many == 1)
         return qhx_fail(QHX_ERR_RANGE, "grammar: a state grew past %d stacks (an ambiguous grammar, e.g. nested repetitions)",
                         QHX_GMATCH_MAX_STACKS);
+    if (m->too_many == 2)
+        return qhx_fail(QHX_ERR_RANGE, "grammar: too ambiguous to constrain (a mask stepped past %d M stacks; e.g. nested repetitions)",
+                        QHX_GMATCH_MASK_WORK >> 20);
     return qhx_fail(QHX_ERR_NOMEM, "out of memory");
 }
 
