@@ -4,7 +4,8 @@
  * with "literals" (escapes \n \r \t \\ \" \xHH \uHHHH \UHHHHHHHH), [character classes] ([^...]
  * negated), . (any character), rule names, ( groups ), and the postfix * + ? {m} {m,} {m,n}.
  * The start rule is `root`. Left recursion cannot be walked by a stack matcher: it is refused,
- * naming the rule, as are undefined rules. */
+ * naming the rule, as are undefined rules. A quantifier over a quantified element is folded into
+ * one (stacked()), so x++ and (x+)* cost what x+ and x* do. */
 #include "grammar/grammar.h"
 #include "util/buf.h"
 #include "util/error.h"
@@ -40,8 +41,8 @@ typedef struct {
     size_t n_cs, cap_cs;
     int depth;
     qhx_status err;
-    char single;       /* the sequence or group just parsed is one element under this * + or ?, */
-    qhx_gsym single_x; /* this one */
+    char single;       /* the sequence or group just parsed: one element under this * + or ?, else 0 */
+    qhx_gsym single_x; /* that element */
 } parser;
 
 static int line_of(const parser *ps, const char *at) {
