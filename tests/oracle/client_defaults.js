@@ -51,12 +51,16 @@ async function main() {
 
   // LangChain's ChatOpenAI with its defaults (no maxTokens)
   const lc = new ChatOpenAI({ model: "kjv", apiKey: "none", configuration: { baseURL: base + "/v1" }, maxRetries: 0 });
+  // (a sampled reply may end its turn at once: then it says so, "stop", else it holds text)
   const lr = await lc.invoke("Who made the heaven and the earth?");
-  const lu = lr.usage_metadata || {};
-  check(typeof lr.content === "string" && lu.output_tokens >= 1, "langchain: invoke with defaults", [lr.content.slice(0, 80), lu]);
-  let lcText = "";
-  for await (const ch of await lc.stream("And God said")) lcText += ch.content;
-  check(lcText.length > 0, "langchain: stream with defaults", lcText.slice(0, 80));
+  const lu = lr.usage_metadata || {}, lf = (lr.response_metadata || {}).finish_reason;
+  check(typeof lr.content === "string" && Number.isInteger(lu.output_tokens) && ["stop", "length"].includes(lf) &&
+        (lr.content.length > 0 || lf === "stop"), "langchain: invoke with defaults", [lr.content.slice(0, 80), lf, lu]);
+  let lcText = "", lcAll = null;
+  for await (const ch of await lc.stream("And God said")) lcText += ch.content, lcAll = lcAll ? lcAll.concat(ch) : ch;
+  const lsu = (lcAll && lcAll.usage_metadata) || {}, lsf = lcAll && lcAll.response_metadata.finish_reason;
+  check(Number.isInteger(lsu.output_tokens) && ["stop", "length"].includes(lsf) && (lcText.length > 0 || lsf === "stop"),
+        "langchain: stream with defaults", [lcText.slice(0, 80), lsf, lsu]);
 
   // The AI SDK's OpenAI provider in chat-completions mode, defaults
   const openai = createOpenAI({ baseURL: base + "/v1", apiKey: "none" });
