@@ -72,9 +72,8 @@ enum MHD_Result send_error(server *sv, struct MHD_Connection *c, unsigned status
 
 /* A generation that failed on what the request asked for (past the context, a grammar too
  * ambiguous to constrain) is the client's to fix: 400; anything else is the server's. */
-static const char *failure_type(qhx_status st) {
-    return st == QHX_ERR_ARG || st == QHX_ERR_RANGE ? "invalid_request_error" : "server_error";
-}
+static unsigned failure_status(qhx_status st) { return st == QHX_ERR_ARG || st == QHX_ERR_RANGE ? 400 : 500; }
+static const char *error_type(unsigned status) { return status == 400 ? "invalid_request_error" : "server_error"; }
 
 /* ---- generation ---- */
 
@@ -597,7 +596,7 @@ static void *stream_worker(void *arg) {
     } else if (st == QHX_ERR_CANCELLED) {
         log_request(jb, 499, &res); /* nginx's "client closed request" */
     } else {
-        json_t *e = json_pack("{s:{s:s, s:s}}", "error", "message", qhx_last_error(), "type", failure_type(st));
+        json_t *e = json_pack("{s:{s:s, s:s}}", "error", "message", qhx_last_error(), "type", error_type(failure_status(st)));
         send_event(jb, e);
     }
     close(jb->fd);
@@ -623,7 +622,7 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
     request *rq = chat == 2 ? parse_responses(sv, up->body ? up->body : "", up->len, &why)
                             : parse_request(sv, up->body ? up->body : "", up->len, chat, &why);
     if (!rq)
-        return send_error(sv, c, why.status, why.status == 400 ? "invalid_request_error" : "server_error", why.param, why.code,
+        return send_error(sv, c, why.status, error_type(why.status), why.param, why.code,
                           "%s", why.message);
     if (queue_enter(sv)) {
         request_free(rq);
@@ -663,7 +662,7 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
     qhx_status st = run_job(jb, &res);
     enum MHD_Result ret;
     if (st == QHX_ERR_CANCELLED) ret = MHD_NO, log_request(jb, 499, &res); /* the client left, or the server is stopping */
-    else if (st) ret = send_error(sv, c, strcmp(failure_type(st), "server_error") ? 400 : 500, failure_type(st), NULL, NULL, "%s", qhx_last_error());
+    else if (st) ret = send_error(sv, c, failure_status(st), error_type(failure_status(st)), NULL, NULL, "%s", qhx_last_error());
     else {
         while (jb->n_reasoning && jb->reasoning && jb->reasoning[jb->n_reasoning - 1] == '\n') jb->n_reasoning--;
         while (jb->shown_reasoning.len && jb->shown_reasoning.s[jb->shown_reasoning.len - 1] == '\n') jb->shown_reasoning.len--;

@@ -363,7 +363,7 @@ struct qhx_gmatch {
     cached cache[N_CACHED];
     int next_cache;
     int oom;
-    int too_many;            /* 1: a step went past QHX_GMATCH_MAX_STACKS; 2: a mask past QHX_GMATCH_MASK_WORK */
+    enum { FINE, TOO_MANY_STACKS, TOO_MUCH_WORK } too_many; /* why the last step failed: past QHX_GMATCH_MAX_STACKS or QHX_GMATCH_MASK_WORK */
     int64_t work_left;       /* stacks a mask may still step */
 };
 
@@ -505,7 +505,7 @@ static long step(qhx_gmatch *m, size_t from, size_t n, upart *u, uint8_t b, size
         cp = v.acc;
         if (cp < v.min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
     }
-    if ((m->work_left -= (int64_t)n) < 0) { m->too_many = 2; return -1; }
+    if ((m->work_left -= (int64_t)n) < 0) { m->too_many = TOO_MUCH_WORK; return -1; }
     size_t out = m->n_work;
     if (++m->epoch == 0) { memset(m->seen, 0, sizeof *m->seen * m->cap_seen); m->epoch = 1; }
     for (size_t i = 0; i < n; i++) {
@@ -523,14 +523,14 @@ static long step(qhx_gmatch *m, size_t from, size_t n, upart *u, uint8_t b, size
     }
     *u = (upart){0};
     *at = out;
-    if (m->n_work - out > QHX_GMATCH_MAX_STACKS) { m->too_many = 1; return -1; } /* an ambiguous grammar's blow-up */
+    if (m->n_work - out > QHX_GMATCH_MAX_STACKS) { m->too_many = TOO_MANY_STACKS; return -1; } /* an ambiguous grammar's blow-up */
     return (long)(m->n_work - out);
 }
 
 /* Runs bytes from the current state; the end state lies at work[*at .. *at + return). */
 static long run(qhx_gmatch *m, const char *bytes, size_t len, upart *u, size_t *at) {
     m->n_work = 0;
-    m->too_many = 0;
+    m->too_many = FINE;
     if (qhx_reserve(&m->work, &m->cap_work, m->n_cur, sizeof *m->work)) return -1;
     memcpy(m->work, m->cur, sizeof *m->work * m->n_cur);
     m->n_work = m->n_cur;
@@ -938,7 +938,7 @@ const uint64_t *qhx_gmatch_mask(qhx_gmatch *m) {
     sort_ids(m->cur, m->n_cur); /* a state is a set: the same set in another order is the same state */
     m->n_work = 0;
     m->oom = 0;
-    m->too_many = 0;
+    m->too_many = FINE;
     m->work_left = QHX_GMATCH_MASK_WORK;
     const uint64_t *mask = mask_of(m, m->cur, m->n_cur, m->u, 0);
     m->work_left = INT64_MAX;
@@ -998,10 +998,10 @@ fail:
 }
 
 qhx_status qhx_gmatch_error(const qhx_gmatch *m) {
-    if (m->too_many == 1)
+    if (m->too_many == TOO_MANY_STACKS)
         return qhx_fail(QHX_ERR_RANGE, "grammar: a state grew past %d stacks (an ambiguous grammar, e.g. nested repetitions)",
                         QHX_GMATCH_MAX_STACKS);
-    if (m->too_many == 2)
+    if (m->too_many == TOO_MUCH_WORK)
         return qhx_fail(QHX_ERR_RANGE, "grammar: too ambiguous to constrain (a mask stepped past %d M stacks; e.g. nested repetitions)",
                         QHX_GMATCH_MASK_WORK >> 20);
     return qhx_fail(QHX_ERR_NOMEM, "out of memory");
