@@ -113,6 +113,40 @@ curl_status 400 "keyword 'not'" "$(post chat/completions)" -d '{"messages":[{"ro
 curl_status 400 "'uniqueItems'" "$(post responses)" -d '{"input":"hi","text":{"format":{"type":"json_schema","name":"x","schema":{"type":"array","uniqueItems":true}}}}'
 curl_status 400 "'response_format'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"yaml"}}'
 curl_status 400 "'tool_choice'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"tool_choice":"required"}'
+# llama-server's own constraint fields, "grammar" (GBNF) and "json_schema", on both endpoints: a
+# greedy answer is the CLI's cold solo one under the same constraint, though it ran beside others
+printf 'root ::= ("yea" | "nay") " " [a-z ]+\n' >"$tmp/g.gbnf"
+printf '{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}' >"$tmp/s.json"
+"$qhx" generate models/q35-kjv "And God said" -n 12 --grammar "$tmp/g.gbnf" --json >"$tmp/g.cli" 2>/dev/null
+"$qhx" generate models/q35-kjv "And God said" -n 40 --json-schema "$tmp/s.json" --json >"$tmp/s.cli" 2>/dev/null
+gq=$(node -e 'process.stdout.write(JSON.stringify({prompt:"And God said",max_tokens:12,temperature:0,grammar:require("fs").readFileSync(process.argv[1],"utf8")}))' "$tmp/g.gbnf")
+cq='"messages":[{"role":"user","content":"Who?"}],"max_tokens":60,"temperature":0,"grammar":"root ::= \"LORD\" | \"Moses\""'
+curl -s "$(post completions)" -d "$gq" >"$tmp/g.srv" & c1=$!
+curl -s "$(post completions)" -d "{\"prompt\":\"And God said\",\"max_tokens\":40,\"temperature\":0,\"json_schema\":$(cat "$tmp/s.json")}" >"$tmp/s.srv" & c2=$!
+curl -s "$(post completions)" -d '{"prompt":"In the beginning","max_tokens":30}' >/dev/null & c3=$!
+curl -s "$(post chat/completions)" -d "{$cq}" >"$tmp/c.srv" & c4=$!
+wait $c1 $c2 $c3 $c4
+curl -s -N "$(post chat/completions)" -d "{$cq,\"stream\":true}" >"$tmp/c.sse"
+node -e 'const fs=require("fs"), J=f=>JSON.parse(fs.readFileSync(f)), [g,gc,s,sc,c]=process.argv.slice(1,6).map(J);
+  let text=""; for (const l of fs.readFileSync(process.argv[6],"utf8").split("\n")) if (l.startsWith("data: {")) { const d=JSON.parse(l.slice(6)).choices[0]; if (d) text+=d.delta.content||""; }
+  const m=c.choices[0].message;
+  const ok=g.choices[0].text===gc.text && /^(yea|nay) [a-z ]+$/.test(gc.text) && s.choices[0].text===sc.text && sc.text.trimStart().startsWith("{")
+    && ["LORD","Moses"].includes(m.content) && c.choices[0].finish_reason==="stop" && text===m.content;
+  process.exit(ok?0:1)' "$tmp/g.srv" "$tmp/g.cli" "$tmp/s.srv" "$tmp/s.cli" "$tmp/c.srv" "$tmp/c.sse" \
+  && ok || bad "grammar / json_schema fields: $(head -c 200 "$tmp/g.srv") / $(head -c 200 "$tmp/s.srv") / $(head -c 200 "$tmp/c.srv")"
+curl_status 400 "'response_format' and 'grammar' both" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"},"grammar":"root ::= \"a\""}'
+# a forced call outranks response_format (OpenAI's order: the format is for a text answer); not grammar
+ft='"messages":[{"role":"user","content":"hi"}],"max_tokens":40,"temperature":0,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{}}}}],"tool_choice":"required","parallel_tool_calls":false,"chat_template_kwargs":{"enable_thinking":false}'
+curl -s "$(post chat/completions)" -d "{$ft,\"response_format\":{\"type\":\"json_object\"}}" >"$tmp/ft"
+node -e 'const c=JSON.parse(require("fs").readFileSync(process.argv[1])).choices[0];
+  process.exit(c.finish_reason==="tool_calls" && c.message.tool_calls.length===1 && c.message.tool_calls[0].function.name==="f" ? 0 : 1)' "$tmp/ft" \
+  && ok || bad "forced call beside response_format: $(head -c 300 "$tmp/ft")"
+curl_status 400 "'tool_choice' and 'grammar' both" "$(post chat/completions)" -d "{$ft,\"grammar\":\"root ::= \\\"a\\\"\"}"
+curl_status 400 "'grammar' and 'json_schema' both" "$(post completions)" -d '{"prompt":"x","grammar":"root ::= \"a\"","json_schema":{}}'
+curl_status 400 "'grammar': grammar: line 1" "$(post completions)" -d '{"prompt":"x","grammar":"root ::= ("}'
+curl_status 400 "'grammar': must be" "$(post completions)" -d '{"prompt":"x","grammar":5}'
+curl_status 400 "'json_schema': must be" "$(post completions)" -d '{"prompt":"x","json_schema":"yes"}'
+curl_status 400 "keyword 'not'" "$(post completions)" -d '{"prompt":"x","json_schema":{"not":{}}}'
 curl_status 400 "no tool is named" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}'
 curl_status 400 "'messages' is not a field" "$(post completions)" -d '{"prompt":"x","messages":[]}'
 curl_status 400 "tools[0]" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}]}'

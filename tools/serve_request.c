@@ -143,7 +143,7 @@ static const char *parse_sampling(server *sv, json_t *body, request *rq, char *e
 static const char *const any_fields[] = {"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
                                          "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
                                          "repetition_penalty", "seed", "stop", "n", "user", "store", "metadata",
-                                         "service_tier", "logprobs", "logit_bias", NULL};
+                                         "service_tier", "logprobs", "logit_bias", "grammar", "json_schema", NULL};
 static const char *const chat_fields[] = {"messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
                                           "response_format", "top_logprobs", "thinking_budget", NULL};
 static const char *const completion_fields[] = {"prompt", "echo", "suffix", "best_of", NULL};
@@ -177,6 +177,8 @@ static const char *unsupported(json_t *body, int chat, refusal *why) {
         "must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}");
     OFF("tool_choice", json_is_string(x) || json_is_object(x), "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", ...}");
     OFF("parallel_tool_calls", json_is_boolean(x), "must be a boolean");
+    OFF("grammar", json_is_string(x), "must be a GBNF grammar in a string");
+    OFF("json_schema", json_is_object(x) || json_is_boolean(x), "must be a JSON Schema (an object or a boolean)");
 #undef OFF
     json_t *msgs = json_object_get(body, "messages");
     for (size_t i = 0; chat && i < json_array_size(msgs); i++) {
@@ -193,11 +195,14 @@ static const char *unsupported(json_t *body, int chat, refusal *why) {
     return NULL;
 }
 
-/* response_format json_object / json_schema, or tool_choice "required" / a named function, as the
- * grammar the answer must follow (after the reasoning block, when thinking). The field at fault,
+/* The grammar the answer must follow (after the reasoning block, when thinking), from one of:
+ * response_format json_object / json_schema, tool_choice "required" / a named function, or
+ * llama-server's own fields, "grammar" (GBNF) and "json_schema" (a schema). Two at once is a 400
+ * (which one won would be a guess), but for the one pair OpenAI's API orders. The field at fault,
  * or NULL. */
 static const char *constrain(server *sv, json_t *j, request *rq, char *err, size_t cap) {
     json_t *rf = json_object_get(j, "response_format"), *choice = json_object_get(j, "tool_choice");
+    json_t *gram = json_object_get(j, "grammar"), *schema = json_object_get(j, "json_schema");
     const char *type = json_string_value(json_object_get(rf, "type"));
     const char *forced = NULL; /* tool_choice: "" any tool, else the function's name */
     if (json_is_string(choice)) {
@@ -211,34 +216,43 @@ static const char *constrain(server *sv, json_t *j, request *rq, char *err, size
         if (!forced || strcmp(json_string_value(json_object_get(choice, "type")) ? json_string_value(json_object_get(choice, "type")) : "", "function"))
             return snprintf(err, cap, "'tool_choice' must name a function: {\"type\": \"function\", \"function\": {\"name\": ...}}"), "tool_choice";
     }
-    char *gbnf = NULL;
-    qhx_status rc = QHX_OK;
-    const char *field = NULL;
-    if (forced) {
-        field = "tool_choice";
-        if (!rq->tools) return snprintf(err, cap, "'tool_choice' forces a call but the request has no tools"), "tool_choice";
-        char *tools = json_dumps(rq->tools, JSON_COMPACT);
-        rc = tools ? qhx_tool_call_gbnf(tools, strlen(tools), *forced ? forced : NULL, *forced || rq->one_call ? 1 : 0, &gbnf)
-                   : QHX_ERR_NOMEM;
-        free(tools);
-    } else if (type && !strcmp(type, "json_object")) {
-        field = "response_format";
-        rc = qhx_json_schema_to_gbnf("{\"type\": \"object\"}", 18, &gbnf);
-    } else if (type && !strcmp(type, "json_schema")) {
-        field = "response_format";
-        json_t *schema = json_object_get(json_object_get(rf, "json_schema"), "schema");
-        if (!schema) return snprintf(err, cap, "'response_format': json_schema needs {\"json_schema\": {\"schema\": ...}}"), field;
-        char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
-        rc = text ? qhx_json_schema_to_gbnf(text, strlen(text), &gbnf) : QHX_ERR_NOMEM;
-        free(text);
-    } else if (type && strcmp(type, "text")) {
+    if (type && strcmp(type, "text") && strcmp(type, "json_object") && strcmp(type, "json_schema"))
         return snprintf(err, cap, "'response_format': type '%.40s' is not text, json_object or json_schema", type), "response_format";
+    /* the one source of the grammar. A forced call outranks response_format, as in OpenAI's API:
+     * the format shapes a text answer, and a forced turn gives none */
+    const char *field = NULL;
+    const char *const asked[] = {forced ? "tool_choice" : NULL, type && strcmp(type, "text") && !forced ? "response_format" : NULL,
+                                 gram && !json_is_null(gram) ? "grammar" : NULL, schema && !json_is_null(schema) ? "json_schema" : NULL};
+    for (size_t i = 0; i < sizeof asked / sizeof *asked; i++) {
+        if (!asked[i]) continue;
+        if (field) return snprintf(err, cap, "'%s' and '%s' both constrain the answer; send one", field, asked[i]), asked[i];
+        field = asked[i];
     }
-    if (!rc && gbnf) rc = qhx_grammar_from_gbnf(sv->tok, gbnf, strlen(gbnf), &rq->grammar);
+    if (!field) return NULL;
+    char *gbnf = NULL, *text = NULL;
+    qhx_status rc = QHX_OK;
+    if (!strcmp(field, "tool_choice")) {
+        if (!rq->tools) return snprintf(err, cap, "'tool_choice' forces a call but the request has no tools"), "tool_choice";
+        text = json_dumps(rq->tools, JSON_COMPACT);
+        rc = text ? qhx_tool_call_gbnf(text, strlen(text), *forced ? forced : NULL, *forced || rq->one_call ? 1 : 0, &gbnf)
+                  : QHX_ERR_NOMEM;
+    } else if (!strcmp(field, "response_format") && !strcmp(type, "json_object")) {
+        rc = qhx_json_schema_to_gbnf("{\"type\": \"object\"}", 18, &gbnf);
+    } else if (!strcmp(field, "response_format") || !strcmp(field, "json_schema")) {
+        if (!strcmp(field, "response_format") && !(schema = json_object_get(json_object_get(rf, "json_schema"), "schema")))
+            return snprintf(err, cap, "'response_format': json_schema needs {\"json_schema\": {\"schema\": ...}}"), field;
+        text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+        rc = text ? qhx_json_schema_to_gbnf(text, strlen(text), &gbnf) : QHX_ERR_NOMEM;
+    }
+    if (!rc) {
+        const char *src = gbnf ? gbnf : json_string_value(gram);
+        rc = qhx_grammar_from_gbnf(sv->tok, src, gbnf ? strlen(gbnf) : json_string_length(gram), &rq->grammar);
+    }
     free(gbnf);
+    free(text);
     if (rc) return snprintf(err, cap, "'%s': %s", field, qhx_last_error()), field;
     rq->gen.grammar = rq->grammar;
-    rq->gen.grammar_after = rq->grammar && rq->thinking ? "</think>" : NULL;
+    rq->gen.grammar_after = rq->chat && rq->thinking ? "</think>" : NULL;
     return NULL;
 }
 
@@ -355,6 +369,7 @@ static request *parse_body(server *sv, json_t *j, int chat, refusal *why) {
             snprintf(err, cap, "'prompt' must be a string, a one-string array or an array of token ids");
             goto fail;
         }
+        if ((param = constrain(sv, j, rq, err, cap))) goto fail;
     }
     if (text) {
         size_t n = 0;
