@@ -105,6 +105,16 @@ node -e 'const fs=require("fs"), a=JSON.parse(fs.readFileSync(process.argv[1])),
     && e.map(x=>x.token).join("")===c.message.content && JSON.stringify(s)===JSON.stringify(e)
     && b.text===b.logprobs.tokens.join("") && b.logprobs.tokens.length===4 && b.logprobs.tokens.every(t=>t===b.logprobs.tokens[0]);
   process.exit(ok?0:1)' "$tmp/lp" "$tmp/lp.sse" "$tmp/bias" && ok || bad "logprobs / logit_bias: $(head -c 400 "$tmp/lp") / $(head -c 200 "$tmp/bias")"
+# ignore_eos (what `vllm bench serve` sends): the reply runs past its end of turn to max_tokens,
+# the same tokens up to there
+eq='"messages":[{"role":"user","content":"hi"}],"max_tokens":120,"temperature":0,"chat_template_kwargs":{"enable_thinking":false}'
+curl -s "$(post chat/completions)" -d "{$eq}" >"$tmp/eos"
+curl -s "$(post chat/completions)" -d "{$eq,\"ignore_eos\":true}" >"$tmp/noeos"
+node -e 'const fs=require("fs"), J=f=>JSON.parse(fs.readFileSync(f)), a=J(process.argv[1]), b=J(process.argv[2]);
+  const ok=a.choices[0].finish_reason==="stop" && a.usage.completion_tokens<120 && b.choices[0].finish_reason==="length"
+    && b.usage.completion_tokens===120 && b.choices[0].message.content.startsWith(a.choices[0].message.content+"<|im_end|>");
+  process.exit(ok?0:1)' "$tmp/eos" "$tmp/noeos" && ok || bad "ignore_eos: $(head -c 300 "$tmp/noeos")"
+curl_status 400 "'ignore_eos' must be a boolean" "$(post completions)" -d '{"prompt":"x","ignore_eos":1}'
 curl_status 400 "'echo'" "$(post completions)" -d '{"prompt":"x","echo":true}'
 curl_status 400 "'suffix'" "$(post completions)" -d '{"prompt":"x","suffix":"end"}'
 curl_status 400 "'best_of'" "$(post completions)" -d '{"prompt":"x","best_of":3}'

@@ -18,7 +18,7 @@ static const char serve_help[] =
     "                 [--timeout 30]\n"
     "An OpenAI-compatible HTTP server: GET /health, GET /v1/models, POST /v1/completions,\n"
     "POST /v1/chat/completions (stream, max_tokens, temperature, top_p, top_k, min_p, seed, stop,\n"
-    "presence/frequency/repetition penalties, logit_bias, logprobs, tools and tool_calls,\n"
+    "presence/frequency/repetition penalties, logit_bias, logprobs, ignore_eos, tools and tool_calls,\n"
     "response_format, chat_template_kwargs.enable_thinking, thinking_budget) and POST /v1/responses\n"
     "(the Responses API); llama-server's grammar (GBNF) and json_schema fields in both completions;\n"
     "POST /tokenize and /detokenize as llama-server has them; GET /metrics (Prometheus text). A\n"

@@ -101,6 +101,9 @@ static const char *parse_sampling(server *sv, json_t *body, request *rq, char *e
         }
         rq->gen.stop = (const char *const *)rq->stop;
     }
+    /* ignore_eos (llama-server's and vLLM's; load generators such as `vllm bench serve` send it):
+     * the end of turn does not end the reply, max_tokens does */
+    if (get_bool(body, "ignore_eos", &g->ignore_eos, err, cap)) return "ignore_eos";
     /* logit_bias: {"token id": bias in [-100, 100]} */
     json_t *lb = json_object_get(body, "logit_bias");
     if (lb && !json_is_null(lb)) {
@@ -143,7 +146,7 @@ static const char *parse_sampling(server *sv, json_t *body, request *rq, char *e
 static const char *const any_fields[] = {"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
                                          "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
                                          "repetition_penalty", "seed", "stop", "n", "user", "store", "metadata",
-                                         "service_tier", "logprobs", "logit_bias", "grammar", "json_schema", NULL};
+                                         "service_tier", "logprobs", "logit_bias", "grammar", "json_schema", "ignore_eos", NULL};
 static const char *const chat_fields[] = {"messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
                                           "response_format", "top_logprobs", "thinking_budget", NULL};
 static const char *const completion_fields[] = {"prompt", "echo", "suffix", "best_of", NULL};
