@@ -431,9 +431,10 @@ int qhx_prefix_cache_lookup(qhx_prefix_cache *pc, qhx_session *s, const int32_t 
 void qhx_prefix_cache_insert(qhx_prefix_cache *pc, qhx_session *s);
 /* After a chat reply: keeps the state the next turn's prompt will resume from. conversation: the
  * qhx_chat_render request whose last message is the reply; prompt: the ids the reply was
- * generated from. The template drops a reply's reasoning from history, so this renders the
- * conversation with an empty user message after the reply and evaluates from the prompt's last
- * split point to that message's start (s is left anywhere). What fails only costs a later hit. */
+ * generated from. This renders the conversation with the next turn's message after the reply
+ * (an empty user message; an empty tool response when the reply has tool_calls, so that, as in
+ * an agent's next step, the reply keeps its reasoning_content) and evaluates from the prompt's
+ * last split point to that message's start (s is left anywhere). What fails only costs a later hit. */
 qhx_status qhx_prefix_cache_add_reply(qhx_prefix_cache *pc, qhx_session *s, const char *conversation, size_t len,
                                       const int32_t *prompt, int n_prompt);
 typedef struct {

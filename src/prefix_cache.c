@@ -232,7 +232,9 @@ qhx_status qhx_prefix_cache_add_reply(qhx_prefix_cache *pc, qhx_session *s, cons
     int32_t *ids = NULL;
     size_t tlen = 0, n = 0;
     json_object_set_new(h, "add_generation_prompt", json_false());
-    if (json_array_append_new(json_object_get(h, "messages"), json_pack("{s:s, s:s}", "role", "user", "content", "")) ||
+    json_t *msgs = json_object_get(h, "messages"), *reply = json_array_get(msgs, json_array_size(msgs) - 1);
+    const char *next = json_array_size(json_object_get(reply, "tool_calls")) ? "tool" : "user"; /* what follows a call is its result */
+    if (json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", next, "content", "")) ||
         !(rj = json_dumps(h, JSON_COMPACT)) || qhx_chat_render(rj, strlen(rj), &text, &tlen) ||
         qhx_tokenizer_encode(pc->tok, text, tlen, QHX_ENCODE_SPECIAL, &ids, &n))
         goto done;

@@ -81,6 +81,14 @@ line=$(grep -E '^tool-clients: [0-9]+ passed, [0-9]+ failed$' <<<"$out")
 out=$(cd tests/oracle && node structured.js "$url" 2>&1)
 line=$(grep -E '^structured: [0-9]+ passed' <<<"$out")
 [[ -n $line && $line == *" 0 failed" ]] && ok || bad "structured.js: $(grep -m3 FAIL <<<"$out")"
+# what coding agents send to /v1/responses (the Codex CLI's request shape), held to the chat
+# completions it amounts to; a second server on q35-rand-tiny, whose reasoning never closes
+kjv_pid=$server_pid kjv_port=$port
+model=models/q35-rand-tiny start_server "$tmp/logt" --parallel 1 || bad "server on q35-rand-tiny"
+out=$(cd tests/oracle && node agent_responses.js "$url" "http://127.0.0.1:$port" 2>&1)
+kill -INT "$server_pid"; wait "$server_pid"; server_pid=$kjv_pid port=$kjv_port
+line=$(grep -E '^agent-responses: [0-9]+ passed' <<<"$out")
+[[ -n $line && $line == *" 0 failed" ]] && ok || bad "agent_responses.js: $(grep -m3 FAIL <<<"$out")"
 # thinking_budget: with </think> banned the model reasons to max_tokens; with a budget of 5 its
 # reasoning is the first 5 tokens of that, then the block closes and an answer follows
 curl_status 400 "'thinking_budget'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"thinking_budget":-1}'
@@ -255,10 +263,19 @@ wait $!
 check "[[ -s $tmp/long.solo ]] && cmp -s $tmp/long.solo $tmp/long.conc && cmp -s $tmp/short.solo $tmp/short.conc" "a prompt in pieces beside a stream: answers differ from solo"
 check "awk 'BEGIN{exit !($(cat "$tmp/short.t") < $(cat "$tmp/long.t"))}'" "the short stream did not finish before the long prompt's answer"
 grep -o 'prompt [0-9]* (cached 0) generated 8; ttft [0-9.]* ms' "$tmp/logf" | head -1 | sed 's/^/  long prompt: /'
+# streamed, the same prompt's keep-alive comments between its pieces are whole SSE lines (a NUL
+# once followed each), and its text is the solo one's
+sed 's/"max_tokens":8,/"max_tokens":8,"stream":true,/' "$tmp/long.json" >"$tmp/longs.json"
+curl -sN "$(post completions)" -d @"$tmp/longs.json" >"$tmp/longs.sse"
+node -e 'const fs=require("fs"), b=fs.readFileSync(process.argv[1]), s=b.toString("latin1"); let t="";
+  const lines=s.split("\n").filter(l=>l!=="");
+  for (const l of lines) if (l.startsWith("data: {")) t+=JSON.parse(l.slice(6)).choices.map(c=>c.text).join("");
+  const solo=fs.readFileSync(process.argv[2],"utf8").trim().split("\n").map(l=>JSON.parse("{"+l+"}").text).join("");
+  process.exit(!b.includes(0) && lines.every(l=>l===": prefill"||l.startsWith("data: ")) && lines.includes(": prefill") && t===solo ? 0 : 1)' \
+  "$tmp/longs.sse" "$tmp/long.solo" && ok || bad "a streamed long prompt's bytes: $(head -c 200 "$tmp/longs.sse" | od -c | head -5)"
 kill -INT "$server_pid"; wait "$server_pid"
 start_server "$tmp/logc" --parallel 1 --cache-mb 0 || bad "server for cancel"
 url="http://127.0.0.1:$port"
-sed 's/"max_tokens":8,/"max_tokens":8,"stream":true,/' "$tmp/long.json" >"$tmp/longs.json"
 curl -sN --max-time 0.$((slow > 1 ? 9 : 2)) "$(post completions)" -d @"$tmp/longs.json" >/dev/null
 curl -sN "$(post completions)" -d "$short" | grep -o '"text":"[^"]*"' >"$tmp/short.after"
 check "cmp -s $tmp/short.solo $tmp/short.after && grep -q ' 499 (client gone) prompt' $tmp/logc" "cancel mid-prefill: $(tail -3 "$tmp/logc")"

@@ -110,6 +110,44 @@ int main(void) {
         json_decref(conv);
         qhx_prefix_cache_free(pc);
     }
+    /* an agent's step: the reply is a tool call (with its reasoning), the next prompt its result.
+     * The reply's snapshot is taken before an empty tool response, where the template keeps the
+     * reasoning as the next step renders it, so that step resumes past the whole reply */
+    qhx_prefix_cache *pc;
+    qhx_prefix_cache_new(m, (uint64_t)1 << 30, &pc);
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"psalm\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"n\":{\"type\":\"integer\"}}}}}]";
+    json_t *conv = json_pack("{s:[{s:s, s:s}], s:o, s:b}", "messages", "role", "user", "content", "Read me a psalm.", "tools",
+                             json_loads(tools, 0, NULL), "enable_thinking", 1);
+    int32_t *ids[2] = {NULL, NULL};
+    size_t n[2] = {0, 0};
+    for (int step = 0; step < 2; step++) {
+        char *req = json_dumps(conv, JSON_COMPACT), *text = NULL;
+        size_t len;
+        CHECK(qhx_chat_render(req, strlen(req), &text, &len) == QHX_OK &&
+                  qhx_tokenizer_encode(tok, text, len, QHX_ENCODE_SPECIAL, &ids[step], &n[step]) == QHX_OK, "agent step %d: %s", step,
+              qhx_last_error());
+        reply rc, rw;
+        int cached = 0, none;
+        if (!ids[step] || turn(cold, off, ids[step], (int)n[step], want, &rc, &none) || turn(s, pc, ids[step], (int)n[step], got, &rw, &cached))
+            break;
+        CHECK(!memcmp(want, got, sizeof(float) * mi.vocab_size), "agent step %d: logits differ from a cold session's", step);
+        if (step) CHECK(cached > (int)n[0], "the step after a call resumed %d tokens, not past the %zu of the last prompt", cached, n[0]);
+        json_t *msgs = json_object_get(conv, "messages");
+        if (!step) {
+            json_array_append_new(msgs, json_pack("{s:s, s:s, s:s, s:[{s:s, s:s, s:{s:s, s:s}}]}", "role", "assistant", "content", "",
+                                                  "reasoning_content", "A psalm is asked.", "tool_calls", "id", "c0", "type", "function",
+                                                  "function", "name", "psalm", "arguments", "{\"n\": 23}"));
+            char *cj = json_dumps(conv, JSON_COMPACT);
+            CHECK(qhx_prefix_cache_add_reply(pc, s, cj, strlen(cj), ids[0], (int)n[0]) == QHX_OK, "add_reply after a call");
+            free(cj);
+            json_array_append_new(msgs, json_pack("{s:s, s:s, s:s}", "role", "tool", "tool_call_id", "c0", "content", "The LORD is my shepherd."));
+        }
+        free(req), free(text);
+    }
+    free(ids[0]), free(ids[1]);
+    json_decref(conv);
+    qhx_prefix_cache_free(pc);
     free(want), free(got);
     qhx_prefix_cache_free(off);
     qhx_session_free(cold);

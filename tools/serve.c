@@ -284,6 +284,44 @@ static void visible(const job *jb, const char **r, size_t *nr, const char **c, s
     *c = tools ? jb->shown_content.s : jb->content, *nc = tools ? jb->shown_content.len : jb->n_content;
 }
 
+/* a function_call output item; a namespaced tool's call names its namespace apart */
+static json_t *call_item(const job *jb, const json_t *call) {
+    const json_t *fn = json_object_get(call, "function"), *name = json_object_get(fn, "name");
+    json_t *item = json_pack("{s:s, s:s+, s:O, s:O, s:O, s:s}", "type", "function_call", "id", "fc_",
+                             json_string_value(json_object_get(call, "id")), "call_id", json_object_get(call, "id"), "name", name,
+                             "arguments", json_object_get(fn, "arguments"), "status", "completed");
+    const char *ns = json_string_value(json_object_get(jb->rq->namespaced, json_string_value(name)));
+    if (ns) {
+        json_object_set_new(item, "namespace", json_string(ns));
+        json_object_set_new(item, "name", json_string(json_string_value(name) + strlen(ns) + 1));
+    }
+    return item;
+}
+
+/* the reasoning item, whole: its text as the summary, and as encrypted_content when the request
+ * includes it (the client hands it back next turn, and the prompt is then the one this turn ran) */
+static json_t *reasoning_item(const job *jb) {
+    const char *r, *c;
+    size_t nr, nc;
+    visible(jb, &r, &nr, &c, &nc);
+    while (nr && r[nr - 1] == '\n') nr--;
+    json_t *item = json_pack("{s:s, s:o, s:[{s:s, s:s%}]}", "type", "reasoning", "id", item_id(jb, "rs"), "summary", "type",
+                             "summary_text", "text", r ? r : "", nr);
+    if (jb->rq->encrypted_reasoning) json_object_set_new(item, "encrypted_content", json_stringn(r ? r : "", nr));
+    return item;
+}
+
+/* the message item, whole: the answer as one output_text part */
+static json_t *message_item(const job *jb) {
+    const char *r, *c;
+    size_t nr, nc;
+    visible(jb, &r, &nr, &c, &nc);
+    json_t *part = json_pack("{s:s, s:s%, s:[]}", "type", "output_text", "text", c ? c : "", nc, "annotations");
+    if (jb->lp) json_object_set(part, "logprobs", jb->lp);
+    return json_pack("{s:s, s:o, s:s, s:s, s:[o]}", "type", "message", "id", item_id(jb, "msg"), "status", "completed", "role",
+                     "assistant", "content", part);
+}
+
 /* the response object: its output items (reasoning as a summary, the message, each function
  * call), status and usage */
 static json_t *response_object(job *jb, const qhx_generate_result *res, int done) {
@@ -293,21 +331,10 @@ static json_t *response_object(job *jb, const qhx_generate_result *res, int done
     visible(jb, &r, &nr, &c, &nc);
     while (nr && r[nr - 1] == '\n') nr--;
     json_t *out = json_array();
-    if (done && rq->thinking && nr)
-        json_array_append_new(out, json_pack("{s:s, s:o, s:[{s:s, s:s%}]}", "type", "reasoning", "id", item_id(jb, "rs"), "summary",
-                                             "type", "summary_text", "text", r, nr));
-    if (done && (nc || !json_array_size(jb->calls))) {
-        json_t *part = json_pack("{s:s, s:s%, s:[]}", "type", "output_text", "text", c ? c : "", nc, "annotations");
-        if (jb->lp) json_object_set(part, "logprobs", jb->lp);
-        json_array_append_new(out, json_pack("{s:s, s:o, s:s, s:s, s:[o]}", "type", "message", "id", item_id(jb, "msg"), "status",
-                                             "completed", "role", "assistant", "content", part));
-    }
-    for (size_t i = 0; done && i < json_array_size(jb->calls); i++) {
-        const json_t *call = json_array_get(jb->calls, i), *fn = json_object_get(call, "function");
-        json_array_append_new(out, json_pack("{s:s, s:s+, s:O, s:O, s:O, s:s}", "type", "function_call", "id", "fc_",
-                                             json_string_value(json_object_get(call, "id")), "call_id", json_object_get(call, "id"), "name",
-                                             json_object_get(fn, "name"), "arguments", json_object_get(fn, "arguments"), "status", "completed"));
-    }
+    const int thought = done && rq->thinking && nr;
+    if (thought) json_array_append_new(out, reasoning_item(jb));
+    if (done && (nc || (!json_array_size(jb->calls) && !thought))) json_array_append_new(out, message_item(jb)); /* never no item */
+    for (size_t i = 0; done && i < json_array_size(jb->calls); i++) json_array_append_new(out, call_item(jb, json_array_get(jb->calls, i)));
     const int cut = done && res->finish != QHX_FINISH_STOP;
     json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:o, s:s, s:o}", "id", rq->id, "object", "response", "created_at", (int)rq->created,
                           "status", !done ? "in_progress" : cut ? "incomplete" : "completed", "incomplete_details",
@@ -321,28 +348,41 @@ static json_t *response_object(job *jb, const qhx_generate_result *res, int done
 
 /* A chat delta as the Responses API's events: reasoning opens a reasoning item (its text as
  * summary deltas), the answer a message item, each call a function_call item; an item closes when
- * the next kind begins. Takes the choice. */
+ * the next kind begins (within one delta too: with tools, reasoning and answer can come
+ * together). Takes the choice. */
 static int send_response_events(job *jb, json_t *choice, int final) {
     const json_t *d = json_object_get(choice, "delta");
     const json_t *r = json_object_get(d, "reasoning_content"), *c = json_object_get(d, "content"), *calls = json_object_get(d, "tool_calls");
     int bad = 0;
+    json_t *said = r ? json_incref((json_t *)r) : NULL;
+    if (r && !jb->open_reasoning && !jb->open_message && !jb->items) {
+        /* the item opens at the reasoning's first character that is not a newline, with all of
+         * it so far: newlines alone are no reasoning, as the whole reply has none then */
+        const char *rs, *cs;
+        size_t nr, nc;
+        visible(jb, &rs, &nr, &cs, &nc);
+        while (nr && rs[nr - 1] == '\n') nr--;
+        json_decref(said), said = NULL;
+        if (nr) {
+            jb->open_reasoning = ++jb->items;
+            bad |= send_sse(jb, "response.output_item.added", json_pack("{s:i, s:{s:s, s:o, s:[]}}", "output_index", jb->open_reasoning - 1,
+                                                                        "item", "type", "reasoning", "id", item_id(jb, "rs"), "summary"));
+            bad |= send_sse(jb, "response.reasoning_summary_part.added", json_pack("{s:o, s:i}", "item_id", item_id(jb, "rs"), "summary_index", 0));
+            visible(jb, &rs, &nr, &cs, &nc);
+            said = json_stringn(rs, nr);
+        }
+    }
+    if (said && jb->open_reasoning)
+        bad |= send_sse(jb, "response.reasoning_summary_text.delta", json_pack("{s:o, s:i, s:O}", "item_id", item_id(jb, "rs"),
+                                                                               "summary_index", 0, "delta", said));
+    json_decref(said);
     if ((c || calls || final) && jb->open_reasoning) {
         const int at = jb->open_reasoning - 1;
         bad |= send_sse(jb, "response.reasoning_summary_part.done", json_pack("{s:o, s:i}", "item_id", item_id(jb, "rs"), "summary_index", 0));
-        bad |= send_sse(jb, "response.output_item.done", json_pack("{s:i, s:{s:s, s:o, s:[]}}", "output_index", at, "item", "type",
-                                                                   "reasoning", "id", item_id(jb, "rs"), "summary"));
+        bad |= send_sse(jb, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", at, "item", reasoning_item(jb)));
         jb->open_reasoning = 0;
     }
-    if (r && !jb->open_reasoning && !jb->open_message) {
-        jb->open_reasoning = ++jb->items;
-        bad |= send_sse(jb, "response.output_item.added", json_pack("{s:i, s:{s:s, s:o, s:[]}}", "output_index", jb->open_reasoning - 1,
-                                                                    "item", "type", "reasoning", "id", item_id(jb, "rs"), "summary"));
-        bad |= send_sse(jb, "response.reasoning_summary_part.added", json_pack("{s:o, s:i}", "item_id", item_id(jb, "rs"), "summary_index", 0));
-    }
-    if (r && jb->open_reasoning)
-        bad |= send_sse(jb, "response.reasoning_summary_text.delta", json_pack("{s:o, s:i, s:O}", "item_id", item_id(jb, "rs"),
-                                                                               "summary_index", 0, "delta", r));
-    if (c && !jb->open_message) {
+    if ((c || (final && !jb->items && !calls)) && !jb->open_message) { /* a reply of nothing is one empty message, as whole */
         jb->open_message = ++jb->items;
         bad |= send_sse(jb, "response.output_item.added", json_pack("{s:i, s:{s:s, s:o, s:s, s:s, s:[]}}", "output_index", jb->open_message - 1,
                                                                     "item", "type", "message", "id", item_id(jb, "msg"), "role",
@@ -356,19 +396,13 @@ static int send_response_events(job *jb, json_t *choice, int final) {
         bad |= send_sse(jb, "response.output_text.delta", e);
     }
     if ((calls || final) && jb->open_message) {
-        bad |= send_sse(jb, "response.output_item.done", json_pack("{s:i, s:{s:s, s:o, s:s, s:s}}", "output_index", jb->open_message - 1,
-                                                                   "item", "type", "message", "id", item_id(jb, "msg"), "role",
-                                                                   "assistant", "status", "completed"));
+        bad |= send_sse(jb, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", jb->open_message - 1, "item", message_item(jb)));
         jb->open_message = 0;
     }
     for (size_t i = 0; i < json_array_size(calls); i++) {
-        const json_t *call = json_array_get(calls, i), *fn = json_object_get(call, "function");
         for (int done = 0; done < 2; done++)
             bad |= send_sse(jb, done ? "response.output_item.done" : "response.output_item.added",
-                            json_pack("{s:i, s:{s:s, s:s+, s:O, s:O, s:O, s:s}}", "output_index", jb->items, "item", "type",
-                                      "function_call", "id", "fc_", json_string_value(json_object_get(call, "id")), "call_id",
-                                      json_object_get(call, "id"), "name", json_object_get(fn, "name"), "arguments",
-                                      json_object_get(fn, "arguments"), "status", "completed"));
+                            json_pack("{s:i, s:o}", "output_index", jb->items, "item", call_item(jb, json_array_get(calls, i))));
         jb->items++;
     }
     json_decref(choice);
@@ -451,7 +485,8 @@ static int serve_yield(void *user) {
     server *sv = jb->sv;
     const double piece = now_s() - jb->t_piece;
     turn_end(sv);
-    if (jb->rq->stream ? write_all(jb->fd, ": prefill\n\n", 12) != 0 : client_gone(jb->fd)) jb->failed = 1;
+    static const char ping[] = ": prefill\n\n";
+    if (jb->rq->stream ? write_all(jb->fd, ping, sizeof ping - 1) != 0 : client_gone(jb->fd)) jb->failed = 1;
     const int stop = jb->failed || sched_yield_time(sv, piece);
     turn_begin(sv);
     jb->t_piece = now_s();
@@ -494,8 +529,7 @@ static qhx_status run_job(job *jb, qhx_generate_result *res) {
 typedef struct {
     server *sv;
     request *rq;
-    char *content;
-    size_t n_content;
+    json_t *reply; /* the reply as a chat message */
 } reply_job;
 
 static void *reply_worker(void *arg) {
@@ -505,8 +539,7 @@ static void *reply_worker(void *arg) {
     if (k >= 0) {
         turn_begin(sv);
         json_t *h = json_deep_copy(r->rq->history);
-        json_array_append_new(json_object_get(h, "messages"),
-                              json_pack("{s:s, s:s%}", "role", "assistant", "content", r->content ? r->content : "", r->n_content));
+        json_array_append(json_object_get(h, "messages"), r->reply);
         char *conv = json_dumps(h, JSON_COMPACT);
         if (conv) qhx_prefix_cache_add_reply(sv->cache, sv->slot[k], conv, strlen(conv), r->rq->ids, r->rq->n_ids);
         free(conv);
@@ -515,7 +548,7 @@ static void *reply_worker(void *arg) {
         slot_give(sv, k);
     }
     request_free(r->rq);
-    free(r->content);
+    json_decref(r->reply);
     free(r);
     return NULL;
 }
@@ -528,16 +561,28 @@ static void schedule_reply(job *jb) {
     pthread_t th;
     pthread_attr_t at;
     if (!r || queue_enter(jb->sv)) { free(r); return; }
-    *r = (reply_job){jb->sv, jb->rq, jb->content, jb->n_content};
+    /* a reply with calls as the client hands it back: the text around them, the calls, and its
+     * reasoning (kept in history while the calls' results follow) */
+    json_t *reply = json_pack("{s:s, s:s%}", "role", "assistant", "content", jb->content ? jb->content : "", jb->n_content);
+    if (json_array_size(jb->calls)) {
+        const char *rs, *cs;
+        size_t nr, nc;
+        visible(jb, &rs, &nr, &cs, &nc);
+        json_object_set_new(reply, "content", json_stringn(cs ? cs : "", nc));
+        json_object_set_new(reply, "reasoning_content", json_stringn(rs ? rs : "", nr));
+        json_object_set(reply, "tool_calls", jb->calls);
+    }
+    *r = (reply_job){jb->sv, jb->rq, reply};
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&th, &at, reply_worker, r)) {
         pthread_mutex_lock(&jb->sv->lock);
         jb->sv->n_waiting--;
         pthread_mutex_unlock(&jb->sv->lock);
+        json_decref(reply);
         free(r);
     } else {
-        jb->rq = NULL, jb->content = NULL;
+        jb->rq = NULL;
     }
     pthread_attr_destroy(&at);
 }

@@ -72,6 +72,8 @@ typedef struct {
     int n_ids;
     json_t *history;            /* chat: the render request without its generation prompt, for the reply's snapshot */
     qhx_grammar *grammar;       /* response_format json_object/json_schema, or a forced tool call */
+    json_t *namespaced;         /* responses: {"NS.name": "NS"} for each tool of a namespace */
+    int encrypted_reasoning;    /* responses: include "reasoning.encrypted_content" */
     qhx_generate_opts gen;
     char *stop[QHX_MAX_STOP];
     char id[48];
@@ -89,8 +91,10 @@ typedef struct {
 /* Turns a body into a request with its prompt ids (its sampling options checked, a chat rendered
  * and tokenized, the context checked): NULL, and why in *why, when it is refused. */
 request *parse_request(server *sv, const char *body, size_t len, int chat, refusal *why);
-/* A Responses API body (input items, instructions, max_output_tokens, function tools) as the chat
- * request it amounts to, parsed by parse_request; refusals name the Responses API's fields. */
+/* The same from a parsed body, which it takes */
+request *parse_body(server *sv, json_t *body, int chat, refusal *why);
+/* A Responses API body as the chat request it amounts to (tools/serve_responses.c); refusals name
+ * the Responses API's fields. */
 request *parse_responses(server *sv, const char *body, size_t len, refusal *why);
 void request_free(request *rq);
 

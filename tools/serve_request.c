@@ -17,6 +17,7 @@ void request_free(request *rq) {
     free(rq->ids);
     json_decref(rq->history);
     json_decref(rq->tools);
+    json_decref(rq->namespaced);
     free(rq->bias_ids);
     free(rq->bias);
     free(rq->close_ids);
@@ -146,9 +147,9 @@ static const char *parse_sampling(server *sv, json_t *body, request *rq, char *e
 static const char *const any_fields[] = {"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
                                          "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
                                          "repetition_penalty", "seed", "stop", "n", "user", "store", "metadata",
-                                         "service_tier", "logprobs", "logit_bias", "grammar", "json_schema", "ignore_eos", NULL};
+                                         "service_tier", "logprobs", "logit_bias", "grammar", "json_schema", "ignore_eos", "prompt_cache_key", "safety_identifier", NULL};
 static const char *const chat_fields[] = {"messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
-                                          "response_format", "top_logprobs", "thinking_budget", NULL};
+                                          "response_format", "top_logprobs", "thinking_budget", "reasoning_effort", NULL};
 static const char *const completion_fields[] = {"prompt", "echo", "suffix", "best_of", NULL};
 
 static int listed(const char *const *list, const char *k) {
@@ -259,8 +260,7 @@ static const char *constrain(server *sv, json_t *j, request *rq, char *err, size
     return NULL;
 }
 
-/* A parsed body (taken: freed here) into a request; parse_request and parse_responses share it. */
-static request *parse_body(server *sv, json_t *j, int chat, refusal *why) {
+request *parse_body(server *sv, json_t *j, int chat, refusal *why) {
     char *err = why->message;
     const size_t cap = sizeof why->message;
     *why = (refusal){.status = 400};
@@ -316,6 +316,22 @@ static request *parse_body(server *sv, json_t *j, int chat, refusal *why) {
             goto fail;
         }
         if (get_bool(kw, "enable_thinking", &rq->thinking, err, cap)) { param = "chat_template_kwargs"; goto fail; }
+        /* reasoning_effort (OpenAI's): "none" and "minimal" turn the reasoning off, the others
+         * leave it on; Qwen3.5 has no degrees between */
+        json_t *effort = json_object_get(j, "reasoning_effort");
+        if (effort && !json_is_null(effort)) {
+            const char *e = json_string_value(effort);
+            static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", "xhigh", NULL};
+            int known = 0;
+            for (int i = 0; e && efforts[i]; i++) known |= !strcmp(e, efforts[i]);
+            if (!known || json_object_get(kw, "enable_thinking")) {
+                param = "reasoning_effort";
+                snprintf(err, cap, known ? "'reasoning_effort' and chat_template_kwargs.enable_thinking both set the reasoning; send one"
+                                         : "'reasoning_effort' must be none, minimal, low, medium, high or xhigh");
+                goto fail;
+            }
+            rq->thinking = strcmp(e, "none") && strcmp(e, "minimal");
+        }
         /* thinking_budget (Qwen's own API's name): at most this many reasoning tokens, then the
          * block is closed as the template closes it and the answer follows */
         long long budget = -1;
@@ -415,163 +431,5 @@ request *parse_request(server *sv, const char *body, size_t len, int chat, refus
     *why = (refusal){.status = 400};
     snprintf(why->message, sizeof why->message, "request body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
              jerr.column);
-    return NULL;
-}
-
-/* ---- POST /v1/responses ---- */
-
-/* a message's content as chat text parts: a string, or input_text / output_text parts */
-static json_t *content_of(const json_t *c, char *err, size_t cap, size_t i) {
-    if (json_is_string(c)) return json_incref((json_t *)c);
-    json_t *parts = json_array();
-    size_t k;
-    const json_t *p;
-    json_array_foreach(c, k, p) {
-        const char *type = json_string_value(json_object_get(p, "type"));
-        const json_t *text = json_object_get(p, "text");
-        if (!type || (strcmp(type, "input_text") && strcmp(type, "output_text")) || !json_is_string(text)) {
-            snprintf(err, cap, "input[%zu].content[%zu]: only input_text and output_text parts are supported (this runs the text model)", i, k);
-            json_decref(parts);
-            return NULL;
-        }
-        json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "text", "text", text));
-    }
-    if (!json_is_array(c)) snprintf(err, cap, "input[%zu].content must be a string or an array of parts", i), json_decref(parts), parts = NULL;
-    return parts;
-}
-
-static const char *const responses_fields[] = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p",
-                                                "stream", "tools", "tool_choice", "parallel_tool_calls", "text", "store",
-                                                "metadata", "user", "include", "truncation", "service_tier", "top_logprobs", "seed",
-                                                NULL};
-
-request *parse_responses(server *sv, const char *body, size_t len, refusal *why) {
-    json_error_t jerr;
-    json_t *j = json_loadb(body, len, 0, &jerr), *chat = NULL, *msgs = NULL;
-    char *err = why->message;
-    const size_t cap = sizeof why->message;
-    const char *param = NULL;
-    *why = (refusal){.status = 400};
-    if (!j || !json_is_object(j)) {
-        snprintf(err, cap, j ? "request body must be a JSON object" : "request body is not valid JSON: %s (line %d, column %d)", jerr.text,
-                 jerr.line, jerr.column);
-        goto fail;
-    }
-    const char *k;
-    json_t *v;
-    json_object_foreach(j, k, v) {
-        if (!listed(responses_fields, k)) {
-            snprintf(why->param_name, sizeof why->param_name, "%s", k);
-            param = why->param_name;
-            snprintf(err, cap, "'%.100s' is not a field this server implements (previous responses are not stored)", k);
-            goto fail;
-        }
-    }
-    const json_t *fmt = json_object_get(json_object_get(j, "text"), "format"), *inc = json_object_get(j, "include");
-    if (fmt && !json_is_string(json_object_get(fmt, "type"))) {
-        param = "text";
-        snprintf(err, cap, "'text.format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}");
-        goto fail;
-    }
-    if (inc && !json_is_null(inc) && !(json_is_array(inc) && !json_array_size(inc))) {
-        param = "include";
-        snprintf(err, cap, "'include': no extra outputs are implemented");
-        goto fail;
-    }
-    /* the input items as chat messages: function calls join the assistant turn before them */
-    msgs = json_array();
-    const json_t *instr = json_object_get(j, "instructions"), *input = json_object_get(j, "input");
-    if (json_is_string(instr)) json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "system", "content", instr));
-    else if (instr && !json_is_null(instr)) { param = "instructions"; snprintf(err, cap, "'instructions' must be a string"); goto fail; }
-    if (json_is_string(input)) {
-        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", input));
-    } else if (json_is_array(input) && json_array_size(input)) {
-        size_t i;
-        const json_t *it;
-        json_array_foreach(input, i, it) {
-            const char *type = json_string_value(json_object_get(it, "type")), *role = json_string_value(json_object_get(it, "role"));
-            param = "input";
-            if (type && !strcmp(type, "function_call")) {
-                const json_t *name = json_object_get(it, "name"), *args = json_object_get(it, "arguments"), *id = json_object_get(it, "call_id");
-                if (!json_is_string(name) || !json_is_string(args) || !json_is_string(id)) {
-                    snprintf(err, cap, "input[%zu]: a function_call needs string call_id, name and arguments", i);
-                    goto fail;
-                }
-                json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
-                if (!last || strcmp(json_string_value(json_object_get(last, "role")), "assistant"))
-                    json_array_append_new(msgs, last = json_pack("{s:s, s:s, s:[]}", "role", "assistant", "content", "", "tool_calls"));
-                if (!json_object_get(last, "tool_calls")) json_object_set_new(last, "tool_calls", json_array());
-                json_array_append_new(json_object_get(last, "tool_calls"),
-                                      json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function", "name", name, "arguments", args));
-            } else if (type && !strcmp(type, "function_call_output")) {
-                const json_t *out = json_object_get(it, "output");
-                if (!json_is_string(out)) { snprintf(err, cap, "input[%zu]: a function_call_output needs a string output", i); goto fail; }
-                json_array_append_new(msgs, json_pack("{s:s, s:O, s:O}", "role", "tool", "tool_call_id", json_object_get(it, "call_id"), "content", out));
-            } else if ((!type || !strcmp(type, "message")) && role &&
-                       (!strcmp(role, "user") || !strcmp(role, "assistant") || !strcmp(role, "system") || !strcmp(role, "developer"))) {
-                json_t *c = content_of(json_object_get(it, "content"), err, cap, i);
-                if (!c) goto fail;
-                json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", strcmp(role, "developer") ? role : "system", "content", c));
-            } else {
-                snprintf(err, cap, "input[%zu]: only messages, function_call and function_call_output items are supported", i);
-                goto fail;
-            }
-        }
-    } else {
-        param = "input";
-        snprintf(err, cap, "'input' must be a string or a non-empty array of items");
-        goto fail;
-    }
-    /* function tools: {type, name, description, parameters} -> the chat form */
-    chat = json_pack("{s:O}", "messages", msgs);
-    const json_t *tools = json_object_get(j, "tools");
-    if (tools && !json_is_null(tools)) {
-        json_t *ct = json_array();
-        size_t i;
-        const json_t *t;
-        json_object_set_new(chat, "tools", ct);
-        json_array_foreach(tools, i, t) {
-            const char *type = json_string_value(json_object_get(t, "type"));
-            if (!type || strcmp(type, "function") || !json_is_string(json_object_get(t, "name"))) {
-                param = "tools";
-                snprintf(err, cap, "tools[%zu]: only function tools ({\"type\": \"function\", \"name\": ...}) are supported", i);
-                goto fail;
-            }
-            json_t *fn = json_pack("{s:O}", "name", json_object_get(t, "name"));
-            if (json_object_get(t, "description")) json_object_set(fn, "description", json_object_get(t, "description"));
-            if (json_object_get(t, "parameters")) json_object_set(fn, "parameters", json_object_get(t, "parameters"));
-            json_array_append_new(ct, json_pack("{s:s, s:o}", "type", "function", "function", fn));
-        }
-    }
-    static const char *const same[] = {"model", "temperature", "top_p", "stream", "tool_choice", "parallel_tool_calls", "metadata",
-                                       "user", "store", "seed", "service_tier", NULL};
-    for (int i = 0; same[i]; i++)
-        if (json_object_get(j, same[i])) json_object_set(chat, same[i], json_object_get(j, same[i]));
-    if (json_object_get(j, "max_output_tokens")) json_object_set(chat, "max_tokens", json_object_get(j, "max_output_tokens"));
-    if (fmt) { /* text.format {type, name, schema, strict} -> response_format {type, json_schema: {name, schema, strict}} */
-        json_t *rf = json_pack("{s:O}", "type", json_object_get(fmt, "type"));
-        if (json_object_get(fmt, "schema"))
-            json_object_set_new(rf, "json_schema", json_pack("{s:O}", "schema", json_object_get(fmt, "schema")));
-        json_object_set_new(chat, "response_format", rf);
-    }
-    if (json_object_get(j, "top_logprobs")) {
-        json_object_set(chat, "top_logprobs", json_object_get(j, "top_logprobs"));
-        json_object_set_new(chat, "logprobs", json_true());
-    }
-    json_decref(j), json_decref(msgs);
-    request *rq = parse_body(sv, chat, 1, why); /* the chat request it amounts to, not written out and read back */
-    if (!rq) { /* name the Responses API's fields */
-        if (why->param && !strcmp(why->param, "max_tokens")) why->param = "max_output_tokens";
-        if (why->param && !strcmp(why->param, "messages")) why->param = "input";
-        if (why->param && !strcmp(why->param, "response_format")) why->param = "text";
-        return NULL;
-    }
-    rq->responses = 1;
-    memcpy(rq->id, "resp", 4); /* "resp-..." for "chatcmpl-..." */
-    memmove(rq->id + 4, rq->id + 8, strlen(rq->id + 8) + 1);
-    return rq;
-fail:
-    json_decref(j), json_decref(chat), json_decref(msgs);
-    why->param = param;
     return NULL;
 }

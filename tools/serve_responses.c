@@ -1,0 +1,288 @@
+/* qhx serve's POST /v1/responses: a Responses API body as the chat request it amounts to, which
+ * parse_body then checks, renders and tokenizes as any chat completion. What agents send by
+ * default is taken (the Codex CLI: developer messages, reasoning items handed back, namespaced
+ * tools, a hosted web_search); what would change a reply and is not done here is a 400 naming it. */
+#include "serve.h"
+
+#include <jansson.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const fields[] = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "stream", "tools",
+                                     "tool_choice", "parallel_tool_calls", "text", "store", "metadata", "user", "include",
+                                     "truncation", "service_tier", "top_logprobs", "seed", "reasoning", "prompt_cache_key",
+                                     "client_metadata", "safety_identifier", NULL};
+
+/* Tools OpenAI runs on its side: this server has none of them, so the model is not offered them
+ * (and so never calls one), as a model without them would answer. */
+static const char *const hosted[] = {"web_search", "web_search_preview", "file_search", "code_interpreter", "image_generation",
+                                     "computer_use_preview", "mcp", NULL};
+
+/* a + sep + b as one string (a taken) */
+static json_t *join(json_t *a, const char *sep, const json_t *b) {
+    const size_t na = json_string_length(a), ns = strlen(sep), nb = json_string_length(b);
+    char *s = malloc(na + ns + nb + 1);
+    json_t *r = NULL;
+    if (s) {
+        memcpy(s, json_string_value(a), na), memcpy(s + na, sep, ns), memcpy(s + na + ns, json_string_value(b), nb);
+        r = json_stringn(s, na + ns + nb);
+    }
+    free(s);
+    json_decref(a);
+    return r;
+}
+
+static int listed(const char *const *list, const char *k) {
+    for (; k && *list; list++)
+        if (!strcmp(*list, k)) return 1;
+    return 0;
+}
+
+/* the text of content parts of the given types, joined as the chat template joins them */
+static json_t *text_of(const json_t *c, const char *t1, const char *t2, char *err, size_t cap, const char *where, size_t i) {
+    if (json_is_string(c)) return json_incref((json_t *)c);
+    if (!json_is_array(c)) return snprintf(err, cap, "input[%zu].%s must be a string or an array of parts", i, where), NULL;
+    json_t *s = json_string("");
+    size_t k;
+    const json_t *p;
+    json_array_foreach(c, k, p) {
+        const char *type = json_string_value(json_object_get(p, "type"));
+        const json_t *text = json_object_get(p, "text");
+        if (!listed((const char *const[]){t1, t2, NULL}, type) || !json_is_string(text)) {
+            json_decref(s);
+            return snprintf(err, cap, "input[%zu].%s[%zu]: only %s%s%s parts are supported (this runs the text model)", i, where, k,
+                            t1, t2 ? " and " : "", t2 ? t2 : ""),
+                   NULL;
+        }
+        if (!(s = join(s, "", text))) return NULL;
+    }
+    return s;
+}
+
+/* a reasoning item's text: what include "reasoning.encrypted_content" handed out (the reasoning
+ * itself; nothing here is secret), else its reasoning_text parts, else its summary */
+static json_t *reasoning_of(const json_t *it, char *err, size_t cap, size_t i) {
+    const json_t *enc = json_object_get(it, "encrypted_content"), *content = json_object_get(it, "content");
+    if (json_is_string(enc)) return json_incref((json_t *)enc);
+    if (json_array_size(content)) return text_of(content, "reasoning_text", NULL, err, cap, "content", i);
+    json_t *s = json_string("");
+    size_t k;
+    const json_t *p;
+    json_array_foreach(json_object_get(it, "summary"), k, p) {
+        const json_t *text = json_object_get(p, "text");
+        if (!json_is_string(text)) return json_decref(s), snprintf(err, cap, "input[%zu].summary[%zu] needs a string text", i, k), NULL;
+        if (!(s = join(s, k ? "\n\n" : "", text))) return NULL;
+    }
+    return s;
+}
+
+/* the assistant turn a call or reasoning joins: the last message when it is one, else a new one */
+static json_t *assistant_turn(json_t *msgs) {
+    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    if (!last || strcmp(json_string_value(json_object_get(last, "role")), "assistant"))
+        json_array_append_new(msgs, last = json_pack("{s:s, s:s}", "role", "assistant", "content", ""));
+    return last;
+}
+
+/* the input items as chat messages. System and developer messages before the first other one
+ * are the system message (the template takes one, first); a later one is a user turn. Function
+ * calls and reasoning join the assistant turn they belong to. */
+static json_t *messages(const json_t *instr, const json_t *input, char *err, size_t cap) {
+    json_t *msgs = json_array(), *system = json_is_string(instr) ? json_incref((json_t *)instr) : NULL, *thought = NULL;
+    if (json_is_string(input)) json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", input));
+    size_t i;
+    const json_t *it;
+    json_array_foreach(input, i, it) {
+        const char *type = json_string_value(json_object_get(it, "type")), *role = json_string_value(json_object_get(it, "role"));
+        const json_t *ns = json_object_get(it, "namespace");
+        if (type && !strcmp(type, "function_call")) {
+            const json_t *name = json_object_get(it, "name"), *args = json_object_get(it, "arguments"), *id = json_object_get(it, "call_id");
+            if (!json_is_string(name) || !json_is_string(args) || !json_is_string(id) || (ns && !json_is_null(ns) && !json_is_string(ns))) {
+                snprintf(err, cap, "input[%zu]: a function_call needs string call_id, name and arguments", i);
+                goto fail;
+            }
+            json_t *turn = assistant_turn(msgs), *calls = json_object_get(turn, "tool_calls");
+            if (!calls) json_object_set_new(turn, "tool_calls", calls = json_array());
+            json_t *full = json_is_string(ns) ? json_sprintf("%s.%s", json_string_value(ns), json_string_value(name)) : json_incref((json_t *)name);
+            json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:o, s:O}}", "id", id, "type", "function", "function", "name", full,
+                                                   "arguments", args));
+        } else if (type && !strcmp(type, "function_call_output")) {
+            json_t *out = text_of(json_object_get(it, "output"), "input_text", "output_text", err, cap, "output", i);
+            if (!out) goto fail;
+            json_array_append_new(msgs, json_pack("{s:s, s:O, s:o}", "role", "tool", "tool_call_id", json_object_get(it, "call_id"), "content", out));
+        } else if (type && !strcmp(type, "reasoning")) {
+            json_t *r = reasoning_of(it, err, cap, i);
+            if (!r) goto fail;
+            thought = thought ? join(thought, "\n\n", r) : json_incref(r); /* several in a row: one block */
+            json_decref(r);
+            if (!thought) goto fail;
+            continue;
+        } else if ((!type || !strcmp(type, "message")) && listed((const char *const[]){"user", "assistant", "system", "developer", NULL}, role)) {
+            json_t *c = text_of(json_object_get(it, "content"), "input_text", "output_text", err, cap, "content", i);
+            if (!c) goto fail;
+            const int sys = !strcmp(role, "system") || !strcmp(role, "developer");
+            if (sys && !json_array_size(msgs)) {
+                system = system ? join(system, "\n\n", c) : json_incref(c);
+                json_decref(c);
+                if (!system) goto fail;
+                continue;
+            }
+            json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", sys ? "user" : role, "content", c));
+        } else {
+            snprintf(err, cap, "input[%zu]: only messages, reasoning, function_call and function_call_output items are supported", i);
+            goto fail;
+        }
+        if (thought) { /* the reasoning before this item belongs to the assistant turn it is part of */
+            json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+            if (!strcmp(json_string_value(json_object_get(last, "role")), "assistant") && !json_object_get(last, "reasoning_content"))
+                json_object_set(last, "reasoning_content", thought);
+            json_decref(thought), thought = NULL;
+        }
+    }
+    if (!json_is_string(input) && !json_array_size(input)) {
+        snprintf(err, cap, "'input' must be a string or a non-empty array of items");
+        goto fail;
+    }
+    json_decref(thought);
+    if (system) json_array_insert_new(msgs, 0, json_pack("{s:s, s:o}", "role", "system", "content", system));
+    return msgs;
+fail:
+    json_decref(msgs), json_decref(system), json_decref(thought);
+    return NULL;
+}
+
+/* function tools as the chat form; a namespace's tools as functions named "NS.name" (a dot is
+ * never in an OpenAI function name), noted in *namespaced so the calls come back with their
+ * namespace; hosted tools left out. The tool at fault, or NULL with the list. */
+static json_t *chat_tools(const json_t *tools, json_t *namespaced, char *err, size_t cap) {
+    json_t *ct = json_array();
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *type = json_string_value(json_object_get(t, "type")), *ns = NULL;
+        if (listed(hosted, type)) continue;
+        const json_t *group = json_object_get(t, "tools");
+        if (type && !strcmp(type, "namespace") && json_is_string(json_object_get(t, "name")) && json_is_array(group)) {
+            ns = json_string_value(json_object_get(t, "name"));
+        } else {
+            group = NULL;
+        }
+        for (size_t k = 0; k < (group ? json_array_size(group) : 1); k++) {
+            const json_t *f = group ? json_array_get(group, k) : t;
+            const char *ftype = json_string_value(json_object_get(f, "type"));
+            if (!ftype || strcmp(ftype, "function") || !json_is_string(json_object_get(f, "name"))) {
+                json_decref(ct);
+                if (group) snprintf(err, cap, "tools[%zu].tools[%zu]: only function tools are supported in a namespace", i, k);
+                else snprintf(err, cap, "tools[%zu]: only function and namespace tools are supported (hosted ones are left out)", i);
+                return NULL;
+            }
+            json_t *name = ns ? json_sprintf("%s.%s", ns, json_string_value(json_object_get(f, "name"))) : json_incref(json_object_get(f, "name"));
+            if (ns) json_object_set_new(namespaced, json_string_value(name), json_string(ns));
+            json_t *fn = json_pack("{s:o}", "name", name);
+            if (json_object_get(f, "description")) json_object_set(fn, "description", json_object_get(f, "description"));
+            if (json_object_get(f, "parameters")) json_object_set(fn, "parameters", json_object_get(f, "parameters"));
+            json_array_append_new(ct, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+        }
+    }
+    return ct;
+}
+
+request *parse_responses(server *sv, const char *body, size_t len, refusal *why) {
+    json_error_t jerr;
+    json_t *j = json_loadb(body, len, 0, &jerr), *chat = NULL, *msgs = NULL, *namespaced = json_object();
+    char *err = why->message;
+    const size_t cap = sizeof why->message;
+    const char *param = NULL;
+    int encrypted = 0;
+    *why = (refusal){.status = 400};
+    if (!j || !json_is_object(j)) {
+        snprintf(err, cap, j ? "request body must be a JSON object" : "request body is not valid JSON: %s (line %d, column %d)", jerr.text,
+                 jerr.line, jerr.column);
+        goto fail;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(j, k, v) {
+        if (!listed(fields, k)) {
+            snprintf(why->param_name, sizeof why->param_name, "%s", k);
+            param = why->param_name;
+            snprintf(err, cap, "'%.100s' is not a field this server implements (previous responses are not stored)", k);
+            goto fail;
+        }
+    }
+    const json_t *fmt = json_object_get(json_object_get(j, "text"), "format"), *inc = json_object_get(j, "include");
+    if (fmt && !json_is_string(json_object_get(fmt, "type"))) {
+        param = "text";
+        snprintf(err, cap, "'text.format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}");
+        goto fail;
+    }
+    for (size_t i = 0; i < json_array_size(inc); i++) /* the one extra output: the reasoning, to hand back next turn */
+        if (!(encrypted = !strcmp(json_string_value(json_array_get(inc, i)) ? json_string_value(json_array_get(inc, i)) : "",
+                                  "reasoning.encrypted_content"))) break;
+    if (inc && !json_is_null(inc) && (!json_is_array(inc) || (json_array_size(inc) && !encrypted))) {
+        param = "include";
+        snprintf(err, cap, "'include': only \"reasoning.encrypted_content\" is implemented");
+        goto fail;
+    }
+    /* reasoning {effort, summary}: the effort is chat's reasoning_effort; the summary is the
+     * reasoning itself, whatever its detail */
+    const json_t *reason = json_object_get(j, "reasoning"), *effort = json_object_get(reason, "effort");
+    json_object_foreach((json_t *)(json_is_object(reason) ? reason : NULL), k, v)
+        if (strcmp(k, "effort") && strcmp(k, "summary")) { snprintf(err, cap, "'reasoning.%.60s' is not implemented", k); param = "reasoning"; goto fail; }
+    if (reason && !json_is_null(reason) && !json_is_object(reason)) {
+        param = "reasoning";
+        snprintf(err, cap, "'reasoning' must be {\"effort\": ..., \"summary\": ...}");
+        goto fail;
+    }
+    param = "input";
+    const json_t *instr = json_object_get(j, "instructions");
+    if (instr && !json_is_null(instr) && !json_is_string(instr)) { param = "instructions"; snprintf(err, cap, "'instructions' must be a string"); goto fail; }
+    if (!(msgs = messages(instr, json_object_get(j, "input"), err, cap))) goto fail;
+    chat = json_pack("{s:O}", "messages", msgs);
+    const json_t *tools = json_object_get(j, "tools");
+    if (tools && !json_is_null(tools)) {
+        json_t *ct = json_is_array(tools) ? chat_tools(tools, namespaced, err, cap) : NULL;
+        if (!json_is_array(tools)) snprintf(err, cap, "'tools' must be an array");
+        if (!ct) { param = "tools"; goto fail; }
+        json_object_set_new(chat, "tools", ct);
+    }
+    static const char *const same[] = {"model", "temperature", "top_p", "stream", "tool_choice", "parallel_tool_calls", "metadata",
+                                       "user", "store", "seed", "service_tier", "prompt_cache_key", "safety_identifier", NULL};
+    for (int i = 0; same[i]; i++)
+        if (json_object_get(j, same[i])) json_object_set(chat, same[i], json_object_get(j, same[i]));
+    if (json_object_get(j, "max_output_tokens")) json_object_set(chat, "max_tokens", json_object_get(j, "max_output_tokens"));
+    if (effort) json_object_set(chat, "reasoning_effort", (json_t *)effort);
+    if (fmt) { /* text.format {type, name, schema, strict} -> response_format {type, json_schema: {name, schema, strict}} */
+        json_t *rf = json_pack("{s:O}", "type", json_object_get(fmt, "type"));
+        if (json_object_get(fmt, "schema"))
+            json_object_set_new(rf, "json_schema", json_pack("{s:O}", "schema", json_object_get(fmt, "schema")));
+        json_object_set_new(chat, "response_format", rf);
+    }
+    if (json_object_get(j, "top_logprobs")) {
+        json_object_set(chat, "top_logprobs", json_object_get(j, "top_logprobs"));
+        json_object_set_new(chat, "logprobs", json_true());
+    }
+    json_decref(j), json_decref(msgs);
+    request *rq = parse_body(sv, chat, 1, why); /* the chat request it amounts to, not written out and read back */
+    if (!rq) { /* name the Responses API's fields */
+        if (why->param && !strcmp(why->param, "max_tokens")) why->param = "max_output_tokens";
+        if (why->param && !strcmp(why->param, "messages")) why->param = "input";
+        if (why->param && !strcmp(why->param, "response_format")) why->param = "text";
+        if (why->param && !strcmp(why->param, "reasoning_effort")) why->param = "reasoning";
+        json_decref(namespaced);
+        return NULL;
+    }
+    rq->responses = 1;
+    rq->encrypted_reasoning = encrypted;
+    if (json_object_size(namespaced)) rq->namespaced = namespaced;
+    else json_decref(namespaced);
+    memcpy(rq->id, "resp", 4); /* "resp-..." for "chatcmpl-..." */
+    memmove(rq->id + 4, rq->id + 8, strlen(rq->id + 8) + 1);
+    return rq;
+fail:
+    json_decref(j), json_decref(chat), json_decref(msgs), json_decref(namespaced);
+    why->param = param;
+    return NULL;
+}
