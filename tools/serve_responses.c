@@ -109,6 +109,10 @@ static json_t *messages(const json_t *instr, const json_t *input, char *err, siz
             json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:o, s:O}}", "id", id, "type", "function", "function", "name", full,
                                                    "arguments", args));
         } else if (type && !strcmp(type, "function_call_output")) {
+            if (!json_is_string(json_object_get(it, "call_id"))) {
+                snprintf(err, cap, "input[%zu]: a function_call_output needs a string call_id", i);
+                goto fail;
+            }
             json_t *out = text_of(json_object_get(it, "output"), "input_text", "output_text", err, cap, "output", i);
             if (!out) goto fail;
             json_array_append_new(msgs, json_pack("{s:s, s:O, s:o}", "role", "tool", "tool_call_id", json_object_get(it, "call_id"), "content", out));
@@ -252,6 +256,11 @@ request *parse_responses(server *sv, const char *body, size_t len, refusal *why)
                                        "user", "store", "seed", "service_tier", "prompt_cache_key", "safety_identifier", NULL};
     for (int i = 0; same[i]; i++)
         if (json_object_get(j, same[i])) json_object_set(chat, same[i], json_object_get(j, same[i]));
+    const json_t *choice = json_object_get(j, "tool_choice"), *cns = json_object_get(choice, "namespace");
+    if (json_is_string(cns) && json_is_string(json_object_get(choice, "name"))) /* a namespaced function, as offered */
+        json_object_set_new(chat, "tool_choice", json_pack("{s:s, s:{s:o}}", "type", "function", "function", "name",
+                                                           json_sprintf("%s.%s", json_string_value(cns),
+                                                                        json_string_value(json_object_get(choice, "name")))));
     if (json_object_get(j, "max_output_tokens")) json_object_set(chat, "max_tokens", json_object_get(j, "max_output_tokens"));
     if (effort) json_object_set(chat, "reasoning_effort", (json_t *)effort);
     if (fmt) { /* text.format {type, name, schema, strict} -> response_format {type, json_schema: {name, schema, strict}} */

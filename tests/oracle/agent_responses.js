@@ -81,6 +81,10 @@ const streamed = text => {
   const fs = streamed((await post("/v1/responses", { ...forced, stream: true })).body);
   check(norm(fs.done) === norm(f.output), "the same call streamed", [fs.done, f.output]);
 
+  const named = JSON.parse((await post("/v1/responses", { ...forced, tool_choice: { type: "function", namespace: "agents", name: "close" } })).body);
+  check(itemsOf(named.output).calls.length === 1 && itemsOf(named.output).calls[0].name === "close" && itemsOf(named.output).calls[0].namespace === "agents",
+        "tool_choice naming a namespaced function forces that one", named.output);
+
   // 3. the next turn hands the items back: the prompt is the first turn's and its reply, so the
   // prefix cache serves all of it, and the answer is the chat completion's with the same history
   const turn2 = { ...forced, tool_choice: "auto", parallel_tool_calls: true,
@@ -150,6 +154,7 @@ const streamed = text => {
     [{ ...bare, tools: [{ type: "namespace", name: "n", tools: [{ type: "custom", name: "x" }] }] }, "tools"],
     [{ ...bare, input: [{ type: "reasoning", summary: [{ type: "summary_text" }] }] }, "input"],
     [{ ...bare, input: [{ type: "function_call_output", call_id: "c", output: [{ type: "input_image", image_url: "x" }] }] }, "input"],
+    [{ ...bare, input: [{ type: "function_call_output", output: "no id" }] }, "input"],
   ];
   for (const [body, param] of refused) {
     const x = await post("/v1/responses", body), e = x.status === 400 && JSON.parse(x.body).error;
