@@ -13,10 +13,8 @@
  * worker thread writes server-sent events into: when the client goes away, libmicrohttpd closes
  * the pipe, the next write fails, and the worker cancels and frees its slot.
  */
-#include "util/buf.h"
 #include "cli.h"
-#include "serve.h"
-#include "tool_calls.h"
+#include "serve_job.h"
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -77,32 +75,6 @@ static const char *error_type(unsigned status) { return status == 400 ? "invalid
 
 /* ---- generation ---- */
 
-typedef struct {
-    server *sv;
-    request *rq;
-    int slot, fd;                 /* fd: the stream's pipe, or the client's socket to poll */
-    int failed;                   /* the client is gone */
-    think_split ts;
-    int cached;                   /* prompt tokens resumed from the prefix cache */
-    int decoding;                 /* counted in sv->n_decoding: its steps go into the batched passes */
-    double t_recv, t_start, t_first, t_end; /* request parsed, slot taken, first token, done */
-    double t_piece;               /* when the current prefill piece began */
-    int reply_cacheable;          /* a finished chat reply: worth a snapshot after it */
-    char *reasoning, *content;    /* everything so far (non-streaming) */
-    size_t n_reasoning, n_content, cap_reasoning, cap_content;
-    /* with tools: each channel read for calls (tools/tool_calls.h); what of it is text, the calls,
-     * and what a stream has not sent yet of each */
-    tc_stream tc_reasoning, tc_content;
-    qhx_buf shown_reasoning, shown_content;
-    json_t *calls;
-    size_t sent_reasoning, sent_content, sent_calls;
-    int tool_stop;                /* parallel_tool_calls false and a call is out: the reply ends */
-    int n_thought, n_closed;      /* thinking_budget: reasoning tokens so far; close_ids forced so far */
-    int items, open_reasoning, open_message; /* /v1/responses stream: output items so far, the open ones' indices + 1 */
-    json_t *lp;                   /* logprobs: chat, one entry a token; completions, the legacy four lists */
-    size_t lp_sent;               /* entries a stream has sent */
-    size_t text_offset;           /* completions: where the next token's text starts */
-} job;
 
 static int grow(job *jb, size_t more) {
     /* the think splitter may put all of it in either */
@@ -112,7 +84,7 @@ static int grow(job *jb, size_t more) {
                : 0;
 }
 
-static int write_all(int fd, const char *s, size_t n) {
+int write_all(int fd, const char *s, size_t n) {
     while (n) {
         ssize_t k = write(fd, s, n);
         if (k < 0 && errno == EINTR) continue;
@@ -121,6 +93,23 @@ static int write_all(int fd, const char *s, size_t n) {
         n -= (size_t)k;
     }
     return 0;
+}
+
+int send_sse(job *jb, const char *type, json_t *data) {
+    json_object_set_new(data, "type", json_string(type));
+    char *s = json_dumps(data, JSON_COMPACT);
+    json_decref(data);
+    if (!s) return -1;
+    const int rc = write_all(jb->fd, "event: ", 7) || write_all(jb->fd, type, strlen(type)) || write_all(jb->fd, "\ndata: ", 7) ||
+                   write_all(jb->fd, s, strlen(s)) || write_all(jb->fd, "\n\n", 2);
+    free(s);
+    return rc ? -1 : 0;
+}
+
+void visible(const job *jb, const char **r, size_t *nr, const char **c, size_t *nc) {
+    const int tools = jb->rq->tools != NULL;
+    *r = tools ? jb->shown_reasoning.s : jb->reasoning, *nr = tools ? jb->shown_reasoning.len : jb->n_reasoning;
+    *c = tools ? jb->shown_content.s : jb->content, *nc = tools ? jb->shown_content.len : jb->n_content;
 }
 
 static int send_event(job *jb, json_t *j) {
@@ -262,152 +251,6 @@ static json_t *chat_delta(job *jb, size_t r0, size_t c0) {
     return NULL;
 }
 
-/* ---- the Responses API's shape (POST /v1/responses) ---- */
-
-static int send_sse(job *jb, const char *type, json_t *data) {
-    json_object_set_new(data, "type", json_string(type));
-    char *s = json_dumps(data, JSON_COMPACT);
-    json_decref(data);
-    if (!s) return -1;
-    const int rc = write_all(jb->fd, "event: ", 7) || write_all(jb->fd, type, strlen(type)) || write_all(jb->fd, "\ndata: ", 7) ||
-                   write_all(jb->fd, s, strlen(s)) || write_all(jb->fd, "\n\n", 2);
-    free(s);
-    return rc ? -1 : 0;
-}
-
-static json_t *item_id(const job *jb, const char *kind) { return json_sprintf("%s_%s", kind, jb->rq->id + 5); }
-
-/* The reply's text as the client sees it: with tools, what the call reader left as text */
-static void visible(const job *jb, const char **r, size_t *nr, const char **c, size_t *nc) {
-    const int tools = jb->rq->tools != NULL;
-    *r = tools ? jb->shown_reasoning.s : jb->reasoning, *nr = tools ? jb->shown_reasoning.len : jb->n_reasoning;
-    *c = tools ? jb->shown_content.s : jb->content, *nc = tools ? jb->shown_content.len : jb->n_content;
-}
-
-/* a function_call output item; a namespaced tool's call names its namespace apart */
-static json_t *call_item(const job *jb, const json_t *call) {
-    const json_t *fn = json_object_get(call, "function"), *name = json_object_get(fn, "name");
-    json_t *item = json_pack("{s:s, s:s+, s:O, s:O, s:O, s:s}", "type", "function_call", "id", "fc_",
-                             json_string_value(json_object_get(call, "id")), "call_id", json_object_get(call, "id"), "name", name,
-                             "arguments", json_object_get(fn, "arguments"), "status", "completed");
-    const char *ns = json_string_value(json_object_get(jb->rq->namespaced, json_string_value(name)));
-    if (ns) {
-        json_object_set_new(item, "namespace", json_string(ns));
-        json_object_set_new(item, "name", json_string(json_string_value(name) + strlen(ns) + 1));
-    }
-    return item;
-}
-
-/* the reasoning item, whole: its text as the summary, and as encrypted_content when the request
- * includes it (the client hands it back next turn, and the prompt is then the one this turn ran) */
-static json_t *reasoning_item(const job *jb) {
-    const char *r, *c;
-    size_t nr, nc;
-    visible(jb, &r, &nr, &c, &nc);
-    while (nr && r[nr - 1] == '\n') nr--;
-    json_t *item = json_pack("{s:s, s:o, s:[{s:s, s:s%}]}", "type", "reasoning", "id", item_id(jb, "rs"), "summary", "type",
-                             "summary_text", "text", r ? r : "", nr);
-    if (jb->rq->encrypted_reasoning) json_object_set_new(item, "encrypted_content", json_stringn(r ? r : "", nr));
-    return item;
-}
-
-/* the message item, whole: the answer as one output_text part */
-static json_t *message_item(const job *jb) {
-    const char *r, *c;
-    size_t nr, nc;
-    visible(jb, &r, &nr, &c, &nc);
-    json_t *part = json_pack("{s:s, s:s%, s:[]}", "type", "output_text", "text", c ? c : "", nc, "annotations");
-    if (jb->lp) json_object_set(part, "logprobs", jb->lp);
-    return json_pack("{s:s, s:o, s:s, s:s, s:[o]}", "type", "message", "id", item_id(jb, "msg"), "status", "completed", "role",
-                     "assistant", "content", part);
-}
-
-/* the response object: its output items (reasoning as a summary, the message, each function
- * call), status and usage */
-static json_t *response_object(job *jb, const qhx_generate_result *res, int done) {
-    const request *rq = jb->rq;
-    const char *r, *c;
-    size_t nr, nc;
-    visible(jb, &r, &nr, &c, &nc);
-    while (nr && r[nr - 1] == '\n') nr--;
-    json_t *out = json_array();
-    const int thought = done && rq->thinking && nr;
-    if (thought) json_array_append_new(out, reasoning_item(jb));
-    if (done && (nc || (!json_array_size(jb->calls) && !thought))) json_array_append_new(out, message_item(jb)); /* never no item */
-    for (size_t i = 0; done && i < json_array_size(jb->calls); i++) json_array_append_new(out, call_item(jb, json_array_get(jb->calls, i)));
-    const int cut = done && res->finish != QHX_FINISH_STOP;
-    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:o, s:s, s:o}", "id", rq->id, "object", "response", "created_at", (int)rq->created,
-                          "status", !done ? "in_progress" : cut ? "incomplete" : "completed", "incomplete_details",
-                          cut ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null(), "model", jb->sv->model_id, "output", out);
-    if (done)
-        json_object_set_new(o, "usage", json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens", res->n_prompt, "input_tokens_details",
-                                                  "cached_tokens", jb->cached, "output_tokens", res->n_generated, "output_tokens_details",
-                                                  "reasoning_tokens", 0, "total_tokens", res->n_prompt + res->n_generated));
-    return o;
-}
-
-/* A chat delta as the Responses API's events: reasoning opens a reasoning item (its text as
- * summary deltas), the answer a message item, each call a function_call item; an item closes when
- * the next kind begins (within one delta too: with tools, reasoning and answer can come
- * together). Takes the choice. */
-static int send_response_events(job *jb, json_t *choice, int final) {
-    const json_t *d = json_object_get(choice, "delta");
-    const json_t *r = json_object_get(d, "reasoning_content"), *c = json_object_get(d, "content"), *calls = json_object_get(d, "tool_calls");
-    int bad = 0;
-    json_t *said = r ? json_incref((json_t *)r) : NULL;
-    if (r && !jb->open_reasoning && !jb->open_message && !jb->items) {
-        /* the item opens at the reasoning's first character that is not a newline, with all of
-         * it so far: newlines alone are no reasoning, as the whole reply has none then */
-        const char *rs, *cs;
-        size_t nr, nc;
-        visible(jb, &rs, &nr, &cs, &nc);
-        while (nr && rs[nr - 1] == '\n') nr--;
-        json_decref(said), said = NULL;
-        if (nr) {
-            jb->open_reasoning = ++jb->items;
-            bad |= send_sse(jb, "response.output_item.added", json_pack("{s:i, s:{s:s, s:o, s:[]}}", "output_index", jb->open_reasoning - 1,
-                                                                        "item", "type", "reasoning", "id", item_id(jb, "rs"), "summary"));
-            bad |= send_sse(jb, "response.reasoning_summary_part.added", json_pack("{s:o, s:i}", "item_id", item_id(jb, "rs"), "summary_index", 0));
-            visible(jb, &rs, &nr, &cs, &nc);
-            said = json_stringn(rs, nr);
-        }
-    }
-    if (said && jb->open_reasoning)
-        bad |= send_sse(jb, "response.reasoning_summary_text.delta", json_pack("{s:o, s:i, s:O}", "item_id", item_id(jb, "rs"),
-                                                                               "summary_index", 0, "delta", said));
-    json_decref(said);
-    if ((c || calls || final) && jb->open_reasoning) {
-        const int at = jb->open_reasoning - 1;
-        bad |= send_sse(jb, "response.reasoning_summary_part.done", json_pack("{s:o, s:i}", "item_id", item_id(jb, "rs"), "summary_index", 0));
-        bad |= send_sse(jb, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", at, "item", reasoning_item(jb)));
-        jb->open_reasoning = 0;
-    }
-    if ((c || (final && !jb->items && !calls)) && !jb->open_message) { /* a reply of nothing is one empty message, as whole */
-        jb->open_message = ++jb->items;
-        bad |= send_sse(jb, "response.output_item.added", json_pack("{s:i, s:{s:s, s:o, s:s, s:s, s:[]}}", "output_index", jb->open_message - 1,
-                                                                    "item", "type", "message", "id", item_id(jb, "msg"), "role",
-                                                                    "assistant", "status", "in_progress", "content"));
-    }
-    if (c) {
-        json_t *e = json_pack("{s:o, s:i, s:i, s:O}", "item_id", item_id(jb, "msg"), "output_index", jb->open_message - 1,
-                              "content_index", 0, "delta", c);
-        const json_t *lp = json_object_get(json_object_get(choice, "logprobs"), "content");
-        if (lp) json_object_set(e, "logprobs", (json_t *)lp);
-        bad |= send_sse(jb, "response.output_text.delta", e);
-    }
-    if ((calls || final) && jb->open_message) {
-        bad |= send_sse(jb, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", jb->open_message - 1, "item", message_item(jb)));
-        jb->open_message = 0;
-    }
-    for (size_t i = 0; i < json_array_size(calls); i++) {
-        for (int done = 0; done < 2; done++)
-            bad |= send_sse(jb, done ? "response.output_item.done" : "response.output_item.added",
-                            json_pack("{s:i, s:o}", "output_index", jb->items, "item", call_item(jb, json_array_get(calls, i))));
-        jb->items++;
-    }
-    json_decref(choice);
-    return bad ? -1 : 0;
-}
 
 /* qhx_generate_opts.force: once thinking_budget reasoning tokens are out, the tokens that close
  * the block, one a step */
@@ -438,7 +281,7 @@ static int serve_on_token(int32_t tok, const char *text, size_t len, void *user)
                                           : json_pack("{s:s%, s:i, s:n, s:n}", "text", jb->content + c0, jb->n_content - c0,
                                                       "index", 0, "logprobs", "finish_reason");
             if (choice && jb->lp) json_object_set_new(choice, "logprobs", logprobs_since(jb, &jb->lp_sent));
-            if (choice && (jb->rq->responses ? send_response_events(jb, choice, 0) : send_event(jb, chunk(jb, choice)))) jb->failed = 1;
+            if (choice && (jb->rq->shape ? jb->rq->shape->delta(jb, choice, 0) : send_event(jb, chunk(jb, choice)))) jb->failed = 1;
         }
     }
     turn_begin(sv);
@@ -605,19 +448,17 @@ static void job_free(job *jb) {
 static void *stream_worker(void *arg) {
     job *jb = arg;
     qhx_generate_result res;
-    if (jb->rq->responses) /* the Responses API's streams open with the response */
-        jb->failed = send_sse(jb, "response.created", json_pack("{s:o}", "response", response_object(jb, NULL, 0)));
+    if (jb->rq->shape) jb->failed = jb->rq->shape->open(jb);
     else if (jb->rq->chat) /* OpenAI's chat streams open with the role */
         jb->failed = send_event(jb, chunk(jb, json_pack("{s:i, s:{s:s, s:s}, s:n}", "index", 0, "delta", "role",
                                                         "assistant", "content", "", "finish_reason")));
     qhx_status st = run_job(jb, &res);
-    if (st == QHX_OK && jb->rq->responses) {
+    if (st == QHX_OK && jb->rq->shape) {
         json_t *rest = chat_delta(jb, jb->n_reasoning, jb->n_content); /* what the end released (tools) */
         if (!rest) rest = json_pack("{s:{}}", "delta");
         if (jb->lp) json_object_set_new(rest, "logprobs", logprobs_since(jb, &jb->lp_sent));
-        int bad = send_response_events(jb, rest, 1);
-        const int cut = res.finish != QHX_FINISH_STOP;
-        if (!bad) bad = send_sse(jb, cut ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", response_object(jb, &res, 1)));
+        int bad = jb->rq->shape->delta(jb, rest, 1);
+        if (!bad) bad = jb->rq->shape->close(jb, &res);
         if (bad) jb->reply_cacheable = 0, jb->failed = 1;
         log_request(jb, 200, &res);
     } else if (st == QHX_OK) {
@@ -728,7 +569,7 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *
         }
         size_t none = 0;
         if (choice && jb->lp) json_object_set_new(choice, "logprobs", logprobs_since(jb, &none));
-        json_t *out = rq->responses ? (json_decref(choice), response_object(jb, &res, 1))
+        json_t *out = rq->shape ? (json_decref(choice), rq->shape->whole(jb, &res))
                                     : json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", rq->id, "object",
                                                 chat ? "chat.completion" : "text_completion", "created", (int)rq->created, "model",
                                                 sv->model_id, "choices", choice, "usage", usage_json(&res, jb->cached));

@@ -57,9 +57,11 @@ typedef struct {
     } stats;
 } server;
 
+typedef struct reply_shape reply_shape;
+
 typedef struct {
     int chat, stream, include_usage, thinking;
-    int responses;              /* POST /v1/responses: a chat request, answered in the Responses API's shape */
+    const reply_shape *shape;   /* a chat request answered in another API's shape (tools/serve_job.h), or NULL */
     json_t *tools;              /* chat with tools and tool_choice "auto": calls in the reply become tool_calls */
     int logprobs;               /* report each token's log-probability, and top_logprobs alternatives */
     int think_budget;           /* thinking_budget: reasoning tokens before the block is closed (-1: none) */

@@ -1,8 +1,10 @@
-/* qhx serve's POST /v1/responses: a Responses API body as the chat request it amounts to, which
- * parse_body then checks, renders and tokenizes as any chat completion. What agents send by
- * default is taken (the Codex CLI: developer messages, reasoning items handed back, namespaced
- * tools, a hosted web_search); what would change a reply and is not done here is a 400 naming it. */
-#include "serve.h"
+/* qhx serve's POST /v1/responses. The request: a Responses API body as the chat request it
+ * amounts to, which parse_body then checks, renders and tokenizes as any chat completion. What
+ * agents send by default is taken (the Codex CLI: developer messages, reasoning items handed
+ * back, namespaced tools, a hosted web_search); what would change a reply and is not done here
+ * is a 400 naming it. The reply: output items (reasoning, message, function calls), streamed as
+ * the API's events, one item at a time (tools/serve_job.h's reply_shape). */
+#include "serve_job.h"
 
 #include <jansson.h>
 
@@ -283,7 +285,7 @@ request *parse_responses(server *sv, const char *body, size_t len, refusal *why)
         json_decref(namespaced);
         return NULL;
     }
-    rq->responses = 1;
+    rq->shape = &responses_shape;
     rq->encrypted_reasoning = encrypted;
     if (json_object_size(namespaced)) rq->namespaced = namespaced;
     else json_decref(namespaced);
@@ -295,3 +297,143 @@ fail:
     why->param = param;
     return NULL;
 }
+
+/* ---- the reply: items, events, the response object ---- */
+
+static json_t *item_id(const job *jb, const char *kind) { return json_sprintf("%s_%s", kind, jb->rq->id + 5); }
+
+/* a function_call output item; a namespaced tool's call names its namespace apart */
+static json_t *call_item(const job *jb, const json_t *call) {
+    const json_t *fn = json_object_get(call, "function"), *name = json_object_get(fn, "name");
+    json_t *item = json_pack("{s:s, s:s+, s:O, s:O, s:O, s:s}", "type", "function_call", "id", "fc_",
+                             json_string_value(json_object_get(call, "id")), "call_id", json_object_get(call, "id"), "name", name,
+                             "arguments", json_object_get(fn, "arguments"), "status", "completed");
+    const char *ns = json_string_value(json_object_get(jb->rq->namespaced, json_string_value(name)));
+    if (ns) {
+        json_object_set_new(item, "namespace", json_string(ns));
+        json_object_set_new(item, "name", json_string(json_string_value(name) + strlen(ns) + 1));
+    }
+    return item;
+}
+
+/* the reasoning item, whole: its text as the summary, and as encrypted_content when the request
+ * includes it (the client hands it back next turn, and the prompt is then the one this turn ran) */
+static json_t *reasoning_item(const job *jb) {
+    const char *r, *c;
+    size_t nr, nc;
+    visible(jb, &r, &nr, &c, &nc);
+    while (nr && r[nr - 1] == '\n') nr--;
+    json_t *item = json_pack("{s:s, s:o, s:[{s:s, s:s%}]}", "type", "reasoning", "id", item_id(jb, "rs"), "summary", "type",
+                             "summary_text", "text", r ? r : "", nr);
+    if (jb->rq->encrypted_reasoning) json_object_set_new(item, "encrypted_content", json_stringn(r ? r : "", nr));
+    return item;
+}
+
+/* the message item, whole: the answer as one output_text part */
+static json_t *message_item(const job *jb) {
+    const char *r, *c;
+    size_t nr, nc;
+    visible(jb, &r, &nr, &c, &nc);
+    json_t *part = json_pack("{s:s, s:s%, s:[]}", "type", "output_text", "text", c ? c : "", nc, "annotations");
+    if (jb->lp) json_object_set(part, "logprobs", jb->lp);
+    return json_pack("{s:s, s:o, s:s, s:s, s:[o]}", "type", "message", "id", item_id(jb, "msg"), "status", "completed", "role",
+                     "assistant", "content", part);
+}
+
+/* the response object: its output items (reasoning as a summary, the message, each function
+ * call), status and usage */
+static json_t *response_object(job *jb, const qhx_generate_result *res, int done) {
+    const request *rq = jb->rq;
+    const char *r, *c;
+    size_t nr, nc;
+    visible(jb, &r, &nr, &c, &nc);
+    while (nr && r[nr - 1] == '\n') nr--;
+    json_t *out = json_array();
+    const int thought = done && rq->thinking && nr;
+    if (thought) json_array_append_new(out, reasoning_item(jb));
+    if (done && (nc || (!json_array_size(jb->calls) && !thought))) json_array_append_new(out, message_item(jb)); /* never no item */
+    for (size_t i = 0; done && i < json_array_size(jb->calls); i++) json_array_append_new(out, call_item(jb, json_array_get(jb->calls, i)));
+    const int cut = done && res->finish != QHX_FINISH_STOP;
+    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:o, s:s, s:o}", "id", rq->id, "object", "response", "created_at", (int)rq->created,
+                          "status", !done ? "in_progress" : cut ? "incomplete" : "completed", "incomplete_details",
+                          cut ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null(), "model", jb->sv->model_id, "output", out);
+    if (done)
+        json_object_set_new(o, "usage", json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens", res->n_prompt, "input_tokens_details",
+                                                  "cached_tokens", jb->cached, "output_tokens", res->n_generated, "output_tokens_details",
+                                                  "reasoning_tokens", 0, "total_tokens", res->n_prompt + res->n_generated));
+    return o;
+}
+
+/* A chat delta as the Responses API's events: reasoning opens a reasoning item (its text as
+ * summary deltas), the answer a message item, each call a function_call item; an item closes when
+ * the next kind begins (within one delta too: with tools, reasoning and answer can come
+ * together). Takes the choice. */
+static int send_response_events(job *jb, json_t *choice, int final) {
+    const json_t *d = json_object_get(choice, "delta");
+    const json_t *r = json_object_get(d, "reasoning_content"), *c = json_object_get(d, "content"), *calls = json_object_get(d, "tool_calls");
+    int bad = 0;
+    json_t *said = r ? json_incref((json_t *)r) : NULL;
+    if (r && !jb->open_reasoning && !jb->open_message && !jb->items) {
+        /* the item opens at the reasoning's first character that is not a newline, with all of
+         * it so far: newlines alone are no reasoning, as the whole reply has none then */
+        const char *rs, *cs;
+        size_t nr, nc;
+        visible(jb, &rs, &nr, &cs, &nc);
+        while (nr && rs[nr - 1] == '\n') nr--;
+        json_decref(said), said = NULL;
+        if (nr) {
+            jb->open_reasoning = ++jb->items;
+            bad |= send_sse(jb, "response.output_item.added", json_pack("{s:i, s:{s:s, s:o, s:[]}}", "output_index", jb->open_reasoning - 1,
+                                                                        "item", "type", "reasoning", "id", item_id(jb, "rs"), "summary"));
+            bad |= send_sse(jb, "response.reasoning_summary_part.added", json_pack("{s:o, s:i}", "item_id", item_id(jb, "rs"), "summary_index", 0));
+            visible(jb, &rs, &nr, &cs, &nc);
+            said = json_stringn(rs, nr);
+        }
+    }
+    if (said && jb->open_reasoning)
+        bad |= send_sse(jb, "response.reasoning_summary_text.delta", json_pack("{s:o, s:i, s:O}", "item_id", item_id(jb, "rs"),
+                                                                               "summary_index", 0, "delta", said));
+    json_decref(said);
+    if ((c || calls || final) && jb->open_reasoning) {
+        const int at = jb->open_reasoning - 1;
+        bad |= send_sse(jb, "response.reasoning_summary_part.done", json_pack("{s:o, s:i}", "item_id", item_id(jb, "rs"), "summary_index", 0));
+        bad |= send_sse(jb, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", at, "item", reasoning_item(jb)));
+        jb->open_reasoning = 0;
+    }
+    if ((c || (final && !jb->items && !calls)) && !jb->open_message) { /* a reply of nothing is one empty message, as whole */
+        jb->open_message = ++jb->items;
+        bad |= send_sse(jb, "response.output_item.added", json_pack("{s:i, s:{s:s, s:o, s:s, s:s, s:[]}}", "output_index", jb->open_message - 1,
+                                                                    "item", "type", "message", "id", item_id(jb, "msg"), "role",
+                                                                    "assistant", "status", "in_progress", "content"));
+    }
+    if (c) {
+        json_t *e = json_pack("{s:o, s:i, s:i, s:O}", "item_id", item_id(jb, "msg"), "output_index", jb->open_message - 1,
+                              "content_index", 0, "delta", c);
+        const json_t *lp = json_object_get(json_object_get(choice, "logprobs"), "content");
+        if (lp) json_object_set(e, "logprobs", (json_t *)lp);
+        bad |= send_sse(jb, "response.output_text.delta", e);
+    }
+    if ((calls || final) && jb->open_message) {
+        bad |= send_sse(jb, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", jb->open_message - 1, "item", message_item(jb)));
+        jb->open_message = 0;
+    }
+    for (size_t i = 0; i < json_array_size(calls); i++) {
+        for (int done = 0; done < 2; done++)
+            bad |= send_sse(jb, done ? "response.output_item.done" : "response.output_item.added",
+                            json_pack("{s:i, s:o}", "output_index", jb->items, "item", call_item(jb, json_array_get(calls, i))));
+        jb->items++;
+    }
+    json_decref(choice);
+    return bad ? -1 : 0;
+}
+
+static int open_stream(job *jb) { return send_sse(jb, "response.created", json_pack("{s:o}", "response", response_object(jb, NULL, 0))); }
+
+static int close_stream(job *jb, const qhx_generate_result *res) {
+    const int cut = res->finish != QHX_FINISH_STOP;
+    return send_sse(jb, cut ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", response_object(jb, res, 1)));
+}
+
+static json_t *whole(job *jb, const qhx_generate_result *res) { return response_object(jb, res, 1); }
+
+const reply_shape responses_shape = {open_stream, send_response_events, close_stream, whole};
