@@ -1,5 +1,6 @@
 /* The server's request parsing (qhx serve): a JSON body for /v1/completions or, when the first byte
- * is odd, /v1/chat/completions, or when it is 2, /v1/responses, through the type checks, chat rendering, tokenization and context
+ * is odd, /v1/chat/completions, when it is 2 /v1/responses, when 3 /v1/messages (3 is odd: that
+ * byte is taken first), through the type checks, chat rendering, tokenization and context
  * check against the bundled q35-kjv model (run from the repository root). Nothing is generated; a
  * refusal must be a 400 (or a 500 for an allocation failure). It links the parser qhx serve runs
  * (tools/serve.h). */
@@ -30,7 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *p, size_t n) {
     if (n < 1 || n > (1 << 16)) return 0;
     refusal why;
     request *rq = p[0] == 2 ? parse_responses(&sv, (const char *)p + 1, n - 1, &why)
-                            : parse_request(&sv, (const char *)p + 1, n - 1, p[0] & 1, &why);
+                  : p[0] == 3 ? parse_messages(&sv, (const char *)p + 1, n - 1, &why)
+                              : parse_request(&sv, (const char *)p + 1, n - 1, p[0] & 1, &why);
     if (rq) request_free(rq);
     else if ((why.status != 400 && why.status != 500) || !why.message[0]) abort();
     return 0;

@@ -390,6 +390,7 @@ typedef struct {
     qhx_finish finish;
     int n_drafted, n_accepted; /* speculative decoding: tokens drafted, and kept */
     int n_verify;              /* verify passes (each evaluates the current token and its drafts) */
+    int stop_string;           /* the index in opts.stop of the stop string that ended it, or -1 */
 } qhx_generate_result;
 
 /* Evaluates the prompt (after whatever the session already holds), then samples up to max_tokens

@@ -48,7 +48,9 @@ if [[ ${#missing[@]} -gt 0 ]]; then
     apt_wait install -y -qq "${missing[@]}"
 fi
 # the independent oracles the tests compare against (Hugging Face's Rust tokenizers; the openai,
-# LangChain and AI SDK clients); reinstalled when any in package.json is missing
-if [[ ${QHX_TEST_DEPS:-0} == 1 ]] && ! (cd tests/oracle && node -e 'for (const d of Object.keys(require("./package.json").dependencies)) require.resolve(d + "/package.json")' 2>/dev/null); then
+# Anthropic, LangChain and AI SDK clients); reinstalled when any in package.json is missing (a
+# package's own package.json, which not every package exports: then its folder)
+if [[ ${QHX_TEST_DEPS:-0} == 1 ]] && ! (cd tests/oracle && node -e 'const fs = require("fs");
+        for (const d of Object.keys(require("./package.json").dependencies)) if (!fs.existsSync("node_modules/" + d + "/package.json")) process.exit(1)' 2>/dev/null); then
     (cd tests/oracle && npm ci --no-audit --no-fund --silent)
 fi

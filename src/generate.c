@@ -23,17 +23,18 @@ typedef struct {
     size_t piece_cap;
     char held[4 * QHX_MAX_STOP_BYTES];  /* text that may start a stop string: < QHX_MAX_STOP_BYTES between calls */
     size_t n_held;
+    int hit;            /* the stop string found last */
     qhx_buf out;        /* what the current token releases */
 } text_state;
 
 static int release(text_state *ts, const char *p, size_t n) { return qhx_buf_append(&ts->out, p, n); }
 
-/* Where the first stop string starts in held, or -1. */
-static long find_stop(const text_state *ts) {
+/* Where the first stop string starts in held, or -1; which it is in ts->hit. */
+static long find_stop(text_state *ts) {
     long best = -1;
     for (int i = 0; i < ts->o->n_stop; i++) {
         const char *hit = memmem(ts->held, ts->n_held, ts->o->stop[i], strlen(ts->o->stop[i]));
-        if (hit && (best < 0 || hit - ts->held < best)) best = hit - ts->held;
+        if (hit && (best < 0 || hit - ts->held < best)) best = hit - ts->held, ts->hit = i;
     }
     return best;
 }
@@ -385,7 +386,7 @@ qhx_status qhx_generate_sized(qhx_session *s, const int32_t *prompt, int n_promp
 
 static qhx_status generate(qhx_session *s, const int32_t *prompt, int n_prompt, const qhx_generate_opts *o,
                            qhx_token_cb cb, void *user, qhx_generate_result *result) {
-    qhx_generate_result res = {0};
+    qhx_generate_result res = {.stop_string = -1};
     if (result) *result = res;
     if (!s || !o || !prompt) return qhx_fail(QHX_ERR_ARG, "generate: needs a session, a prompt and options");
     if (n_prompt < 1) return qhx_fail(QHX_ERR_ARG, "generate: the prompt is empty");
@@ -492,7 +493,7 @@ static qhx_status generate(qhx_session *s, const int32_t *prompt, int n_prompt, 
             rc = qhx_fail(QHX_ERR_CANCELLED, "generation cancelled by the callback");
             goto done;
         }
-        if (stopped) { res.finish = QHX_FINISH_STOP; goto done; }
+        if (stopped) { res.finish = QHX_FINISH_STOP, res.stop_string = ts.hit; goto done; }
         if (i + 1 == o->max_tokens) break;
         if ((rc = qhx_sampler_accept(&sp, tok)) ||
             (rc = spec.on ? spec_advance(&spec, tok, logits) : decode_step(s, o, tok, logits)))
@@ -503,7 +504,7 @@ static qhx_status generate(qhx_session *s, const int32_t *prompt, int n_prompt, 
         int k = qhx_detok_flush(&ts.ds, tail, sizeof tail);
         int stopped = push_text(&ts, tail, k > 0 ? (size_t)k : 0);
         if (stopped == 0) stopped = release(&ts, ts.held, ts.n_held);
-        else if (stopped == 1) res.finish = QHX_FINISH_STOP;
+        else if (stopped == 1) res.finish = QHX_FINISH_STOP, res.stop_string = ts.hit;
         if (stopped < 0) { rc = qhx_fail(QHX_ERR_NOMEM, "out of memory"); goto done; }
         if (ts.out.len && cb) cb(-1, ts.out.s, ts.out.len, user);
     }

@@ -86,9 +86,13 @@ line=$(grep -E '^structured: [0-9]+ passed' <<<"$out")
 kjv_pid=$server_pid kjv_port=$port
 model=models/q35-rand-tiny start_server "$tmp/logt" --parallel 1 || bad "server on q35-rand-tiny"
 out=$(cd tests/oracle && node agent_responses.js "$url" "http://127.0.0.1:$port" 2>&1)
-kill -INT "$server_pid"; wait "$server_pid"; server_pid=$kjv_pid port=$kjv_port
 line=$(grep -E '^agent-responses: [0-9]+ passed' <<<"$out")
 [[ -n $line && $line == *" 0 failed" ]] && ok || bad "agent_responses.js: $(grep -m3 FAIL <<<"$out")"
+# ... and Anthropic's Messages API as Claude Code sends it, through the Anthropic SDK
+out=$(cd tests/oracle && node agent_messages.js "$url" "http://127.0.0.1:$port" 2>&1)
+line=$(grep -E '^agent-messages: [0-9]+ passed' <<<"$out")
+[[ -n $line && $line == *" 0 failed" ]] && ok || bad "agent_messages.js: $(grep -m3 FAIL <<<"$out")"
+kill -INT "$server_pid"; wait "$server_pid"; server_pid=$kjv_pid port=$kjv_port
 # thinking_budget: with </think> banned the model reasons to max_tokens; with a budget of 5 its
 # reasoning is the first 5 tokens of that, then the block closes and an answer follows
 curl_status 400 "'thinking_budget'" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"thinking_budget":-1}'

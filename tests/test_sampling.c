@@ -228,7 +228,7 @@ static void generate_tests(const char *model) {
         const char *stops[] = {"zzzz", piece};
         gen(m, prompt, n, (qhx_generate_opts){.max_tokens = 40, .ignore_eos = 1, .stop = stops, .n_stop = 2}, &k, &r);
         size_t want = (size_t)(strstr(g.text, piece) - g.text);
-        CHECK(r.finish == QHX_FINISH_STOP && k.len == want && !memcmp(k.text, g.text, want) && k.n == cut + 2,
+        CHECK(r.finish == QHX_FINISH_STOP && r.stop_string == 1 && k.len == want && !memcmp(k.text, g.text, want) && k.n == cut + 2,
               "stop '%s': got '%s' (%d tokens), want '%.*s' (%d)", piece, k.text, k.n, (int)want, g.text, cut + 2);
         printf("  stop string '%s' over tokens %d-%d: '%s'\n", piece, cut, cut + 1, k.text);
     }
@@ -238,7 +238,7 @@ static void generate_tests(const char *model) {
     snprintf(tail, sizeof tail, "%s@@@", g.text + g.len - 3);
     const char *stops2[] = {tail};
     gen(m, prompt, n, (qhx_generate_opts){.max_tokens = 40, .ignore_eos = 1, .stop = stops2, .n_stop = 1}, &k, &r);
-    CHECK(r.finish == QHX_FINISH_LENGTH && k.len == g.len && !strcmp(k.text, g.text) && k.final_calls == 1,
+    CHECK(r.finish == QHX_FINISH_LENGTH && r.stop_string == -1 && k.len == g.len && !strcmp(k.text, g.text) && k.final_calls == 1,
           "held text: got '%s' (%d final calls)", k.text, k.final_calls);
 
     /* cancellation from the callback */

@@ -56,7 +56,7 @@ enum MHD_Result send_json(server *sv, struct MHD_Connection *c, unsigned status,
     return serve_queue(sv, c, status, r);
 }
 
-/* OpenAI's error shape. */
+/* OpenAI's error shape, with "type": "error" beside it: so it is Anthropic's too. */
 enum MHD_Result send_error(server *sv, struct MHD_Connection *c, unsigned status, const char *type, const char *param,
                            const char *code, const char *fmt, ...) {
     char msg[1024];
@@ -64,7 +64,8 @@ enum MHD_Result send_error(server *sv, struct MHD_Connection *c, unsigned status
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_t *e = json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", msg, "type", type, "param", param, "code", code);
+    json_t *e = json_pack("{s:s, s:{s:s, s:s, s:s?, s:s?}}", "type", "error", "error", "message", msg, "type", type, "param", param,
+                          "code", code);
     return send_json(sv, c, status, e);
 }
 
@@ -483,7 +484,8 @@ static void *stream_worker(void *arg) {
         log_request(jb, 499, &res); /* nginx's "client closed request" */
     } else {
         json_t *e = json_pack("{s:{s:s, s:s}}", "error", "message", qhx_last_error(), "type", error_type(failure_status(st)));
-        send_event(jb, e);
+        if (jb->rq->shape) send_sse(jb, "error", e); /* {"type": "error", "error": {...}}: the shapes' error event */
+        else send_event(jb, e);
     }
     close(jb->fd);
     schedule_reply(jb);
@@ -499,17 +501,25 @@ typedef struct {
     int too_big;
 } upload;
 
-/* chat: 0 text completions, 1 chat completions, 2 responses */
-static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *up, int chat) {
+/* api: 0 text completions, 1 chat completions, 2 responses, 3 messages, 4 messages' count_tokens */
+static enum MHD_Result completion(server *sv, struct MHD_Connection *c, upload *up, int api) {
     if (up->too_big)
         return send_error(sv, c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", NULL, "request_too_large",
                           "request body over %u bytes", MAX_BODY);
     refusal why;
-    request *rq = chat == 2 ? parse_responses(sv, up->body ? up->body : "", up->len, &why)
-                            : parse_request(sv, up->body ? up->body : "", up->len, chat, &why);
+    const char *body = up->body ? up->body : "";
+    request *rq = api == 2 ? parse_responses(sv, body, up->len, &why)
+                  : api >= 3 ? parse_messages(sv, body, up->len, &why)
+                             : parse_request(sv, body, up->len, api, &why);
     if (!rq)
         return send_error(sv, c, why.status, error_type(why.status), why.param, why.code,
                           "%s", why.message);
+    if (api == 4) { /* the prompt it would be, counted */
+        json_t *n = json_pack("{s:i}", "input_tokens", rq->n_ids);
+        request_free(rq);
+        return send_json(sv, c, MHD_HTTP_OK, n);
+    }
+    const int chat = api > 0;
     if (queue_enter(sv)) {
         request_free(rq);
         return send_error(sv, c, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, "server_busy",
@@ -629,10 +639,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                          json_pack("{s:s, s:[{s:s, s:s, s:i, s:s, s:i}]}", "object", "list", "data", "id", sv->model_id,
                                    "object", "model", "created", 0, "owned_by", "qhexrt", "context_length", sv->mi.max_context));
     }
-    const int chat = !strcmp(url, "/v1/chat/completions") ? 1 : !strcmp(url, "/v1/responses") ? 2 : 0;
-    if (chat || !strcmp(url, "/v1/completions")) {
+    static const char *const apis[] = {"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages",
+                                       "/v1/messages/count_tokens"};
+    for (int api = 0; api < (int)(sizeof apis / sizeof *apis); api++) {
+        if (strcmp(url, apis[api])) continue;
         if (!post) return send_error(sv, c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, NULL, "use POST %s", url);
-        return completion(sv, c, up, chat);
+        return completion(sv, c, up, api);
     }
     return send_error(sv, c, MHD_HTTP_NOT_FOUND, "invalid_request_error", NULL, "not_found", "no route %s %s", method, url);
 }

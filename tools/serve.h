@@ -75,7 +75,7 @@ typedef struct {
     json_t *history;            /* chat: the render request without its generation prompt, for the reply's snapshot */
     qhx_grammar *grammar;       /* response_format json_object/json_schema, or a forced tool call */
     json_t *namespaced;         /* responses: {"NS.name": "NS"} for each tool of a namespace */
-    int encrypted_reasoning;    /* responses: include "reasoning.encrypted_content" */
+    int encrypted_reasoning;    /* responses: include "reasoning.encrypted_content"; messages: thinking display "omitted" */
     qhx_generate_opts gen;
     char *stop[QHX_MAX_STOP];
     char id[48];
@@ -98,6 +98,8 @@ request *parse_body(server *sv, json_t *body, int chat, refusal *why);
 /* A Responses API body as the chat request it amounts to (tools/serve_responses.c); refusals name
  * the Responses API's fields. */
 request *parse_responses(server *sv, const char *body, size_t len, refusal *why);
+/* An Anthropic Messages API body, the same way (tools/serve_messages.c) */
+request *parse_messages(server *sv, const char *body, size_t len, refusal *why);
 void request_free(request *rq);
 
 /* Scheduling (tools/serve_sched.c). queue_enter: a place in the queue (-1: full, 503); slot_take:
