@@ -635,9 +635,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     }
     if (!strcmp(url, "/v1/models")) {
         if (!get) return send_error(sv, c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, NULL, "use GET %s", url);
+        /* OpenAI's list and Anthropic's in one body */
         return send_json(sv, c, MHD_HTTP_OK,
-                         json_pack("{s:s, s:[{s:s, s:s, s:i, s:s, s:i}]}", "object", "list", "data", "id", sv->model_id,
-                                   "object", "model", "created", 0, "owned_by", "qhexrt", "context_length", sv->mi.max_context));
+                         json_pack("{s:s, s:[{s:s, s:s, s:i, s:s, s:i, s:s, s:s, s:s}], s:b, s:s, s:s}", "object", "list", "data", "id",
+                                   sv->model_id, "object", "model", "created", 0, "owned_by", "qhexrt", "context_length",
+                                   sv->mi.max_context, "type", "model", "display_name", sv->model_id, "created_at", "1970-01-01T00:00:00Z",
+                                   "has_more", 0, "first_id", sv->model_id, "last_id", sv->model_id));
     }
     static const char *const apis[] = {"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages",
                                        "/v1/messages/count_tokens"};

@@ -144,6 +144,11 @@ static const char *messages(const json_t *j, json_t *msgs, char *err, size_t cap
         if (blocks(msgs, role, content, i, err, cap)) return json_decref(system), "messages";
     }
     if (system) json_array_insert_new(msgs, 0, json_pack("{s:s, s:o}", "role", "system", "content", system));
+    /* a final assistant message asks for its continuation (a prefill); the chat template would
+     * close it and answer anew, which is another reply */
+    const json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    if (!strcmp(json_string_value(json_object_get(last, "role")), "assistant"))
+        return snprintf(err, cap, "a final assistant message (a prefill to continue) is not implemented: end with a user message"), "messages";
     return NULL;
 }
 

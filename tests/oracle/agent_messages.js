@@ -108,6 +108,9 @@ const chatOf = (extra = {}) => ({ temperature: 0, max_tokens: 48, tools: [asChat
   check(textOf(budget) === bw.content && budget.content.find(b => b.type === "thinking").thinking === bw.reasoning_content.replace(/\n+$/, ""),
         "budget_tokens: chat's thinking_budget", [budget.content, bw]);
 
+  const models = await c.models.list();
+  check(models.data.length === 1 && models.data[0].id.length > 0 && models.data[0].type === "model", "models.list", models.data);
+
   // 6. what is not done is refused by name, in Anthropic's error shape
   const bad = [
     [{ ...tq, messages: [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data: "" } }] }] }, "messages"],
@@ -116,6 +119,7 @@ const chatOf = (extra = {}) => ({ temperature: 0, max_tokens: 48, tools: [asChat
     [{ ...tq, context_management: { edits: [{ type: "clear_tool_uses_20250919" }] } }, "context_management"],
     [{ ...tq, tool_choice: { type: "tool" } }, "tool_choice"], [{ ...tq, tools: [{ name: "x" }] }, "tools"],
     [{ ...tq, frobnicate: 1 }, "frobnicate"], [{ ...tq, messages: [] }, "messages"],
+    [{ ...tq, messages: [{ role: "user", content: "Say yes" }, { role: "assistant", content: "{" }] }, "messages"],
   ];
   for (const [body, param] of bad) {
     const r = await raw(tiny, "/v1/messages", body);
