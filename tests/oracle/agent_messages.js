@@ -49,6 +49,9 @@ const chatOf = (extra = {}) => ({ temperature: 0, max_tokens: 48, tools: [asChat
         "a Claude Code-shaped request answers as its chat completion", [whole.content, want]);
   check(blocks(streamed) === blocks(whole) && streamed.stop_reason === whole.stop_reason && whole.stop_reason === "max_tokens",
         "streamed: the same blocks and stop_reason", [streamed, whole]);
+  const side = await Promise.all([c.messages.create(claudeCode), c.messages.stream(claudeCode).finalMessage(), chat(kjv, chatOf({ max_tokens: 30 })),
+                                  c.messages.create({ ...claudeCode, thinking: { type: "disabled" } })]);
+  check(blocks(side[0]) === blocks(whole) && blocks(side[1]) === blocks(whole), "the same beside three other requests", side);
   const counted = await c.messages.countTokens({ model: "kjv", system: claudeCode.system, messages: claudeCode.messages, tools: claudeCode.tools });
   check(counted.input_tokens === whole.usage.input_tokens + whole.usage.cache_read_input_tokens, "count_tokens: the prompt's tokens", [counted, whole.usage]);
 

@@ -73,6 +73,11 @@ const streamed = text => {
   check(!s.nested && norm(s.done) === norm(r.output) && JSON.stringify(s.completed.output) === JSON.stringify(s.done),
         "streamed: items one at a time, each whole at output_item.done, as the whole reply's", [s.done, r.output]);
 
+  const side = await Promise.all([post("/v1/responses", codex), post("/v1/responses", { ...codex, stream: true }),
+                                  post("/v1/chat/completions", chatOf({ max_tokens: 30 })), post("/v1/responses", { ...codex, reasoning: { effort: "none" } })]);
+  check(norm(JSON.parse(side[0].body).output) === norm(r.output) && norm(streamed(side[1].body).done) === norm(r.output),
+        "the same beside three other requests", side.map(x => x.body.slice(0, 300)));
+
   // 2. a forced call to a namespaced tool comes back with its namespace apart
   const forced = { ...codex, tools: [agents, { type: "web_search" }], tool_choice: "required", parallel_tool_calls: false, max_output_tokens: 200 };
   const f = JSON.parse((await post("/v1/responses", forced)).body), fc = itemsOf(f.output).calls;
