@@ -95,6 +95,10 @@ typedef struct {
 request *parse_request(server *sv, const char *body, size_t len, int chat, refusal *why);
 /* The same from a parsed body, which it takes */
 request *parse_body(server *sv, json_t *body, int chat, refusal *why);
+/* For the other APIs' parsers: whether k is in the NULL-ended list; a body as a JSON object whose
+ * fields are all in `fields` (else NULL, and why: bad JSON, or the field, named, with `hint`) */
+int serve_listed(const char *const *list, const char *k);
+json_t *serve_load_object(const char *body, size_t len, const char *const *fields, const char *hint, refusal *why);
 /* A Responses API body as the chat request it amounts to (tools/serve_responses.c); refusals name
  * the Responses API's fields. */
 request *parse_responses(server *sv, const char *body, size_t len, refusal *why);

@@ -18,11 +18,6 @@ static const char *const fields[] = {"model", "messages", "system", "max_tokens"
                                      "top_k", "metadata", "tools", "tool_choice", "thinking", "context_management", "output_config",
                                      "service_tier", NULL};
 
-static int listed(const char *const *list, const char *k) {
-    for (; k && *list; list++)
-        if (!strcmp(*list, k)) return 1;
-    return 0;
-}
 
 /* s + sep + t (s taken; NULL s is empty) */
 static json_t *join(json_t *s, const char *sep, const char *t, size_t nt) {
@@ -129,7 +124,7 @@ static const char *messages(const json_t *j, json_t *msgs, char *err, size_t cap
     json_array_foreach(in, i, m) {
         const char *role = json_string_value(json_object_get(m, "role"));
         const json_t *content = json_object_get(m, "content");
-        if (!listed((const char *const[]){"user", "assistant", "system", NULL}, role)) {
+        if (!serve_listed((const char *const[]){"user", "assistant", "system", NULL}, role)) {
             json_decref(system);
             return snprintf(err, cap, "messages[%zu]: the role must be user, assistant or system", i), "messages";
         }
@@ -184,8 +179,8 @@ static const char *options(const json_t *j, json_t *chat, int *omitted, char *er
     if (th && !json_is_null(th)) {
         const char *type = json_string_value(json_object_get(th, "type")), *display = json_string_value(json_object_get(th, "display"));
         const json_t *budget = json_object_get(th, "budget_tokens");
-        if (!listed((const char *const[]){"enabled", "adaptive", "disabled", NULL}, type) ||
-            (display && !listed((const char *const[]){"summarized", "omitted", NULL}, display)) || (budget && !json_is_integer(budget)))
+        if (!serve_listed((const char *const[]){"enabled", "adaptive", "disabled", NULL}, type) ||
+            (display && !serve_listed((const char *const[]){"summarized", "omitted", NULL}, display)) || (budget && !json_is_integer(budget)))
             return snprintf(err, cap, "'thinking' must be {\"type\": \"enabled\" | \"adaptive\" | \"disabled\", \"budget_tokens\", \"display\"}"), "thinking";
         json_object_set_new(chat, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking", strcmp(type, "disabled") != 0));
         if (budget && !strcmp(type, "enabled")) json_object_set(chat, "thinking_budget", (json_t *)budget);
@@ -194,7 +189,7 @@ static const char *options(const json_t *j, json_t *chat, int *omitted, char *er
     if (tc && !json_is_null(tc)) {
         const char *type = json_string_value(json_object_get(tc, "type"));
         const json_t *name = json_object_get(tc, "name"), *one = json_object_get(tc, "disable_parallel_tool_use");
-        if (!listed((const char *const[]){"auto", "any", "tool", "none", NULL}, type) || (!strcmp(type, "tool") && !json_is_string(name)))
+        if (!serve_listed((const char *const[]){"auto", "any", "tool", "none", NULL}, type) || (!strcmp(type, "tool") && !json_is_string(name)))
             return snprintf(err, cap, "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\": ...}"), "tool_choice";
         json_object_set_new(chat, "tool_choice", !strcmp(type, "tool") ? json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name", name)
                                                  : json_string(!strcmp(type, "any") ? "required" : type));
@@ -203,7 +198,7 @@ static const char *options(const json_t *j, json_t *chat, int *omitted, char *er
     /* output_config: effort (Qwen3.5 reasons or not, with no degrees between: every effort keeps
      * the thinking as asked) and format, a JSON Schema the answer follows */
     json_object_foreach((json_t *)(json_is_object(oc) ? oc : NULL), k, v) {
-        if (!strcmp(k, "effort") && listed((const char *const[]){"low", "medium", "high", "max", NULL}, json_string_value(v))) continue;
+        if (!strcmp(k, "effort") && serve_listed((const char *const[]){"low", "medium", "high", "max", NULL}, json_string_value(v))) continue;
         if (!strcmp(k, "format") && !strcmp(json_string_value(json_object_get(v, "type")) ? json_string_value(json_object_get(v, "type")) : "", "json_schema") &&
             json_object_get(v, "schema")) {
             json_object_set_new(chat, "response_format", json_pack("{s:s, s:{s:O}}", "type", "json_schema", "json_schema", "schema",
@@ -223,27 +218,13 @@ static const char *options(const json_t *j, json_t *chat, int *omitted, char *er
 }
 
 request *parse_messages(server *sv, const char *body, size_t len, refusal *why) {
-    json_error_t jerr;
-    json_t *j = json_loadb(body, len, 0, &jerr), *chat = NULL, *msgs = json_array();
+    json_t *j = serve_load_object(body, len, fields, "", why), *chat = NULL;
+    if (!j) return NULL;
+    json_t *msgs = json_array();
     char *err = why->message;
     const size_t cap = sizeof why->message;
-    const char *param = NULL, *k;
+    const char *param = NULL;
     int omitted = 0;
-    json_t *v;
-    *why = (refusal){.status = 400};
-    if (!j || !json_is_object(j)) {
-        snprintf(err, cap, j ? "request body must be a JSON object" : "request body is not valid JSON: %s (line %d, column %d)", jerr.text,
-                 jerr.line, jerr.column);
-        goto fail;
-    }
-    json_object_foreach(j, k, v) {
-        if (!listed(fields, k)) {
-            snprintf(why->param_name, sizeof why->param_name, "%s", k);
-            param = why->param_name;
-            snprintf(err, cap, "'%.100s' is not a field this server implements", k);
-            goto fail;
-        }
-    }
     if ((param = messages(j, msgs, err, cap))) goto fail;
     chat = json_pack("{s:O}", "messages", msgs);
     const json_t *tools = json_object_get(j, "tools");

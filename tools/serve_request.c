@@ -152,10 +152,31 @@ static const char *const chat_fields[] = {"messages", "tools", "tool_choice", "p
                                           "response_format", "top_logprobs", "thinking_budget", "reasoning_effort", NULL};
 static const char *const completion_fields[] = {"prompt", "echo", "suffix", "best_of", NULL};
 
-static int listed(const char *const *list, const char *k) {
-    for (; *list; list++)
+int serve_listed(const char *const *list, const char *k) {
+    for (; k && *list; list++)
         if (!strcmp(*list, k)) return 1;
     return 0;
+}
+
+json_t *serve_load_object(const char *body, size_t len, const char *const *fields, const char *hint, refusal *why) {
+    json_error_t jerr;
+    json_t *j = json_loadb(body, len, 0, &jerr);
+    const char *k;
+    json_t *v;
+    *why = (refusal){.status = 400};
+    if (!j || !json_is_object(j)) {
+        snprintf(why->message, sizeof why->message, j ? "request body must be a JSON object" : "request body is not valid JSON: %s (line %d, column %d)",
+                 jerr.text, jerr.line, jerr.column);
+        return json_decref(j), NULL;
+    }
+    json_object_foreach(j, k, v) {
+        if (serve_listed(fields, k)) continue;
+        snprintf(why->param_name, sizeof why->param_name, "%s", k); /* k dies with the body */
+        why->param = why->param_name;
+        snprintf(why->message, sizeof why->message, "'%.100s' is not a field this server implements%s", k, hint);
+        return json_decref(j), NULL;
+    }
+    return j;
 }
 
 static const char *unsupported(json_t *body, int chat, refusal *why) {
@@ -164,7 +185,7 @@ static const char *unsupported(json_t *body, int chat, refusal *why) {
     const char *k;
     json_t *v;
     json_object_foreach(body, k, v) {
-        if (!listed(any_fields, k) && !listed(chat ? chat_fields : completion_fields, k)) {
+        if (!serve_listed(any_fields, k) && !serve_listed(chat ? chat_fields : completion_fields, k)) {
             snprintf(why->param_name, sizeof why->param_name, "%s", k); /* k dies with the body */
             return snprintf(err, cap, "'%.100s' is not a field this server implements", k), why->param_name;
         }

@@ -36,11 +36,6 @@ static json_t *join(json_t *a, const char *sep, const json_t *b) {
     return r;
 }
 
-static int listed(const char *const *list, const char *k) {
-    for (; k && *list; list++)
-        if (!strcmp(*list, k)) return 1;
-    return 0;
-}
 
 /* the text of content parts of the given types, joined as the chat template joins them */
 static json_t *text_of(const json_t *c, const char *t1, const char *t2, char *err, size_t cap, const char *where, size_t i) {
@@ -52,7 +47,7 @@ static json_t *text_of(const json_t *c, const char *t1, const char *t2, char *er
     json_array_foreach(c, k, p) {
         const char *type = json_string_value(json_object_get(p, "type"));
         const json_t *text = json_object_get(p, "text");
-        if (!listed((const char *const[]){t1, t2, NULL}, type) || !json_is_string(text)) {
+        if (!serve_listed((const char *const[]){t1, t2, NULL}, type) || !json_is_string(text)) {
             json_decref(s);
             return snprintf(err, cap, "input[%zu].%s[%zu]: only %s%s%s parts are supported (this runs the text model)", i, where, k,
                             t1, t2 ? " and " : "", t2 ? t2 : ""),
@@ -125,7 +120,7 @@ static json_t *messages(const json_t *instr, const json_t *input, char *err, siz
             json_decref(r);
             if (!thought) goto fail;
             continue;
-        } else if ((!type || !strcmp(type, "message")) && listed((const char *const[]){"user", "assistant", "system", "developer", NULL}, role)) {
+        } else if ((!type || !strcmp(type, "message")) && serve_listed((const char *const[]){"user", "assistant", "system", "developer", NULL}, role)) {
             json_t *c = text_of(json_object_get(it, "content"), "input_text", "output_text", err, cap, "content", i);
             if (!c) goto fail;
             const int sys = !strcmp(role, "system") || !strcmp(role, "developer");
@@ -168,7 +163,7 @@ static json_t *chat_tools(const json_t *tools, json_t *namespaced, char *err, si
     const json_t *t;
     json_array_foreach(tools, i, t) {
         const char *type = json_string_value(json_object_get(t, "type")), *ns = NULL;
-        if (listed(hosted, type)) continue;
+        if (serve_listed(hosted, type)) continue;
         const json_t *group = json_object_get(t, "tools");
         if (type && !strcmp(type, "namespace") && json_is_string(json_object_get(t, "name")) && json_is_array(group)) {
             ns = json_string_value(json_object_get(t, "name"));
@@ -196,28 +191,13 @@ static json_t *chat_tools(const json_t *tools, json_t *namespaced, char *err, si
 }
 
 request *parse_responses(server *sv, const char *body, size_t len, refusal *why) {
-    json_error_t jerr;
-    json_t *j = json_loadb(body, len, 0, &jerr), *chat = NULL, *msgs = NULL, *namespaced = json_object();
+    json_t *j = serve_load_object(body, len, fields, " (previous responses are not stored)", why), *chat = NULL, *msgs = NULL;
+    if (!j) return NULL;
+    json_t *namespaced = json_object(), *v;
     char *err = why->message;
     const size_t cap = sizeof why->message;
-    const char *param = NULL;
+    const char *param = NULL, *k;
     int encrypted = 0;
-    *why = (refusal){.status = 400};
-    if (!j || !json_is_object(j)) {
-        snprintf(err, cap, j ? "request body must be a JSON object" : "request body is not valid JSON: %s (line %d, column %d)", jerr.text,
-                 jerr.line, jerr.column);
-        goto fail;
-    }
-    const char *k;
-    json_t *v;
-    json_object_foreach(j, k, v) {
-        if (!listed(fields, k)) {
-            snprintf(why->param_name, sizeof why->param_name, "%s", k);
-            param = why->param_name;
-            snprintf(err, cap, "'%.100s' is not a field this server implements (previous responses are not stored)", k);
-            goto fail;
-        }
-    }
     const json_t *fmt = json_object_get(json_object_get(j, "text"), "format"), *inc = json_object_get(j, "include");
     if (fmt && !json_is_string(json_object_get(fmt, "type"))) {
         param = "text";
