@@ -1,9 +1,11 @@
 /*
- * qhx serve: an OpenAI-compatible HTTP server (libmicrohttpd does the HTTP).
+ * qhx serve: an OpenAI-compatible HTTP server, Anthropic's Messages API beside it (libmicrohttpd
+ * does the HTTP).
  *
  * One thread per connection parses and validates a request completely (JSON, types, chat
  * rendering, tokens, context) before anything is generated, so every client error is a 4xx in
- * OpenAI's error shape. Generation runs on one of --parallel sessions ("slots"); requests beyond
+ * OpenAI's error shape (which is Anthropic's too). The Responses and Messages APIs are chat
+ * requests answered in their own shapes (tools/serve_job.h). Generation runs on one of --parallel sessions ("slots"); requests beyond
  * that wait in a bounded queue. Slots take turns on the model (prompts, speculative verify
  * passes) in arrival order, and their decode steps run together: each slot in its decode loop
  * posts its next token, and once every such slot has, one of them steps them all with
