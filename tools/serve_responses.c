@@ -344,10 +344,19 @@ static json_t *response_object(job *jb, const qhx_generate_result *res, int done
     return o;
 }
 
-/* A chat delta as the Responses API's events: reasoning opens a reasoning item (its text as
- * summary deltas), the answer a message item, each call a function_call item; an item closes when
- * the next kind begins (within one delta too: with tools, reasoning and answer can come
- * together). Takes the choice. */
+/* an item-level event: its item_id and output_index, and the rest (taken) */
+static int item_event(job *jb, const char *type, const char *kind, int at, json_t *rest) {
+    json_object_set_new(rest, "item_id", item_id(jb, kind));
+    json_object_set_new(rest, "output_index", json_integer(at));
+    return send_sse(jb, type, rest);
+}
+
+/* A chat delta as the Responses API's events, in the order OpenAI sends them (the official
+ * SDK's stream helper builds its response from them): reasoning opens a reasoning item and its
+ * summary part (summary deltas), the answer a message item and its output_text part (text
+ * deltas), each call a function_call item (its arguments as one delta); a part and its item
+ * close, with their whole text, when the next kind begins (within one delta too: with tools,
+ * reasoning and answer can come together). Takes the choice. */
 static int send_response_events(job *jb, json_t *choice, int final) {
     const json_t *d = json_object_get(choice, "delta");
     const json_t *r = json_object_get(d, "reasoning_content"), *c = json_object_get(d, "content"), *calls = json_object_get(d, "tool_calls");
@@ -365,19 +374,23 @@ static int send_response_events(job *jb, json_t *choice, int final) {
             jb->open_reasoning = ++jb->items;
             bad |= send_sse(jb, "response.output_item.added", json_pack("{s:i, s:{s:s, s:o, s:[]}}", "output_index", jb->open_reasoning - 1,
                                                                         "item", "type", "reasoning", "id", item_id(jb, "rs"), "summary"));
-            bad |= send_sse(jb, "response.reasoning_summary_part.added", json_pack("{s:o, s:i}", "item_id", item_id(jb, "rs"), "summary_index", 0));
+            bad |= item_event(jb, "response.reasoning_summary_part.added", "rs", jb->open_reasoning - 1,
+                              json_pack("{s:i, s:{s:s, s:s}}", "summary_index", 0, "part", "type", "summary_text", "text", ""));
             visible(jb, &rs, &nr, &cs, &nc);
             said = json_stringn(rs, nr);
         }
     }
     if (said && jb->open_reasoning)
-        bad |= send_sse(jb, "response.reasoning_summary_text.delta", json_pack("{s:o, s:i, s:O}", "item_id", item_id(jb, "rs"),
-                                                                               "summary_index", 0, "delta", said));
+        bad |= item_event(jb, "response.reasoning_summary_text.delta", "rs", jb->open_reasoning - 1,
+                          json_pack("{s:i, s:O}", "summary_index", 0, "delta", said));
     json_decref(said);
     if ((c || calls || final) && jb->open_reasoning) {
         const int at = jb->open_reasoning - 1;
-        bad |= send_sse(jb, "response.reasoning_summary_part.done", json_pack("{s:o, s:i}", "item_id", item_id(jb, "rs"), "summary_index", 0));
-        bad |= send_sse(jb, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", at, "item", reasoning_item(jb)));
+        json_t *item = reasoning_item(jb), *text = json_object_get(json_array_get(json_object_get(item, "summary"), 0), "text");
+        bad |= item_event(jb, "response.reasoning_summary_text.done", "rs", at, json_pack("{s:i, s:O}", "summary_index", 0, "text", text));
+        bad |= item_event(jb, "response.reasoning_summary_part.done", "rs", at,
+                          json_pack("{s:i, s:{s:s, s:O}}", "summary_index", 0, "part", "type", "summary_text", "text", text));
+        bad |= send_sse(jb, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", at, "item", item));
         jb->open_reasoning = 0;
     }
     if ((c || (final && !jb->items && !calls)) && !jb->open_message) { /* a reply of nothing is one empty message, as whole */
@@ -385,22 +398,32 @@ static int send_response_events(job *jb, json_t *choice, int final) {
         bad |= send_sse(jb, "response.output_item.added", json_pack("{s:i, s:{s:s, s:o, s:s, s:s, s:[]}}", "output_index", jb->open_message - 1,
                                                                     "item", "type", "message", "id", item_id(jb, "msg"), "role",
                                                                     "assistant", "status", "in_progress", "content"));
+        bad |= item_event(jb, "response.content_part.added", "msg", jb->open_message - 1,
+                          json_pack("{s:i, s:{s:s, s:s, s:[]}}", "content_index", 0, "part", "type", "output_text", "text", "", "annotations"));
     }
     if (c) {
-        json_t *e = json_pack("{s:o, s:i, s:i, s:O}", "item_id", item_id(jb, "msg"), "output_index", jb->open_message - 1,
-                              "content_index", 0, "delta", c);
+        json_t *e = json_pack("{s:i, s:O}", "content_index", 0, "delta", c);
         const json_t *lp = json_object_get(json_object_get(choice, "logprobs"), "content");
         if (lp) json_object_set(e, "logprobs", (json_t *)lp);
-        bad |= send_sse(jb, "response.output_text.delta", e);
+        bad |= item_event(jb, "response.output_text.delta", "msg", jb->open_message - 1, e);
     }
     if ((calls || final) && jb->open_message) {
-        bad |= send_sse(jb, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", jb->open_message - 1, "item", message_item(jb)));
+        const int at = jb->open_message - 1;
+        json_t *item = message_item(jb), *part = json_array_get(json_object_get(item, "content"), 0);
+        bad |= item_event(jb, "response.output_text.done", "msg", at, json_pack("{s:i, s:O}", "content_index", 0, "text", json_object_get(part, "text")));
+        bad |= item_event(jb, "response.content_part.done", "msg", at, json_pack("{s:i, s:O}", "content_index", 0, "part", part));
+        bad |= send_sse(jb, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", at, "item", item));
         jb->open_message = 0;
     }
     for (size_t i = 0; i < json_array_size(calls); i++) {
-        for (int done = 0; done < 2; done++)
-            bad |= send_sse(jb, done ? "response.output_item.done" : "response.output_item.added",
-                            json_pack("{s:i, s:o}", "output_index", jb->items, "item", call_item(jb, json_array_get(calls, i))));
+        json_t *item = call_item(jb, json_array_get(calls, i)), *opened = json_deep_copy(item), *args = json_object_get(item, "arguments");
+        json_object_set_new(opened, "arguments", json_string(""));
+        json_object_set_new(opened, "status", json_string("in_progress"));
+        json_t *id = json_object_get(item, "id");
+        bad |= send_sse(jb, "response.output_item.added", json_pack("{s:i, s:o}", "output_index", jb->items, "item", opened));
+        bad |= send_sse(jb, "response.function_call_arguments.delta", json_pack("{s:O, s:i, s:O}", "item_id", id, "output_index", jb->items, "delta", args));
+        bad |= send_sse(jb, "response.function_call_arguments.done", json_pack("{s:O, s:i, s:O}", "item_id", id, "output_index", jb->items, "arguments", args));
+        bad |= send_sse(jb, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", jb->items, "item", item));
         jb->items++;
     }
     json_decref(choice);

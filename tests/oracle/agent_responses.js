@@ -7,6 +7,7 @@
 // q35-rand-tiny (a random model that never closes it) carries the reasoning checks.
 // node agent_responses.js KJV_URL TINY_URL
 const [kjv, tiny] = process.argv.slice(2);
+const OpenAI = require("openai");
 let base = kjv;
 let pass = 0, fail = 0;
 const check = (cond, what, detail) => {
@@ -78,6 +79,11 @@ const streamed = text => {
   check(norm(JSON.parse(side[0].body).output) === norm(r.output) && norm(streamed(side[1].body).done) === norm(r.output),
         "the same beside three other requests", side.map(x => x.body.slice(0, 300)));
 
+  // the official SDK's stream helper builds the response from the events alone
+  const sdk = new OpenAI({ baseURL: kjv + "/v1", apiKey: "none", maxRetries: 0 });
+  const built = await sdk.responses.stream({ ...codex }).finalResponse();
+  check(itemsOf(built.output).text === it.text, "openai SDK: responses.stream builds the same answer", [built.output, r.output]);
+
   // 2. a forced call to a namespaced tool comes back with its namespace apart
   const forced = { ...codex, tools: [agents, { type: "web_search" }], tool_choice: "required", parallel_tool_calls: false, max_output_tokens: 200 };
   const f = JSON.parse((await post("/v1/responses", forced)).body), fc = itemsOf(f.output).calls;
@@ -85,6 +91,10 @@ const streamed = text => {
         "a namespaced tool's call names its namespace and the tool", f.output);
   const fs = streamed((await post("/v1/responses", { ...forced, stream: true })).body);
   check(norm(fs.done) === norm(f.output), "the same call streamed", [fs.done, f.output]);
+  const fcut = { ...forced, max_output_tokens: fc.length ? f.usage.output_tokens : 1 }; /* ends as the call does: incomplete or not, built from events */
+  const fb = await sdk.responses.stream(fcut).finalResponse();
+  check(norm(fb.output.filter(i => i.type === "function_call").map(i => [i.name, i.namespace, i.arguments])) ===
+        norm(fc.map(i => [i.name, i.namespace, i.arguments])), "openai SDK: responses.stream builds the same call", [fb.output, fc]);
 
   const named = JSON.parse((await post("/v1/responses", { ...forced, tool_choice: { type: "function", namespace: "agents", name: "close" } })).body);
   check(itemsOf(named.output).calls.length === 1 && itemsOf(named.output).calls[0].name === "close" && itemsOf(named.output).calls[0].namespace === "agents",
