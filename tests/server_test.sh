@@ -127,6 +127,7 @@ node -e 'const fs=require("fs"), J=f=>JSON.parse(fs.readFileSync(f)), a=J(proces
     && b.usage.completion_tokens===120 && b.choices[0].message.content.startsWith(a.choices[0].message.content+"<|im_end|>");
   process.exit(ok?0:1)' "$tmp/eos" "$tmp/noeos" && ok || bad "ignore_eos: $(head -c 300 "$tmp/noeos")"
 curl_status 400 "'ignore_eos' must be a boolean" "$(post completions)" -d '{"prompt":"x","ignore_eos":1}'
+curl_status 400 "'continue_final_message' needs a final assistant" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":"hi"}],"continue_final_message":true}'
 curl_status 400 "'echo'" "$(post completions)" -d '{"prompt":"x","echo":true}'
 curl_status 400 "'suffix'" "$(post completions)" -d '{"prompt":"x","suffix":"end"}'
 curl_status 400 "'best_of'" "$(post completions)" -d '{"prompt":"x","best_of":3}'

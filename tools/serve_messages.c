@@ -139,11 +139,6 @@ static const char *messages(const json_t *j, json_t *msgs, char *err, size_t cap
         if (blocks(msgs, role, content, i, err, cap)) return json_decref(system), "messages";
     }
     if (system) json_array_insert_new(msgs, 0, json_pack("{s:s, s:o}", "role", "system", "content", system));
-    /* a final assistant message asks for its continuation (a prefill); the chat template would
-     * close it and answer anew, which is another reply */
-    const json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
-    if (!strcmp(json_string_value(json_object_get(last, "role")), "assistant"))
-        return snprintf(err, cap, "a final assistant message (a prefill to continue) is not implemented: end with a user message"), "messages";
     return NULL;
 }
 
@@ -235,6 +230,9 @@ request *parse_messages(server *sv, const char *body, size_t len, refusal *why) 
         json_object_set_new(chat, "tools", ct);
     }
     if ((param = options(j, chat, &omitted, err, cap))) goto fail;
+    /* a final assistant message is a prefill: the reply continues it */
+    const json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    if (!strcmp(json_string_value(json_object_get(last, "role")), "assistant")) json_object_set_new(chat, "continue_final_message", json_true());
     static const char *const same[][2] = {{"model", "model"}, {"max_tokens", "max_tokens"}, {"stop_sequences", "stop"}, {"stream", "stream"},
                                           {"temperature", "temperature"}, {"top_p", "top_p"}, {"top_k", "top_k"}, {"service_tier", "service_tier"}};
     for (size_t i = 0; i < sizeof same / sizeof *same; i++)

@@ -149,7 +149,8 @@ static const char *const any_fields[] = {"model", "stream", "stream_options", "m
                                          "repetition_penalty", "seed", "stop", "n", "user", "store", "metadata",
                                          "service_tier", "logprobs", "logit_bias", "grammar", "json_schema", "ignore_eos", "prompt_cache_key", "safety_identifier", NULL};
 static const char *const chat_fields[] = {"messages", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
-                                          "response_format", "top_logprobs", "thinking_budget", "reasoning_effort", NULL};
+                                          "response_format", "top_logprobs", "thinking_budget", "reasoning_effort",
+                                          "continue_final_message", NULL};
 static const char *const completion_fields[] = {"prompt", "echo", "suffix", "best_of", NULL};
 
 int serve_listed(const char *const *list, const char *k) {
@@ -365,11 +366,23 @@ request *parse_body(server *sv, json_t *j, int chat, refusal *why) {
             goto fail;
         }
         rq->n_close = (int)nc;
+        /* continue_final_message (vLLM's; Anthropic's prefill): the reply continues the final
+         * assistant message as the template renders it, unclosed; its thinking, if any, is over */
+        int cont = 0;
+        if (get_bool(j, "continue_final_message", &cont, err, cap)) { param = "continue_final_message"; goto fail; }
+        const char *last_role = json_string_value(json_object_get(json_array_get(msgs, json_array_size(msgs) - 1), "role"));
+        if (cont && strcmp(last_role, "assistant")) {
+            param = "continue_final_message";
+            snprintf(err, cap, "'continue_final_message' needs a final assistant message to continue");
+            goto fail;
+        }
+        if (cont) rq->thinking = 0, rq->think_budget = -1;
         if ((param = constrain(sv, j, rq, err, cap))) goto fail;
-        json_t *req = json_pack("{s:O, s:b, s:b}", "messages", msgs, "add_generation_prompt", 1, "enable_thinking", rq->thinking);
+        json_t *req = json_pack("{s:O, s:b, s:b}", "messages", msgs, "add_generation_prompt", !cont, "enable_thinking", rq->thinking);
         if (rq->tools) json_object_set(req, "tools", tools);
         char *rj = req ? json_dumps(req, JSON_COMPACT) : NULL;
         if (req) json_object_set_new(req, "add_generation_prompt", json_false());
+        if (cont) json_decref(req), req = NULL; /* the reply is no message of its own: no snapshot after it */
         rq->history = req;
         if (!rj || qhx_chat_render(rj, strlen(rj), &text, &text_len)) {
             free(rj);
@@ -378,6 +391,9 @@ request *parse_body(server *sv, json_t *j, int chat, refusal *why) {
             goto fail;
         }
         free(rj);
+        static const char close_turn[] = "<|im_end|>\n";
+        if (cont && text_len >= sizeof close_turn - 1 && !memcmp(text + text_len - (sizeof close_turn - 1), close_turn, sizeof close_turn - 1))
+            text[text_len -= sizeof close_turn - 1] = 0;
         special = 1; /* the template's markers are special tokens; user text is inside them as rendered */
     } else {
         json_t *p = json_object_get(j, "prompt");

@@ -85,6 +85,16 @@ const chatOf = (extra = {}) => ({ temperature: 0, max_tokens: 48, tools: [asChat
   check(stopped.stop_reason === "stop_sequence" && stopped.stop_sequence === word && textOf(whole).startsWith(textOf(stopped)) &&
         !textOf(stopped).includes(word), `stop_sequences: stopped at '${word}'`, stopped);
 
+  // a final assistant message is a prefill: the reply continues it, as the greedy reply that
+  // began with it goes on (chat's continue_final_message the same)
+  const plain = await chat(kjv, { messages: [{ role: "user", content: question }], temperature: 0, max_tokens: 24, chat_template_kwargs: { enable_thinking: false } });
+  const head = plain.content.split(" ").slice(0, 2).join(" ");
+  const prefill = { model: "kjv", max_tokens: 12, temperature: 0, messages: [{ role: "user", content: question }, { role: "assistant", content: head }] };
+  const pre = await c.messages.create(prefill), preS = await c.messages.stream(prefill).finalMessage();
+  const preC = await chat(kjv, { ...prefill, continue_final_message: true });
+  check(head.length > 0 && textOf(pre).length > 0 && plain.content.startsWith(head + textOf(pre)) && blocks(preS) === blocks(pre) && preC.content === textOf(pre),
+        `a prefill ('${head}') is continued`, [plain.content, pre.content, preC]);
+
   // 5. thinking that is there (q35-rand-tiny): a thinking block whose signature is its text;
   // display omitted keeps the text in the signature only; handed back either way, it is the
   // assistant turn's reasoning
@@ -122,7 +132,6 @@ const chatOf = (extra = {}) => ({ temperature: 0, max_tokens: 48, tools: [asChat
     [{ ...tq, context_management: { edits: [{ type: "clear_tool_uses_20250919" }] } }, "context_management"],
     [{ ...tq, tool_choice: { type: "tool" } }, "tool_choice"], [{ ...tq, tools: [{ name: "x" }] }, "tools"],
     [{ ...tq, frobnicate: 1 }, "frobnicate"], [{ ...tq, messages: [] }, "messages"],
-    [{ ...tq, messages: [{ role: "user", content: "Say yes" }, { role: "assistant", content: "{" }] }, "messages"],
   ];
   for (const [body, param] of bad) {
     const r = await raw(tiny, "/v1/messages", body);
