@@ -5,10 +5,11 @@
  * One thread per connection parses and validates a request completely (JSON, types, chat
  * rendering, tokens, context) before anything is generated, so every client error is a 4xx in
  * OpenAI's error shape (which is Anthropic's too). The Responses and Messages APIs are chat
- * requests answered in their own shapes (tools/serve_job.h). Generation runs on one of --parallel sessions ("slots"); requests beyond
- * that wait in a bounded queue. Slots take turns on the model (prompts, speculative verify
- * passes) in arrival order, and their decode steps run together: each slot in its decode loop
- * posts its next token, and once every such slot has, one of them steps them all with
+ * requests answered in their own shapes (tools/serve_job.h). Generation runs on one of
+ * --parallel sessions ("slots"); requests beyond that wait in a bounded queue. Slots take turns
+ * on the model (prompts, speculative verify passes) in arrival order, and their decode steps run
+ * together: each slot in its decode loop posts its next token, and once every such slot has, one
+ * of them steps them all with
  * qhx_sessions_step, one pass over the weights for every stream. Each has its own session and
  * sampler and a batched row is what a lone step gives bit for bit, which is why a stream's
  * tokens do not depend on what runs beside it. A streaming response is a pipe that a
@@ -77,7 +78,6 @@ static unsigned failure_status(qhx_status st) { return st == QHX_ERR_ARG || st =
 static const char *error_type(unsigned status) { return status == 400 ? "invalid_request_error" : "server_error"; }
 
 /* ---- generation ---- */
-
 
 static int grow(job *jb, size_t more) {
     /* the think splitter may put all of it in either */
