@@ -9,6 +9,7 @@
 #include "grammar/grammar.h"
 #include "util/buf.h"
 #include "util/error.h"
+#include "util/hashmap.h"
 
 #include <ctype.h>
 #include <stdlib.h>
@@ -28,13 +29,14 @@ typedef struct {
     seq *alts;
     size_t n_alts, cap_alts;
     int defined;
-    int line;        /* where it was first used, for "undefined" */
+    const char *at;  /* where it was first used, for "undefined" (its line is counted then) */
 } brule;
 
 typedef struct {
     const char *p, *end, *start;
     brule *rules;
     size_t n_rules, cap_rules;
+    qhx_strmap by_name; /* name -> rule: a schema's key can make thousands of rules */
     uint32_t (*ranges)[2];
     size_t n_ranges, cap_ranges;
     qhx_gcharset *cs;
@@ -84,14 +86,14 @@ static void skip_space(parser *ps, int newline_ok) {
 
 /* The rule named name[0..n), created (undefined) when new: its index, or -1. */
 static int rule_id(parser *ps, const char *name, size_t n, const char *at) {
-    for (size_t i = 0; i < ps->n_rules; i++)
-        if (strlen(ps->rules[i].name) == n && !memcmp(ps->rules[i].name, name, n)) return (int)i;
+    int32_t found;
+    if (qhx_strmap_get(&ps->by_name, name, n, &found)) return found;
     if (ps->n_rules >= MAX_RULES) return perr(ps, "too many rules"), -1;
     if (qhx_reserve(&ps->rules, &ps->cap_rules, ps->n_rules + 1, sizeof *ps->rules)) return oom(ps), -1;
     brule *r = &ps->rules[ps->n_rules];
     memset(r, 0, sizeof *r);
-    if (!(r->name = strndup(name, n))) return oom(ps), -1;
-    r->line = line_of(ps, at);
+    if (!(r->name = strndup(name, n)) || qhx_strmap_put(&ps->by_name, name, n, (int32_t)ps->n_rules)) return free(r->name), oom(ps), -1;
+    r->at = at;
     return (int)ps->n_rules++;
 }
 
@@ -447,7 +449,7 @@ static int left_recursive(const parser *ps, int r, uint8_t *mark, const uint8_t 
 static int check(parser *ps) {
     for (size_t r = 0; r < ps->n_rules; r++)
         if (!ps->rules[r].defined)
-            return ps->err = qhx_fail(QHX_ERR_ARG, "grammar: line %d: rule '%s' is not defined", ps->rules[r].line,
+            return ps->err = qhx_fail(QHX_ERR_ARG, "grammar: line %d: rule '%s' is not defined", line_of(ps, ps->rules[r].at),
                                       ps->rules[r].name), -1;
     uint8_t *nullable = calloc(ps->n_rules, 2);
     if (!nullable) return oom(ps), -1;
@@ -482,6 +484,7 @@ static void free_parser(parser *ps) {
     free(ps->rules);
     free(ps->ranges);
     free(ps->cs);
+    qhx_strmap_free(&ps->by_name);
 }
 
 void qhx_grammar_free(qhx_grammar *g) {
@@ -500,6 +503,7 @@ qhx_status qhx_gbnf_compile(const char *text, size_t len, const qhx_tokenizer *t
     *out = NULL;
     parser ps = {.p = text, .end = text + len, .start = text};
     if (!text) return qhx_fail(QHX_ERR_ARG, "grammar: no text");
+    if (qhx_strmap_init(&ps.by_name, 64)) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     if (parse_rules(&ps) || check(&ps)) {
         free_parser(&ps);
         return ps.err;
