@@ -297,7 +297,9 @@ curl_status 401 "wrong API key" -H "Authorization: Bearer sekreT" "$url/v1/model
 curl_status 401 "wrong API key" -H "Authorization: Bearer sekretX" "$(post completions)" -d '{"prompt":"x"}'
 curl_status 401 "wrong API key" -H "Authorization: Bearer sek" "$url/v1/models"
 curl_status 200 "" "${auth[@]}" "$url/v1/models"
-check "curl -s -i -X OPTIONS '$url/v1/chat/completions' | tr -d '\r' | grep -q '^Access-Control-Allow-Headers: Authorization, Content-Type'" "CORS preflight"
+curl_status 200 "" -H "x-api-key: sekret" "$url/v1/models"
+curl_status 401 "wrong API key" -H "x-api-key: sekreT" "$url/v1/messages" -d '{"messages":[{"role":"user","content":"hi"}]}'
+check "curl -s -i -X OPTIONS '$url/v1/chat/completions' | tr -d '\r' | grep -q '^Access-Control-Allow-Headers: Authorization, Content-Type, x-api-key'" "CORS preflight"
 check "curl -s -i ${auth[*]@Q} '$url/v1/models' | tr -d '\r' | grep -qx 'Access-Control-Allow-Origin: https://app.example'" "CORS origin header"
 ids=$(printf 'In the beginning God created' | "$qhx" tokenize models/q35-kjv | tr ' ' ,)
 curl -s "${auth[@]}" "$url/tokenize" -d '{"content":"In the beginning God created"}' >"$tmp/tok"
@@ -310,7 +312,7 @@ curl_status 405 "use GET /metrics" "${auth[@]}" -X POST "$url/metrics"
 curl -s "${auth[@]}" "$(post completions)" -d '{"prompt":"And God said","max_tokens":24,"temperature":0}' >"$tmp/k1"
 curl -s "${auth[@]}" "$url/metrics" >"$tmp/metrics"
 gen=$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1])).usage.completion_tokens)' "$tmp/k1")
-check "grep -qx 'qhx_requests_total{status=\"401\"} 4' $tmp/metrics && grep -qx 'qhx_generated_tokens_total $gen' $tmp/metrics && grep -qx 'qhx_slots 1' $tmp/metrics" \
+check "grep -qx 'qhx_requests_total{status=\"401\"} 5' $tmp/metrics && grep -qx 'qhx_generated_tokens_total $gen' $tmp/metrics && grep -qx 'qhx_slots 1' $tmp/metrics" \
     "/metrics ($gen tokens generated): $(head -c 600 "$tmp/metrics")"
 check "grep -qE '^qhx serve: cmpl-[0-9a-f]+ 200 prompt [0-9]+ \(cached 0\) generated $gen; ttft [0-9.]+ ms' $tmp/logk" "no request log line: $(tail -3 "$tmp/logk")"
 kill -INT "$server_pid"; wait "$server_pid"

@@ -618,16 +618,17 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (!strcmp(method, "OPTIONS") && sv->cors) { /* a browser's preflight */
         struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
         MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
         return serve_queue(sv, c, MHD_HTTP_NO_CONTENT, r);
     }
     if (sv->api_key && strcmp(url, "/health")) {
         const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-        if (!serve_key_ok(sv->api_key, auth))
+        const char *xkey = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+        if (!serve_key_ok(sv->api_key, auth, xkey))
             return send_error(sv, c, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", NULL, "invalid_api_key",
-                              "%s: this server wants \"Authorization: Bearer KEY\" with its --api-key",
-                              auth ? "wrong API key" : "no API key");
+                              "%s: this server wants \"Authorization: Bearer KEY\" (or \"x-api-key: KEY\") with its --api-key",
+                              auth || xkey ? "wrong API key" : "no API key");
     }
     if (!strcmp(url, "/metrics") || !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize"))
         return serve_side_route(sv, c, url, method, up->body ? up->body : "", up->len, up->too_big);

@@ -137,8 +137,9 @@ enum MHD_Result send_error(server *sv, struct MHD_Connection *c, unsigned status
 /* GET /metrics, POST /tokenize, POST /detokenize (tools/serve_routes.c). */
 enum MHD_Result serve_side_route(server *sv, struct MHD_Connection *c, const char *url, const char *method, const char *body,
                                  size_t len, int too_big);
-/* "Bearer KEY" with the server's key, compared in time independent of where they differ. */
-int serve_key_ok(const char *key, const char *authorization);
+/* The server's key, as "Authorization: Bearer KEY" (OpenAI's clients) or "x-api-key: KEY"
+ * (Anthropic's), compared in time independent of where they differ. */
+int serve_key_ok(const char *key, const char *authorization, const char *x_api_key);
 /* Deadlines (tools/serve_deadline.c): deadline_notify is libmicrohttpd's connection callback;
  * deadline_set gives the connection `what` ("body", "headers") to arrive in --timeout seconds from
  * now, or (NULL) no deadline while its reply is made. */

@@ -8,14 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-int serve_key_ok(const char *key, const char *authorization) {
-    static const char bearer[] = "Bearer ";
-    if (!authorization || strncmp(authorization, bearer, sizeof bearer - 1)) return 0;
-    const char *got = authorization + sizeof bearer - 1;
+/* got is key, compared in time independent of where they differ */
+static int same_key(const char *key, const char *got) {
     const size_t n = strlen(key), m = strlen(got);
     unsigned diff = m != n;
     for (size_t i = 0; i < n; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < m ? got[i] : 0);
     return diff == 0;
+}
+
+int serve_key_ok(const char *key, const char *authorization, const char *x_api_key) {
+    static const char bearer[] = "Bearer ";
+    if (authorization && !strncmp(authorization, bearer, sizeof bearer - 1) && same_key(key, authorization + sizeof bearer - 1)) return 1;
+    return x_api_key && same_key(key, x_api_key);
 }
 
 static enum MHD_Result metrics(server *sv, struct MHD_Connection *c) {
