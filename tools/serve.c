@@ -227,17 +227,20 @@ static void read_calls(job *jb, int final) {
     tc_scan(&jb->tc_content, jb->content ? jb->content : "", jb->n_content, final, tools, shown_content, on_call, jb);
 }
 
-/* a chat stream's delta: what is new of the reasoning, the answer and the calls since the last */
-static json_t *chat_delta(job *jb, size_t r0, size_t c0) {
+/* a chat stream's delta: what is new of the reasoning, the answer and the calls since the last
+ * (the answer from c0, or with tools from what was sent). The reasoning's trailing newlines wait
+ * for what follows them: the whole reply has none, so a stream that ends there says the same. */
+static json_t *chat_delta(job *jb, size_t c0) {
     json_t *delta = json_object();
-    const char *r = jb->reasoning, *c = jb->content;
-    size_t nr = jb->n_reasoning, nc = jb->n_content;
-    if (jb->rq->tools) {
-        r0 = jb->sent_reasoning, c0 = jb->sent_content, r = jb->shown_reasoning.s, c = jb->shown_content.s;
-        nr = jb->shown_reasoning.len, nc = jb->shown_content.len;
-        jb->sent_reasoning = nr, jb->sent_content = nc;
+    const char *r, *c;
+    size_t nr, nc;
+    visible(jb, &r, &nr, &c, &nc);
+    if (jb->rq->tools) c0 = jb->sent_content, jb->sent_content = nc;
+    while (nr > jb->sent_reasoning && r[nr - 1] == '\n') nr--;
+    if (nr > jb->sent_reasoning) {
+        json_object_set_new(delta, "reasoning_content", json_stringn(r + jb->sent_reasoning, nr - jb->sent_reasoning));
+        jb->sent_reasoning = nr;
     }
-    if (nr > r0) json_object_set_new(delta, "reasoning_content", json_stringn(r + r0, nr - r0));
     if (nc > c0) json_object_set_new(delta, "content", json_stringn(c + c0, nc - c0));
     if (jb->calls && json_array_size(jb->calls) > jb->sent_calls) {
         json_t *calls = json_array();
@@ -274,13 +277,13 @@ static int serve_on_token(int32_t tok, const char *text, size_t len, void *user)
     if (sv->stopping) jb->failed = 1;
     if (!jb->failed && !jb->rq->stream && client_gone(jb->fd)) jb->failed = 1; /* it will not read the answer */
     if (!jb->failed && len) {
-        size_t r0 = jb->n_reasoning, c0 = jb->n_content;
+        const size_t c0 = jb->n_content;
         if (grow(jb, len)) jb->failed = 1;
         else if (jb->rq->chat) think_split_feed(&jb->ts, text, len, jb->reasoning, &jb->n_reasoning, jb->content, &jb->n_content);
         else memcpy(jb->content + jb->n_content, text, len), jb->n_content += len;
         if (!jb->failed && jb->rq->tools) read_calls(jb, 0);
         if (!jb->failed && jb->rq->stream) {
-            json_t *choice = jb->rq->chat ? chat_delta(jb, r0, c0)
+            json_t *choice = jb->rq->chat ? chat_delta(jb, c0)
                                           : json_pack("{s:s%, s:i, s:n, s:n}", "text", jb->content + c0, jb->n_content - c0,
                                                       "index", 0, "logprobs", "finish_reason");
             if (choice && jb->lp) json_object_set_new(choice, "logprobs", logprobs_since(jb, &jb->lp_sent));
@@ -457,7 +460,7 @@ static void *stream_worker(void *arg) {
                                                         "assistant", "content", "", "finish_reason")));
     qhx_status st = run_job(jb, &res);
     if (st == QHX_OK && jb->rq->shape) {
-        json_t *rest = chat_delta(jb, jb->n_reasoning, jb->n_content); /* what the end released (tools) */
+        json_t *rest = chat_delta(jb, jb->n_content); /* what the end released (tools) */
         if (!rest) rest = json_pack("{s:{}}", "delta");
         if (jb->lp) json_object_set_new(rest, "logprobs", logprobs_since(jb, &jb->lp_sent));
         int bad = jb->rq->shape->delta(jb, rest, 1);
@@ -465,7 +468,7 @@ static void *stream_worker(void *arg) {
         if (bad) jb->reply_cacheable = 0, jb->failed = 1;
         log_request(jb, 200, &res);
     } else if (st == QHX_OK) {
-        json_t *rest = jb->rq->tools ? chat_delta(jb, 0, 0) : NULL; /* what the end released */
+        json_t *rest = jb->rq->tools ? chat_delta(jb, 0) : NULL; /* what the end released */
         if (rest && jb->lp) json_object_set_new(rest, "logprobs", logprobs_since(jb, &jb->lp_sent));
         int bad = rest && send_event(jb, chunk(jb, rest));
         json_t *choice = jb->rq->chat

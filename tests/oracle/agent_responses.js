@@ -18,7 +18,7 @@ const post = async (path, body) => {
   return { status: r.status, body: await r.text() };
 };
 // a streamed response's events, in order
-const events = text => text.split("\n").filter(l => l.startsWith("data: ")).map(l => JSON.parse(l.slice(6)));
+const events = text => text.split("\n").filter(l => l.startsWith("data: {")).map(l => JSON.parse(l.slice(6)));
 // the items as a reply's content: ids name the request, so they are left out
 const norm = out => JSON.stringify(out, (k, v) => (k === "id" || k === "call_id" ? undefined : v));
 const itemsOf = out => ({
@@ -147,6 +147,21 @@ const streamed = text => {
   check(tw.status === "incomplete" && tw.output.length === 1 && tr && tr.summary[0].text === tc.reasoning_content.replace(/\n+$/, "")
         && tr.summary[0].text.length > 0 && tr.encrypted_content === tr.summary[0].text,
         "reasoning: one item, the chat completion's reasoning, as encrypted_content too", [tw.output, tc]);
+  // chat's own stream says the same reasoning as its whole reply, here and on q35-kjv (whose
+  // empty reasoning once streamed as "\n")
+  const chatStream = async body => {
+    let rs = "", cs = "";
+    for (const e of events((await post("/v1/chat/completions", { ...body, stream: true })).body))
+      if (e.choices && e.choices[0]) rs += e.choices[0].delta.reasoning_content || "", cs += e.choices[0].delta.content || "";
+    return { reasoning_content: rs, content: cs };
+  };
+  const tcs = await chatStream({ messages: [{ role: "user", content: question }], temperature: 0, max_tokens: 12 });
+  base = kjv;
+  const kq = { messages: [{ role: "user", content: question }], temperature: 0, max_tokens: 12 };
+  const kw = (JSON.parse((await post("/v1/chat/completions", kq)).body)).choices[0].message, ks = await chatStream(kq);
+  base = tiny;
+  check(tcs.reasoning_content === tc.reasoning_content && tcs.content === (tc.content || "") && ks.reasoning_content === kw.reasoning_content &&
+        ks.content === kw.content, "chat streams: the whole reply's reasoning and answer", [tcs, tc, ks, kw]);
   const ts = streamed((await post("/v1/responses", { ...tq, stream: true })).body);
   check(!ts.nested && norm(ts.done) === norm(tw.output), "reasoning streamed: the same item", [ts.done, tw.output]);
   const back = { ...tq, input: [{ role: "user", content: question }, tr, { type: "message", role: "assistant", content: [{ type: "output_text", text: "Amen." }] },
