@@ -99,6 +99,12 @@ request *parse_body(server *sv, json_t *body, int chat, refusal *why);
  * fields are all in `fields` (else NULL, and why: bad JSON, or the field, named, with `hint`) */
 int serve_listed(const char *const *list, const char *k);
 json_t *serve_load_object(const char *body, size_t len, const char *const *fields, const char *hint, refusal *why);
+/* a + sep + b as one string (a taken; a NULL or empty a is b alone) */
+json_t *serve_join(json_t *a, const char *sep, const json_t *b);
+/* A string, or parts whose type is one of `types`, as one string (their texts joined by sep);
+ * anything else refused into err, named by where, saying what is supported */
+json_t *serve_parts_text(const json_t *c, const char *const *types, const char *sep, const char *what, const char *where, char *err,
+                         size_t cap);
 /* A Responses API body as the chat request it amounts to (tools/serve_responses.c); refusals name
  * the Responses API's fields. */
 request *parse_responses(server *sv, const char *body, size_t len, refusal *why);

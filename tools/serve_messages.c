@@ -19,38 +19,9 @@ static const char *const fields[] = {"model", "messages", "system", "max_tokens"
                                      "service_tier", NULL};
 
 
-/* s + sep + t (s taken; NULL s is empty) */
-static json_t *join(json_t *s, const char *sep, const char *t, size_t nt) {
-    const size_t ns = s ? json_string_length(s) : 0, nsep = ns ? strlen(sep) : 0;
-    char *b = malloc(ns + nsep + nt + 1);
-    json_t *r = NULL;
-    if (b) {
-        if (ns) memcpy(b, json_string_value(s), ns), memcpy(b + ns, sep, nsep);
-        memcpy(b + ns + nsep, t, nt);
-        r = json_stringn(b, ns + nsep + nt);
-    }
-    free(b);
-    json_decref(s);
-    return r;
-}
-
 /* text blocks (or a string) as one string; any other block is refused, named by where */
 static json_t *text_of(const json_t *c, const char *sep, char *err, size_t cap, const char *where) {
-    if (json_is_string(c)) return json_incref((json_t *)c);
-    if (!json_is_array(c)) return snprintf(err, cap, "%s must be a string or an array of text blocks", where), NULL;
-    json_t *s = NULL;
-    size_t k;
-    const json_t *b;
-    json_array_foreach(c, k, b) {
-        const json_t *text = json_object_get(b, "text");
-        if (strcmp(json_string_value(json_object_get(b, "type")) ? json_string_value(json_object_get(b, "type")) : "", "text") ||
-            !json_is_string(text)) {
-            json_decref(s);
-            return snprintf(err, cap, "%s[%zu]: only text blocks are supported here (this runs the text model)", where, k), NULL;
-        }
-        if (!(s = join(s, sep, json_string_value(text), json_string_length(text)))) return NULL;
-    }
-    return s ? s : json_string("");
+    return serve_parts_text(c, (const char *const[]){"text", NULL}, sep, "text blocks", where, err, cap);
 }
 
 /* the last message if it has role, else a new one */
@@ -67,8 +38,7 @@ static int blocks(json_t *msgs, const char *role, const json_t *content, size_t 
     const int user = !strcmp(role, "user");
     if (json_is_string(content)) {
         json_t *m = turn_of(msgs, role);
-        json_object_set_new(m, "content", join(json_incref(json_object_get(m, "content")), "\n", json_string_value(content),
-                                               json_string_length(content)));
+        json_object_set_new(m, "content", serve_join(json_incref(json_object_get(m, "content")), "\n", content));
         return 0;
     }
     if (!json_is_array(content)) return snprintf(err, cap, "messages[%zu].content must be a string or an array of blocks", i), -1;
@@ -80,7 +50,7 @@ static int blocks(json_t *msgs, const char *role, const json_t *content, size_t 
         snprintf(where, sizeof where, "messages[%zu].content[%zu]", i, k);
         if (type && !strcmp(type, "text") && json_is_string(json_object_get(b, "text"))) {
             json_t *m = turn_of(msgs, role), *t = json_object_get(b, "text");
-            json_object_set_new(m, "content", join(json_incref(json_object_get(m, "content")), "\n", json_string_value(t), json_string_length(t)));
+            json_object_set_new(m, "content", serve_join(json_incref(json_object_get(m, "content")), "\n", t));
         } else if (user && type && !strcmp(type, "tool_result") && json_is_string(json_object_get(b, "tool_use_id"))) {
             json_t *out = json_object_get(b, "content") ? text_of(json_object_get(b, "content"), "\n", err, cap, where) : json_string("");
             if (!out) return -1;
@@ -100,8 +70,7 @@ static int blocks(json_t *msgs, const char *role, const json_t *content, size_t 
             const json_t *r = json_string_length(t) ? t : sig;
             if (!json_is_string(r)) return snprintf(err, cap, "%s: a thinking block needs its thinking or signature", where), -1;
             json_t *m = turn_of(msgs, role);
-            json_object_set_new(m, "reasoning_content", join(json_incref(json_object_get(m, "reasoning_content")), "\n\n",
-                                                             json_string_value(r), json_string_length(r)));
+            json_object_set_new(m, "reasoning_content", serve_join(json_incref(json_object_get(m, "reasoning_content")), "\n\n", r));
         } else {
             return snprintf(err, cap, "%s: '%s' blocks are not supported in %s messages (this runs the text model)", where,
                             type ? type : "(no type)", role),
@@ -131,7 +100,7 @@ static const char *messages(const json_t *j, json_t *msgs, char *err, size_t cap
         if (!strcmp(role, "system")) {
             json_t *t = text_of(content, "\n", err, cap, "messages[].content");
             if (!t) return json_decref(system), "messages";
-            if (!json_array_size(msgs)) system = join(system, "\n\n", json_string_value(t), json_string_length(t));
+            if (!json_array_size(msgs)) system = serve_join(system, "\n\n", t);
             else json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", t));
             json_decref(t);
             continue;

@@ -159,6 +159,38 @@ int serve_listed(const char *const *list, const char *k) {
     return 0;
 }
 
+json_t *serve_join(json_t *a, const char *sep, const json_t *b) {
+    const size_t na = a ? json_string_length(a) : 0, ns = na ? strlen(sep) : 0, nb = json_string_length(b);
+    char *s = malloc(na + ns + nb + 1);
+    json_t *r = NULL;
+    if (s) {
+        if (na) memcpy(s, json_string_value(a), na), memcpy(s + na, sep, ns);
+        memcpy(s + na + ns, json_string_value(b), nb);
+        r = json_stringn(s, na + ns + nb);
+    }
+    free(s);
+    json_decref(a);
+    return r;
+}
+
+json_t *serve_parts_text(const json_t *c, const char *const *types, const char *sep, const char *what, const char *where, char *err,
+                         size_t cap) {
+    if (json_is_string(c)) return json_incref((json_t *)c);
+    if (!json_is_array(c)) return snprintf(err, cap, "%s must be a string or an array of %s", where, what), NULL;
+    json_t *s = NULL;
+    size_t k;
+    const json_t *p;
+    json_array_foreach(c, k, p) {
+        const json_t *text = json_object_get(p, "text");
+        if (!serve_listed(types, json_string_value(json_object_get(p, "type"))) || !json_is_string(text)) {
+            json_decref(s);
+            return snprintf(err, cap, "%s[%zu]: only %s are supported (this runs the text model)", where, k, what), NULL;
+        }
+        if (!(s = serve_join(s, sep, text))) return NULL;
+    }
+    return s ? s : json_string("");
+}
+
 json_t *serve_load_object(const char *body, size_t len, const char *const *fields, const char *hint, refusal *why) {
     json_error_t jerr;
     json_t *j = json_loadb(body, len, 0, &jerr);

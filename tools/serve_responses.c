@@ -22,40 +22,13 @@ static const char *const fields[] = {"model", "input", "instructions", "max_outp
 static const char *const hosted[] = {"web_search", "web_search_preview", "file_search", "code_interpreter", "image_generation",
                                      "computer_use_preview", "mcp", NULL};
 
-/* a + sep + b as one string (a taken) */
-static json_t *join(json_t *a, const char *sep, const json_t *b) {
-    const size_t na = json_string_length(a), ns = strlen(sep), nb = json_string_length(b);
-    char *s = malloc(na + ns + nb + 1);
-    json_t *r = NULL;
-    if (s) {
-        memcpy(s, json_string_value(a), na), memcpy(s + na, sep, ns), memcpy(s + na + ns, json_string_value(b), nb);
-        r = json_stringn(s, na + ns + nb);
-    }
-    free(s);
-    json_decref(a);
-    return r;
-}
+static const char *const in_out[] = {"input_text", "output_text", NULL};
 
-
-/* the text of content parts of the given types, joined as the chat template joins them */
-static json_t *text_of(const json_t *c, const char *t1, const char *t2, char *err, size_t cap, const char *where, size_t i) {
-    if (json_is_string(c)) return json_incref((json_t *)c);
-    if (!json_is_array(c)) return snprintf(err, cap, "input[%zu].%s must be a string or an array of parts", i, where), NULL;
-    json_t *s = json_string("");
-    size_t k;
-    const json_t *p;
-    json_array_foreach(c, k, p) {
-        const char *type = json_string_value(json_object_get(p, "type"));
-        const json_t *text = json_object_get(p, "text");
-        if (!serve_listed((const char *const[]){t1, t2, NULL}, type) || !json_is_string(text)) {
-            json_decref(s);
-            return snprintf(err, cap, "input[%zu].%s[%zu]: only %s%s%s parts are supported (this runs the text model)", i, where, k,
-                            t1, t2 ? " and " : "", t2 ? t2 : ""),
-                   NULL;
-        }
-        if (!(s = join(s, "", text))) return NULL;
-    }
-    return s;
+/* an item's content (or output): a string, or text parts */
+static json_t *text_of(const json_t *c, char *err, size_t cap, const char *field, size_t i) {
+    char where[64];
+    snprintf(where, sizeof where, "input[%zu].%s", i, field);
+    return serve_parts_text(c, in_out, "", "input_text and output_text parts", where, err, cap);
 }
 
 /* a reasoning item's text: what include "reasoning.encrypted_content" handed out (the reasoning
@@ -63,16 +36,20 @@ static json_t *text_of(const json_t *c, const char *t1, const char *t2, char *er
 static json_t *reasoning_of(const json_t *it, char *err, size_t cap, size_t i) {
     const json_t *enc = json_object_get(it, "encrypted_content"), *content = json_object_get(it, "content");
     if (json_is_string(enc)) return json_incref((json_t *)enc);
-    if (json_array_size(content)) return text_of(content, "reasoning_text", NULL, err, cap, "content", i);
-    json_t *s = json_string("");
+    if (json_array_size(content)) {
+        char where[64];
+        snprintf(where, sizeof where, "input[%zu].content", i);
+        return serve_parts_text(content, (const char *const[]){"reasoning_text", NULL}, "", "reasoning_text parts", where, err, cap);
+    }
+    json_t *s = NULL;
     size_t k;
     const json_t *p;
     json_array_foreach(json_object_get(it, "summary"), k, p) {
         const json_t *text = json_object_get(p, "text");
         if (!json_is_string(text)) return json_decref(s), snprintf(err, cap, "input[%zu].summary[%zu] needs a string text", i, k), NULL;
-        if (!(s = join(s, k ? "\n\n" : "", text))) return NULL;
+        if (!(s = serve_join(s, "\n\n", text))) return NULL;
     }
-    return s;
+    return s ? s : json_string("");
 }
 
 /* the assistant turn a call or reasoning joins: the last message when it is one, else a new one */
@@ -110,22 +87,22 @@ static json_t *messages(const json_t *instr, const json_t *input, char *err, siz
                 snprintf(err, cap, "input[%zu]: a function_call_output needs a string call_id", i);
                 goto fail;
             }
-            json_t *out = text_of(json_object_get(it, "output"), "input_text", "output_text", err, cap, "output", i);
+            json_t *out = text_of(json_object_get(it, "output"), err, cap, "output", i);
             if (!out) goto fail;
             json_array_append_new(msgs, json_pack("{s:s, s:O, s:o}", "role", "tool", "tool_call_id", json_object_get(it, "call_id"), "content", out));
         } else if (type && !strcmp(type, "reasoning")) {
             json_t *r = reasoning_of(it, err, cap, i);
             if (!r) goto fail;
-            thought = thought ? join(thought, "\n\n", r) : json_incref(r); /* several in a row: one block */
+            thought = serve_join(thought, "\n\n", r); /* several in a row: one block */
             json_decref(r);
             if (!thought) goto fail;
             continue;
         } else if ((!type || !strcmp(type, "message")) && serve_listed((const char *const[]){"user", "assistant", "system", "developer", NULL}, role)) {
-            json_t *c = text_of(json_object_get(it, "content"), "input_text", "output_text", err, cap, "content", i);
+            json_t *c = text_of(json_object_get(it, "content"), err, cap, "content", i);
             if (!c) goto fail;
             const int sys = !strcmp(role, "system") || !strcmp(role, "developer");
             if (sys && !json_array_size(msgs)) {
-                system = system ? join(system, "\n\n", c) : json_incref(c);
+                system = serve_join(system, "\n\n", c);
                 json_decref(c);
                 if (!system) goto fail;
                 continue;
