@@ -438,10 +438,24 @@ void qhx_prefix_cache_insert(qhx_prefix_cache *pc, qhx_session *s);
  * last split point to that message's start (s is left anywhere). What fails only costs a later hit. */
 qhx_status qhx_prefix_cache_add_reply(qhx_prefix_cache *pc, qhx_session *s, const char *conversation, size_t len,
                                       const int32_t *prompt, int n_prompt);
+/* Keeps the cache's snapshots as state files in dir as well (created if missing), at most
+ * budget_bytes of them (0: none), the least worth deleted first, and resumes from a file where
+ * memory holds nothing as deep: a restarted server or the next process on the same model and
+ * runtime options takes up long prompts where the last one left them. The files of dir that are
+ * this model's are indexed at once (their headers: the checksum is checked when one is read);
+ * others (another model, kernel set or KV form) are left alone, so models may share a directory.
+ * Writing a snapshot takes its bytes' time on the thread that reached it. Once per cache, on a
+ * cache that is on; QHX_ERR_IO names dir when it cannot be made or read. */
+qhx_status qhx_prefix_cache_set_dir(qhx_prefix_cache *pc, const char *dir, uint64_t budget_bytes);
 typedef struct {
     uint64_t budget, bytes;
     int entries;
     unsigned long hits, misses, evictions;
+    /* the directory (all zero without one): its budget, bytes and files; prompts resumed from a
+     * file, files written, files deleted (for the budget, or damaged) */
+    uint64_t dir_budget, dir_bytes;
+    int dir_files;
+    unsigned long dir_hits, dir_writes, dir_deleted;
 } qhx_prefix_cache_stats;
 void qhx_prefix_cache_get_stats_sized(qhx_prefix_cache *pc, qhx_prefix_cache_stats *st, size_t st_size);
 static inline void qhx_prefix_cache_get_stats(qhx_prefix_cache *pc, qhx_prefix_cache_stats *st) {

@@ -13,7 +13,12 @@
  *
  * Eviction follows Marconi's idea (Pan et al., 2024): for hybrid models a snapshot's worth is the
  * compute it saves per byte it holds, not recency alone, since every snapshot carries the whole
- * recurrent state however short its prefix. */
+ * recurrent state however short its prefix.
+ *
+ * With a directory (qhx_prefix_cache_set_dir) every snapshot is also written as a state file
+ * (src/prefix_store.c), and a prompt resumes from a file where memory holds nothing as deep: a
+ * file is the state a cold run reaches at that split point, so the exactness above holds for it. */
+#include "prefix_store.h"
 #include "qhexrt.h"
 #include "util/buf.h"
 #include "util/error.h"
@@ -37,6 +42,8 @@ struct qhx_prefix_cache {
     int n;
     size_t cap;
     uint64_t budget, bytes;  /* budget 0: the cache is off */
+    qhx_model *model;
+    pc_store *store;         /* the state files (NULL: memory only) */
     qhx_tokenizer *tok;      /* the model's, for replies (NULL: none) */
     int32_t im_start;        /* the message opener, -1: none */
     int32_t assistant[8];    /* the tokens of "assistant" after it */
@@ -52,6 +59,7 @@ qhx_status qhx_prefix_cache_new(qhx_model *m, uint64_t budget_bytes, qhx_prefix_
     if (!pc) return qhx_fail(QHX_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&pc->lock, NULL);
     pc->budget = budget_bytes;
+    pc->model = m;
     pc->im_start = -1;
     qhx_tokenizer *tok;
     if (m && qhx_model_tokenizer(m, &tok) == QHX_OK) { /* the chat markers */
@@ -79,8 +87,16 @@ void qhx_prefix_cache_free(qhx_prefix_cache *pc) {
     if (!pc) return;
     for (int i = 0; i < pc->n; i++) entry_free(&pc->e[i]);
     free(pc->e);
+    pc_store_free(pc->store);
     pthread_mutex_destroy(&pc->lock);
     free(pc);
+}
+
+qhx_status qhx_prefix_cache_set_dir(qhx_prefix_cache *pc, const char *dir, uint64_t budget_bytes) {
+    if (pc->store) return qhx_fail(QHX_ERR_ARG, "prefix cache: it has a directory already");
+    if (!pc->budget) return qhx_fail(QHX_ERR_ARG, "prefix cache: off (no memory budget), so it keeps no files either");
+    if (!budget_bytes) return qhx_fail(QHX_ERR_ARG, "prefix cache: a directory needs a budget above 0 bytes");
+    return pc_store_open(pc->model, dir, budget_bytes, &pc->store);
 }
 
 void qhx_prefix_cache_get_stats_sized(qhx_prefix_cache *pc, qhx_prefix_cache_stats *st, size_t size) {
@@ -88,6 +104,12 @@ void qhx_prefix_cache_get_stats_sized(qhx_prefix_cache *pc, qhx_prefix_cache_sta
     qhx_prefix_cache_stats full = {.budget = pc->budget, .bytes = pc->bytes, .entries = pc->n, .hits = pc->hits,
                                    .misses = pc->misses, .evictions = pc->evictions};
     pthread_mutex_unlock(&pc->lock);
+    if (pc->store) {
+        pc_store_stats ss;
+        pc_store_get_stats(pc->store, &ss);
+        full.dir_budget = ss.budget, full.dir_bytes = ss.bytes, full.dir_files = ss.files;
+        full.dir_hits = ss.hits, full.dir_writes = ss.writes, full.dir_deleted = ss.deleted;
+    }
     memcpy(st, &full, size < sizeof full ? size : sizeof full);
 }
 
@@ -129,8 +151,31 @@ static int find(const prefix_cache *pc, const int32_t *ids, int pos) {
     return -1;
 }
 
+/* Keeps snap (taken over: kept or freed) as the entry for ids[0, pos) unless one is there. */
+static void keep(prefix_cache *pc, qhx_snapshot *snap, const int32_t *ids, int pos) {
+    pc_entry e = {.snap = snap, .pos = pos};
+    qhx_snapshot_info info;
+    pthread_mutex_lock(&pc->lock);
+    const int i = find(pc, ids, pos);
+    if (i >= 0 || qhx_reserve(&pc->e, &pc->cap, (size_t)pc->n + 1, sizeof *pc->e) || !(e.tokens = malloc(sizeof(int32_t) * pos))) {
+        if (i >= 0) pc->e[i].used = ++pc->clock;
+        pthread_mutex_unlock(&pc->lock);
+        entry_free(&e);
+        return;
+    }
+    memcpy(e.tokens, ids, sizeof(int32_t) * pos);
+    qhx_snapshot_get_info(snap, &info);
+    e.bytes = info.state_bytes + info.kv_bytes + info.kv_shared_bytes;
+    e.used = ++pc->clock;
+    pc->e[pc->n++] = e;
+    pc->bytes += e.bytes;
+    evict_to_budget(pc);
+    pthread_mutex_unlock(&pc->lock);
+}
+
 /* Restores into s the deepest cached snapshot at one of the split points whose tokens are the
- * prompt's first ones, and returns its position (0 when none: s is reset). */
+ * prompt's first ones, from memory or, deeper, from a file (then kept in memory too), and returns
+ * its position (0 when none: s is reset). */
 static int resume(prefix_cache *pc, qhx_session *s, const int32_t *ids, const int *splits, int n_splits) {
     qhx_session_reset(s);
     if (!pc->budget) return 0;
@@ -143,7 +188,20 @@ static int resume(prefix_cache *pc, qhx_session *s, const int32_t *ids, const in
             pc->e[i].used = ++pc->clock;
         }
     }
-    got ? pc->hits++ : pc->misses++; /* a failed restore leaves the session as reset */
+    pthread_mutex_unlock(&pc->lock);
+    qhx_snapshot *snap = NULL;
+    const int deeper = pc->store ? pc_store_get(pc->store, ids, splits, n_splits, got, &snap) : 0;
+    if (deeper) {
+        if (qhx_session_restore(s, snap) == QHX_OK) {
+            got = deeper;
+            keep(pc, snap, ids, deeper);
+        } else { /* a failed restore leaves the session as reset */
+            qhx_snapshot_free(snap);
+            got = 0;
+        }
+    }
+    pthread_mutex_lock(&pc->lock);
+    got ? pc->hits++ : pc->misses++;
     pthread_mutex_unlock(&pc->lock);
     return got;
 }
@@ -159,31 +217,16 @@ int qhx_prefix_cache_lookup(qhx_prefix_cache *pc, qhx_session *s, const int32_t 
 void qhx_prefix_cache_insert(qhx_prefix_cache *pc, qhx_session *s) {
     const int pos = qhx_session_pos(s);
     if (!pc->budget || pos <= 0) return;
-    pthread_mutex_lock(&pc->lock);
     const int32_t *ids = qhx_session_tokens(s);
-    int i = find(pc, ids, pos);
-    if (i >= 0) {
-        pc->e[i].used = ++pc->clock;
-        pthread_mutex_unlock(&pc->lock);
-        return;
-    }
-    pc_entry e = {0};
-    qhx_snapshot_info info;
-    if (qhx_reserve(&pc->e, &pc->cap, (size_t)pc->n + 1, sizeof *pc->e)) goto out;
-    if (qhx_session_snapshot(s, &e.snap) || !(e.tokens = malloc(sizeof(int32_t) * pos))) {
-        entry_free(&e);
-        goto out;
-    }
-    memcpy(e.tokens, ids, sizeof(int32_t) * pos);
-    qhx_snapshot_get_info(e.snap, &info);
-    e.pos = pos;
-    e.bytes = info.state_bytes + info.kv_bytes + info.kv_shared_bytes;
-    e.used = ++pc->clock;
-    pc->e[pc->n++] = e;
-    pc->bytes += e.bytes;
-    evict_to_budget(pc);
-out:
+    pthread_mutex_lock(&pc->lock);
+    const int i = find(pc, ids, pos);
+    if (i >= 0) pc->e[i].used = ++pc->clock;
     pthread_mutex_unlock(&pc->lock);
+    qhx_snapshot *snap;
+    if (i >= 0 || qhx_session_snapshot(s, &snap)) return; /* the session is the caller's: no lock needed */
+    ids = qhx_session_tokens(s);
+    if (pc->store) pc_store_put(pc->store, snap, ids, pos); /* outside the lock: a long state takes a while to write */
+    keep(pc, snap, ids, pos);
 }
 
 qhx_status qhx_prefix_cache_prefill(qhx_prefix_cache *pc, qhx_session *s, const int32_t *ids, int n, int *cached,

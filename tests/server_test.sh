@@ -286,6 +286,30 @@ curl -sN "$(post completions)" -d "$short" | grep -o '"text":"[^"]*"' >"$tmp/sho
 check "cmp -s $tmp/short.solo $tmp/short.after && grep -q ' 499 (client gone) prompt' $tmp/logc" "cancel mid-prefill: $(tail -3 "$tmp/logc")"
 kill -INT "$server_pid"; wait "$server_pid"
 
+# --cache-dir: a restarted server resumes a prompt from the state files the last one wrote, with
+# the answer the first one gave finding the directory empty (a cold run); /metrics counts it
+pc_req=$(node -e 'const sys="Thou art a scribe of the King James Bible. ".repeat(40);
+  console.log(JSON.stringify({messages:[{role:"system",content:sys},{role:"user",content:"Who made the heaven and the earth?"}],
+  max_tokens:24,temperature:0}))')
+for run in 1 2; do
+    start_server "$tmp/logd$run" --parallel 2 --cache-dir "$tmp/pcdir" || bad "server with --cache-dir"
+    url="http://127.0.0.1:$port"
+    curl -s "$(post chat/completions)" -d "$pc_req" >"$tmp/pcd$run.json"
+    curl -s "$url/metrics" >"$tmp/pcm$run"
+    kill -INT "$server_pid"; wait "$server_pid"
+done
+check "node -e 'const [a,b]=[1,2].map(i=>JSON.parse(require(\"fs\").readFileSync(process.argv[i],\"utf8\")));
+    if (a.choices[0].message.content!==b.choices[0].message.content||a.usage.prompt_tokens_details.cached_tokens!==0||
+        b.usage.prompt_tokens_details.cached_tokens<a.usage.prompt_tokens/2) process.exit(1)' $tmp/pcd1.json $tmp/pcd2.json" \
+    "--cache-dir: a restart's answer or its resumed tokens: $(head -c 300 "$tmp/pcd1.json") / $(head -c 300 "$tmp/pcd2.json")"
+check "grep -qx 'qhx_prefix_cache_dir_hits_total 1' $tmp/pcm2 && grep -qx 'qhx_prefix_cache_dir_hits_total 0' $tmp/pcm1" \
+    "--cache-dir: /metrics: $(grep dir_ "$tmp/pcm2")"
+check "grep -q 'prefix cache in $tmp/pcdir: [1-9][0-9]* state files of this model' $tmp/logd2 &&
+    grep -q '1 resumed from files, 0 written' $tmp/logd2" "--cache-dir: the restart's log: $(grep -a 'cache' "$tmp/logd2")"
+expect_err 2 "--cache-dir-mb: needs --cache-dir" "$qhx" serve models/q35-kjv --cache-dir-mb 64
+expect_err 2 "--cache-mb 0" "$qhx" serve models/q35-kjv --cache-dir "$tmp/pcdir" --cache-mb 0
+expect_err 1 "$tmp/pcd1.json: Not a directory" "$qhx" serve models/q35-kjv --port 0 --cache-dir "$tmp/pcd1.json"
+
 # --api-key (every route but /health), --cors (preflight, the origin on answers), /metrics,
 # /tokenize and /detokenize against the CLI's tokenizer, a log line per request
 start_server "$tmp/logk" --parallel 1 --api-key sekret --cors https://app.example || bad "server with --api-key"

@@ -221,14 +221,16 @@ static const char chat_help[] =
     "  --ctx N        context to use, at most the model's (default: the model's)\n"
     "  --cache-mb N   memory for snapshots at message boundaries (default 2048; 0: evaluate every\n"
     "                 turn's whole rendering afresh)\n"
+    CACHE_DIR_HELP
     "  --verbose      after each reply, its prompt tokens, how many were resumed, and speed\n"
     "sampling defaults here: --temp 0.7 --top-p 0.8 --top-k 20 (Qwen's advice for chat)\n" SAMPLING_HELP RUNTIME_HELP;
 
 int cmd_chat(int argc, char **argv) {
-    opts o = {.n = 1024, .think = -1, .cache_mb = 2048, .gen = {.temperature = 0.7f, .top_p = 0.8f, .top_k = 20}};
-    if (parse_common(argc, argv, &o, "-m -n --n-predict --system --think --no-think --cache-mb --ctx -c --ctx-size --verbose" SAMPLING_FLAGS RUNTIME_FLAGS)) return 2;
+    opts o = {.n = 1024, .think = -1, .cache_mb = 2048, .cache_dir_mb = 8192, .gen = {.temperature = 0.7f, .top_p = 0.8f, .top_k = 20}};
+    if (parse_common(argc, argv, &o, "-m -n --n-predict --system --think --no-think --cache-mb --cache-dir --cache-dir-mb --ctx -c --ctx-size --verbose" SAMPLING_FLAGS RUNTIME_FLAGS)) return 2;
     if (o.help) return fputs(chat_help, stdout), 0;
     if (!o.model || o.prompt) return die("needs MODEL (see qhx chat --help)"), 2;
+    if (check_cache_dir(&o)) return 2;
     if (o.n < 1) return die("-n: at least 1"), 2;
     default_seed(&o);
     qhx_runtime *rt = NULL;
@@ -247,6 +249,7 @@ int cmd_chat(int argc, char **argv) {
         goto done;
     }
     if (qhx_prefix_cache_new(m, (uint64_t)o.cache_mb << 20, &cache)) { api_error(); goto done; }
+    if (open_cache_dir(cache, &o)) goto done;
     qhx_model_info mi;
     qhx_model_get_info(m, &mi);
     const int ctx = o.ctx && o.ctx < mi.max_context ? (int)o.ctx : mi.max_context;

@@ -114,7 +114,7 @@ static int flag_in(const char *list, const char *a) {
 /* every flag parse_common knows: only the wording of a refusal depends on it */
 static const char all_flags[] =
     "-m -p --prompt -n --n-predict -t --threads --kernels --backend --mmap --kv --tokens -o --out --ctx -c --ctx-size --chunks "
-    "--decode --prompts --depth -f --file --prompt-cache --system --host --api-key --cors --port --cache-mb --parallel -np --timeout -to --think --no-think "
+    "--decode --prompts --depth -f --file --prompt-cache --system --host --api-key --cors --port --cache-mb --cache-dir --cache-dir-mb --parallel -np --timeout -to --think --no-think "
     "--verbose --temp --temperature --top-k --top-p --min-p --repeat-penalty --presence-penalty --frequency-penalty "
     "--repeat-last-n --draft --draft-max --seed -s --stop --ignore-eos --json --greedy --ids --stepwise --second-half --special "
     "--grammar --json-schema";
@@ -172,6 +172,15 @@ int parse_common(int argc, char **argv, opts *o, const char *allowed) {
         }
         else if (!strcmp(a, "--cache-mb")) {
             if (want_value(argc, argv, &i) || parse_long("--cache-mb", argv[i], 0, 1 << 24, &o->cache_mb)) return -1;
+        }
+        else if (!strcmp(a, "--cache-dir")) {
+            if (want_value(argc, argv, &i)) return -1;
+            if (!*argv[i]) return die("--cache-dir: empty"), -1;
+            o->cache_dir = argv[i];
+        }
+        else if (!strcmp(a, "--cache-dir-mb")) {
+            if (want_value(argc, argv, &i) || parse_long("--cache-dir-mb", argv[i], 1, 1LL << 32, &o->cache_dir_mb)) return -1;
+            o->cache_dir_mb_given = 1;
         }
         else if (!strcmp(a, "--timeout") || !strcmp(a, "-to")) {
             if (want_value(argc, argv, &i) || parse_long(a, argv[i], 1, 86400, &o->timeout)) return -1;
@@ -272,6 +281,17 @@ int open_model(const opts *o, qhx_runtime **rt, qhx_model **m) {
     return 0;
 }
 
+int check_cache_dir(const opts *o) {
+    if (!o->cache_dir && o->cache_dir_mb_given) return die("--cache-dir-mb: needs --cache-dir"), 1;
+    if (o->cache_dir && !o->cache_mb) return die("--cache-dir: the prefix cache is off (--cache-mb 0)"), 1;
+    return 0;
+}
+
+int open_cache_dir(qhx_prefix_cache *pc, const opts *o) {
+    if (!o->cache_dir) return 0;
+    if (qhx_prefix_cache_set_dir(pc, o->cache_dir, (uint64_t)o->cache_dir_mb << 20)) return api_error(), 1;
+    return 0;
+}
 
 void close_model(qhx_runtime *rt, qhx_model *m, qhx_session *s) {
     qhx_session_free(s);

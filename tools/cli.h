@@ -21,9 +21,9 @@ int want_value(int argc, char **argv, int *i);
 int write_atomic(const char *path, const void *data, size_t len);
 
 typedef struct {
-    const char *model, *tokens, *out, *prompt, *kernels, *prompts, *file, *system, *host, *prompt_cache, *api_key, *cors, *depths, *grammar, *json_schema;
-    long long n, threads, ctx, chunks, decode, port, parallel, cache_mb, timeout;
-    int greedy, ids, stepwise, special, json, help, think, seed_set, mmap, verbose, second_half;
+    const char *model, *tokens, *out, *prompt, *kernels, *prompts, *file, *system, *host, *prompt_cache, *api_key, *cors, *depths, *grammar, *json_schema, *cache_dir;
+    long long n, threads, ctx, chunks, decode, port, parallel, cache_mb, cache_dir_mb, timeout;
+    int cache_dir_mb_given, greedy, ids, stepwise, special, json, help, think, seed_set, mmap, verbose, second_half;
     qhx_kv_form kv;                       /* --kv */
     qhx_generate_opts gen;                /* sampling flags */
     const char *stop[QHX_MAX_STOP];
@@ -42,6 +42,16 @@ void cli_progress(const char *what, uint64_t done, uint64_t total, void *user);
 /* A seed from the clock unless --seed gave one. */
 void default_seed(opts *o);
 int open_model(const opts *o, qhx_runtime **rt, qhx_model **m);
+/* --cache-dir and --cache-dir-mb: check_cache_dir refuses a combination that would leave one
+ * unused (1, reported), open_cache_dir puts the directory on the prefix cache (1 on failure,
+ * reported, naming it). */
+int check_cache_dir(const opts *o);
+int open_cache_dir(qhx_prefix_cache *pc, const opts *o);
+#define CACHE_DIR_HELP \
+    "  --cache-dir DIR  keep the prefix cache's snapshots as state files in DIR too (created if\n" \
+    "                 missing), so the next run on this model resumes long prompts from them\n" \
+    "                 (checked as they are read; other models' files are left alone)\n" \
+    "  --cache-dir-mb N  the most the files in DIR may take (default 8192); the least worth go\n"
 /* "f32", "f16" or "q8", as --kv spells them */
 const char *kv_name(qhx_kv_form form);
 /* Frees a session, its model and their runtime, in that order (any may be NULL). */

@@ -15,7 +15,7 @@
 
 static const char serve_help[] =
     "usage: qhx serve MODEL [--host 127.0.0.1] [--port 8080] [--parallel 4] [--ctx N] [-n 4096] [--cache-mb 2048]\n"
-    "                 [--timeout 30]\n"
+    "                 [--cache-dir DIR [--cache-dir-mb 8192]] [--timeout 30]\n"
     "An OpenAI-compatible HTTP server: GET /health, GET /v1/models, POST /v1/completions,\n"
     "POST /v1/chat/completions (stream, max_tokens, temperature, top_p, top_k, min_p, seed, stop,\n"
     "presence/frequency/repetition penalties, logit_bias, logprobs, ignore_eos, tools and tool_calls,\n"
@@ -45,15 +45,17 @@ static const char serve_help[] =
     "                 model's MTP head (same answers; --draft-max N drafts at most)\n"
     "  --cache-mb N   memory for the prefix cache (default 2048; 0: off): snapshots at every chat\n"
     "                 message, prompt end and reply, so a request sharing a prefix with an earlier\n"
-    "                 one evaluates only the rest, with the same answer as without the cache\n" RUNTIME_HELP;
+    "                 one evaluates only the rest, with the same answer as without the cache\n"
+    CACHE_DIR_HELP RUNTIME_HELP;
 
 
 int cmd_serve(int argc, char **argv) {
-    opts o = {.n = 4096, .port = 8080, .parallel = 4, .host = "127.0.0.1", .cache_mb = 2048, .timeout = 30};
-    if (parse_common(argc, argv, &o, "-m -n --n-predict --host --port --api-key --cors --timeout -to --parallel -np --cache-mb --ctx -c --ctx-size --draft --draft-max" RUNTIME_FLAGS)) return 2;
+    opts o = {.n = 4096, .port = 8080, .parallel = 4, .host = "127.0.0.1", .cache_mb = 2048, .cache_dir_mb = 8192, .timeout = 30};
+    if (parse_common(argc, argv, &o, "-m -n --n-predict --host --port --api-key --cors --timeout -to --parallel -np --cache-mb --cache-dir --cache-dir-mb --ctx -c --ctx-size --draft --draft-max" RUNTIME_FLAGS)) return 2;
     if (o.help) return fputs(serve_help, stdout), 0;
     if (!o.model || o.prompt) return die("needs MODEL and nothing else (see qhx serve --help)"), 2;
     if (o.n < 1) return die("-n: at least 1"), 2;
+    if (check_cache_dir(&o)) return 2;
     struct sockaddr_storage addr = {0};
     socklen_t alen;
     struct sockaddr_in *a4 = (struct sockaddr_in *)&addr;
@@ -85,6 +87,7 @@ int cmd_serve(int argc, char **argv) {
     if (qhx_model_tokenizer(sv.m, &sv.tok)) { api_error(); goto done; }
     sv.cache_budget = (uint64_t)o.cache_mb << 20;
     if (qhx_prefix_cache_new(sv.m, sv.cache_budget, &sv.cache)) { api_error(); goto done; }
+    if (open_cache_dir(sv.cache, &o)) goto done;
     for (int i = 0; i < sv.n_slots; i++)
         if (qhx_session_new(sv.m, &sv.slot[i])) { api_error(); goto done; }
     sv.posted = calloc((size_t)sv.n_slots, sizeof *sv.posted);
@@ -122,6 +125,12 @@ int cmd_serve(int argc, char **argv) {
             sv.model_id, qhx_runtime_kernels(rt), sv.n_slots, sv.mi.max_context, slot_mb,
             kv_name(sv.mi.kv_cache), o.cache_mb, v6 ? "[" : "", o.host,
             v6 ? "]" : "", port);
+    if (o.cache_dir) {
+        qhx_prefix_cache_stats ds;
+        qhx_prefix_cache_get_stats(sv.cache, &ds);
+        fprintf(stderr, "qhx serve: prefix cache in %s: %d state files of this model, %.1f MB of %lld\n", o.cache_dir, ds.dir_files,
+                ds.dir_bytes / 1048576.0, o.cache_dir_mb);
+    }
     const int loopback = v6 ? !strcmp(o.host, "::1") : !strncmp(o.host, "127.", 4);
     if (!loopback && !sv.api_key)
         fprintf(stderr, "qhx serve: warning: listening on %s without --api-key: anyone who reaches this port can use it\n", o.host);
@@ -144,6 +153,9 @@ int cmd_serve(int argc, char **argv) {
     qhx_prefix_cache_get_stats(sv.cache, &cs);
     fprintf(stderr, "qhx serve: prefix cache: %lu hits, %lu misses, %lu evictions, %d snapshots in %.1f MB\n", cs.hits, cs.misses,
             cs.evictions, cs.entries, cs.bytes / 1048576.0);
+    if (o.cache_dir)
+        fprintf(stderr, "qhx serve: prefix cache in %s: %lu resumed from files, %lu written, %lu deleted; %d files in %.1f MB\n",
+                o.cache_dir, cs.dir_hits, cs.dir_writes, cs.dir_deleted, cs.dir_files, cs.dir_bytes / 1048576.0);
     rc = 0;
 done:
     if (watching) deadline_stop(&sv); /* after the daemon: its connections are gone */

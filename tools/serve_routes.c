@@ -55,6 +55,8 @@ static enum MHD_Result metrics(server *sv, struct MHD_Connection *c) {
         {"qhx_slots", "gauge", "Slots (--parallel).", (double)sv->n_slots},
         {"qhx_prefix_cache_bytes", "gauge", "Memory held by the prefix cache.", (double)cs.bytes},
         {"qhx_prefix_cache_hits_total", "counter", "Requests that resumed from the prefix cache.", (double)cs.hits},
+        {"qhx_prefix_cache_dir_bytes", "gauge", "State files of the prefix cache in --cache-dir.", (double)cs.dir_bytes},
+        {"qhx_prefix_cache_dir_hits_total", "counter", "Requests that resumed from a state file in --cache-dir.", (double)cs.dir_hits},
     };
     pthread_mutex_unlock(&sv->lock);
     for (size_t i = 0; i < sizeof m / sizeof *m; i++)

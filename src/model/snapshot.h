@@ -39,5 +39,9 @@ qhx_status qhx_snapshot_alloc(const qhx_model *m, int pos, qhx_snapshot **out);
 
 /* what state files name a model by (model/state_file.c) */
 uint64_t qhx_model_identity(const qhx_model *m);
+/* A state file's token ids (*tokens malloc'd), the file checked as qhx_snapshot_load checks it but
+ * for its checksum: what a load will take unless the bytes were damaged, found without reading
+ * them all (the prefix cache's files are indexed this way). */
+qhx_status qhx_state_file_peek(qhx_model *m, const char *path, int32_t **tokens, int *pos);
 
 #endif

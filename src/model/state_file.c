@@ -125,53 +125,77 @@ qhx_status qhx_snapshot_save(const qhx_snapshot *snap, const char *path) {
     return rc;
 }
 
+/* Everything but the checksum: magic, version, model, KV form, kernel set, position and size, and
+ * then the token ids (all in the vocabulary), so a file that passes is one a load takes unless its
+ * bytes were damaged. */
+static qhx_status check(const qhx_model *m, const qhx_mapfile *f, const char *path, header *out) {
+    const qhx_config *c = &m->cfg;
+    unsigned char want[HEADER_BYTES];
+    fill_header(m, 0, want);
+    header h, w;
+    memcpy(&w, want + 8, sizeof w);
+    if (f->size < HEADER_BYTES + 8 || memcmp(f->data, MAGIC, 8))
+        return qhx_fail(QHX_ERR_FORMAT, "%s: not a qhexrt state file (%s)", path, f->size < HEADER_BYTES + 8 ? "too short" : "bad magic");
+    memcpy(&h, f->data + 8, sizeof h);
+    h.kernels[KERNELS_BYTES - 1] = 0;
+    if (h.version != VERSION || h.header_bytes != HEADER_BYTES)
+        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: state file version %u; this qhexrt reads version %d", path, h.version, VERSION);
+    if (h.model != w.model || h.n_layers != w.n_layers || h.hidden != w.hidden || h.vocab != w.vocab || h.kv_dim != w.kv_dim ||
+        h.n_full != w.n_full || h.recurrent_floats != w.recurrent_floats)
+        return qhx_fail(QHX_ERR_ARG, "%s: the state of another model (identity %016llx, this one is %016llx)", path,
+                        (unsigned long long)h.model, (unsigned long long)w.model);
+    if (h.kv_form != w.kv_form || h.row_bytes != w.row_bytes)
+        return qhx_fail(QHX_ERR_ARG, "%s: KV cache in %s; this runtime keeps it in %s (--kv)", path,
+                        h.kv_form >= QHX_KV_F32 && h.kv_form <= QHX_KV_Q8 ? qhx_kv_form_name((qhx_kv_form)h.kv_form) : "an unknown form",
+                        qhx_kv_form_name((qhx_kv_form)w.kv_form));
+    if (strcmp(h.kernels, w.kernels))
+        return qhx_fail(QHX_ERR_UNSUPPORTED, "%s: computed with kernels %s; this runtime runs %s", path, h.kernels, w.kernels);
+    if (h.pos < 0 || h.pos > m->context)
+        return qhx_fail(QHX_ERR_FORMAT, "%s: position %d is outside the context of %d", path, h.pos, m->context);
+    const uint64_t want_size = HEADER_BYTES + payload_bytes(h.pos, h.recurrent_floats, h.row_bytes) + 8;
+    if (f->size != want_size)
+        return qhx_fail(QHX_ERR_FORMAT, "%s: %zu bytes where a state of %d tokens takes %llu (truncated?)", path, f->size, h.pos,
+                        (unsigned long long)want_size);
+    const int32_t *tokens = (const int32_t *)(f->data + HEADER_BYTES);
+    for (int i = 0; i < h.pos; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+            return qhx_fail(QHX_ERR_FORMAT, "%s: token id %d at position %d is outside the vocabulary", path, tokens[i], i);
+    *out = h;
+    return QHX_OK;
+}
+
+qhx_status qhx_state_file_peek(qhx_model *m, const char *path, int32_t **tokens, int *pos) {
+    *tokens = NULL, *pos = 0;
+    qhx_mapfile f;
+    header h;
+    qhx_status rc = qhx_map_open(&f, path);
+    if (rc) return rc;
+    if (!(rc = check(m, &f, path, &h))) {
+        if ((*tokens = malloc(sizeof(int32_t) * ((size_t)h.pos + 1))))
+            memcpy(*tokens, f.data + HEADER_BYTES, sizeof(int32_t) * (size_t)h.pos), *pos = h.pos;
+        else
+            rc = qhx_fail(QHX_ERR_NOMEM, "%s: out of memory", path);
+    }
+    qhx_map_close(&f);
+    return rc;
+}
+
 qhx_status qhx_snapshot_load(qhx_model *m, const char *path, qhx_snapshot **out) {
     *out = NULL;
     if (!m || !path) return qhx_fail(QHX_ERR_ARG, "snapshot_load: need a model and a path");
     qhx_mapfile f;
     qhx_status rc = qhx_map_open(&f, path);
     if (rc) return rc;
-    const qhx_config *c = &m->cfg;
-    unsigned char want[HEADER_BYTES];
-    fill_header(m, 0, want);
-    header h, w;
-    memcpy(&w, want + 8, sizeof w);
-    if (f.size < HEADER_BYTES + 8 || memcmp(f.data, MAGIC, 8)) {
-        rc = qhx_fail(QHX_ERR_FORMAT, "%s: not a qhexrt state file (%s)", path, f.size < HEADER_BYTES + 8 ? "too short" : "bad magic");
+    header h;
+    if ((rc = check(m, &f, path, &h))) goto done;
+    uint64_t sum;
+    memcpy(&sum, f.data + f.size - 8, 8);
+    if (XXH3_64bits(f.data, f.size - 8) != sum) {
+        rc = qhx_fail(QHX_ERR_FORMAT, "%s: checksum mismatch (corrupted)", path);
         goto done;
     }
-    memcpy(&h, f.data + 8, sizeof h);
-    h.kernels[KERNELS_BYTES - 1] = 0;
-    if (h.version != VERSION || h.header_bytes != HEADER_BYTES) {
-        rc = qhx_fail(QHX_ERR_UNSUPPORTED, "%s: state file version %u; this qhexrt reads version %d", path, h.version, VERSION);
-    } else if (h.model != w.model || h.n_layers != w.n_layers || h.hidden != w.hidden || h.vocab != w.vocab ||
-               h.kv_dim != w.kv_dim || h.n_full != w.n_full || h.recurrent_floats != w.recurrent_floats) {
-        rc = qhx_fail(QHX_ERR_ARG, "%s: the state of another model (identity %016llx, this one is %016llx)", path,
-                      (unsigned long long)h.model, (unsigned long long)w.model);
-    } else if (h.kv_form != w.kv_form || h.row_bytes != w.row_bytes) {
-        rc = qhx_fail(QHX_ERR_ARG, "%s: KV cache in %s; this runtime keeps it in %s (--kv)", path,
-                      h.kv_form >= QHX_KV_F32 && h.kv_form <= QHX_KV_Q8 ? qhx_kv_form_name((qhx_kv_form)h.kv_form) : "an unknown form",
-                      qhx_kv_form_name((qhx_kv_form)w.kv_form));
-    } else if (strcmp(h.kernels, w.kernels)) {
-        rc = qhx_fail(QHX_ERR_UNSUPPORTED, "%s: computed with kernels %s; this runtime runs %s", path, h.kernels, w.kernels);
-    } else if (h.pos < 0 || h.pos > m->context) {
-        rc = qhx_fail(QHX_ERR_FORMAT, "%s: position %d is outside the context of %d", path, h.pos, m->context);
-    } else if (f.size != HEADER_BYTES + payload_bytes(h.pos, h.recurrent_floats, h.row_bytes) + 8) {
-        rc = qhx_fail(QHX_ERR_FORMAT, "%s: %zu bytes where a state of %d tokens takes %llu (truncated?)", path, f.size, h.pos,
-                      (unsigned long long)(HEADER_BYTES + payload_bytes(h.pos, h.recurrent_floats, h.row_bytes) + 8));
-    } else {
-        uint64_t sum;
-        memcpy(&sum, f.data + f.size - 8, 8);
-        if (XXH3_64bits(f.data, f.size - 8) != sum) rc = qhx_fail(QHX_ERR_FORMAT, "%s: checksum mismatch (corrupted)", path);
-    }
-    if (rc) goto done;
     const unsigned char *p = f.data + HEADER_BYTES;
     const int32_t *tokens = (const int32_t *)p;
-    for (int i = 0; i < h.pos; i++)
-        if (tokens[i] < 0 || tokens[i] >= c->vocab_size) {
-            rc = qhx_fail(QHX_ERR_FORMAT, "%s: token id %d at position %d is outside the vocabulary", path, tokens[i], i);
-            goto done;
-        }
     qhx_snapshot *snap;
     if ((rc = qhx_snapshot_alloc(m, h.pos, &snap))) goto done;
     const size_t rec = h.recurrent_floats, rows = (size_t)h.pos;
