@@ -66,6 +66,16 @@ read -r n1 r1 <<<"${res[0]:-0 0}"; read -r n2 r2 <<<"${res[1]:-0 0}"; read -r n3
 (( ${#res[@]} == 3 && r1 == 0 && r2 >= n1 && r2 < n2 && r3 >= n2 && r3 < n3 )) && ok || bad "resumed tokens per turn: $(cat "$tmp/r1e")"
 [[ $(grep -c ', 0 resumed' "$tmp/r2e") -eq 3 ]] && ok || bad "--cache-mb 0 resumed: $(cat "$tmp/r2e")"
 
+# --cache-dir: the same chat run again resumes its first turn from the files the first run wrote,
+# and says what the uncached chat says
+for k in 3 4; do
+    printf "$turns" | "$qhx" chat models/q35-kjv -n 24 --seed 3 --think --verbose --cache-dir "$tmp/pcdir" \
+        --system "Answer from the scriptures." >"$tmp/r$k" 2>"$tmp/r${k}e"
+done
+cmp -s "$tmp/r4" "$tmp/r2" && ok || bad "chat resumed from --cache-dir differs from the uncached one: $(cat "$tmp/r4")"
+mapfile -t res < <(sed -nE 's/^\[prompt ([0-9]+) tokens, ([0-9]+) resumed.*/\2/p' "$tmp/r3e" "$tmp/r4e")
+(( ${#res[@]} == 6 && res[0] == 0 && res[3] > 0 )) && ok || bad "--cache-dir: resumed tokens per turn, two runs: ${res[*]}"
+
 # line editing on a terminal (libedit): arrow keys move in the line and never reach the model (the
 # edited line gives the reply and prompt length the plainly typed one gives); up recalls the last
 # line; a line ending in \ goes on on the next; /help lists the commands
