@@ -515,7 +515,9 @@ int qhx_detok_flush(qhx_detok_stream *st, char *out, size_t cap);
 
 /* Renders a conversation exactly as the Qwen3.5 chat template does. `request` is a JSON object:
  * {"messages": [{"role", "content", "reasoning_content"?, "tool_calls"?}...], "tools"?: [...],
- *  "add_generation_prompt"?: bool (default true), "enable_thinking"?: bool (default: thinking on)}.
+ *  "add_generation_prompt"?: bool (default true), "enable_thinking"?: bool (default: thinking on),
+ *  "continue_final_message"?: bool (the final message, an assistant's, left open to be continued,
+ *  as Hugging Face's apply_chat_template leaves it; no generation prompt)}.
  * *out is malloc'd and NUL-terminated; *out_len (may be NULL) is its length. */
 qhx_status qhx_chat_render(const char *request, size_t len, char **out, size_t *out_len);
 

@@ -65,6 +65,19 @@ int main(void) {
                   "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}],\"enable_thinking\":false}",
                   "<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>\n"
                   "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}\n</tools>\n\nIf you choose...");
+    /* continue_final_message: rendered as the whole conversation, then cut where the final
+     * message's content ends, as apply_chat_template(continue_final_message=True) cuts it */
+    expect_render("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"In the beginning\"}],"
+                  "\"continue_final_message\":true}",
+                  "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nIn the beginning");
+    expect_render("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"Yea\",\"reasoning_content\":\"r\"},"
+                  "{\"role\":\"user\",\"content\":\"and?\"},{\"role\":\"assistant\",\"content\":\"And\",\"reasoning_content\":\"s\"}],"
+                  "\"continue_final_message\":true,\"add_generation_prompt\":false}",
+                  "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nYea<|im_end|>\n<|im_start|>user\nand?<|im_end|>\n"
+                  "<|im_start|>assistant\n<think>\ns\n</think>\n\nAnd");
+    expect_error("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"continue_final_message\": true}", "final assistant");
+    expect_error("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": \"y\"}], "
+                 "\"continue_final_message\": true, \"add_generation_prompt\": true}", "exclusive");
     expect_error("{\"messages\": []}", "no messages");
     expect_error("{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\"}]}", "no user query");
     expect_error("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"system\", \"content\": \"s\"}]}", "beginning");

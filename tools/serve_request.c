@@ -410,7 +410,8 @@ request *parse_body(server *sv, json_t *j, int chat, refusal *why) {
         }
         if (cont) rq->thinking = 0, rq->think_budget = -1;
         if ((param = constrain(sv, j, rq, err, cap))) goto fail;
-        json_t *req = json_pack("{s:O, s:b, s:b}", "messages", msgs, "add_generation_prompt", !cont, "enable_thinking", rq->thinking);
+        json_t *req = json_pack("{s:O, s:b, s:b, s:b}", "messages", msgs, "add_generation_prompt", !cont, "enable_thinking", rq->thinking,
+                                "continue_final_message", cont);
         if (rq->tools) json_object_set(req, "tools", tools);
         char *rj = req ? json_dumps(req, JSON_COMPACT) : NULL;
         if (req) json_object_set_new(req, "add_generation_prompt", json_false());
@@ -423,9 +424,6 @@ request *parse_body(server *sv, json_t *j, int chat, refusal *why) {
             goto fail;
         }
         free(rj);
-        static const char close_turn[] = "<|im_end|>\n";
-        if (cont && text_len >= sizeof close_turn - 1 && !memcmp(text + text_len - (sizeof close_turn - 1), close_turn, sizeof close_turn - 1))
-            text[text_len -= sizeof close_turn - 1] = 0;
         special = 1; /* the template's markers are special tokens; user text is inside them as rendered */
     } else {
         json_t *p = json_object_get(j, "prompt");

@@ -113,6 +113,12 @@ static qhx_status render(const json_t *req, sbuf *b) {
     const size_t n = json_array_size(msgs);
     for (size_t i = 0; i < n; i++)
         if (!json_is_object(json_array_get(msgs, i))) return qhx_fail(QHX_ERR_ARG, "chat: message %zu is not an object", i);
+    /* continue_final_message (HF's apply_chat_template): the final assistant message left open, to
+     * be continued where its content ends; no generation prompt after it */
+    const int cont = json_is_true(json_object_get(req, "continue_final_message"));
+    if (cont && strcmp(role_of(json_array_get(msgs, n - 1)), "assistant"))
+        return qhx_fail(QHX_ERR_ARG, "chat: continue_final_message needs a final assistant message");
+    if (cont && json_is_true(agp)) return qhx_fail(QHX_ERR_ARG, "chat: continue_final_message and add_generation_prompt are exclusive");
     const json_t *first = json_array_get(msgs, 0);
     const int first_system = !strcmp(role_of(first), "system");
     sbuf tmp = {0};
@@ -212,7 +218,7 @@ static qhx_status render(const json_t *req, sbuf *b) {
                 json_decref(parsed);
                 puts_(b, "</function>\n</tool_call>");
             }
-            puts_(b, "<|im_end|>\n");
+            if (!cont || k + 1 < n) puts_(b, "<|im_end|>\n");
         } else if (!strcmp(role, "tool")) {
             if (k > 0 && strcmp(role_of(json_array_get(msgs, k - 1)), "tool")) puts_(b, "<|im_start|>user");
             puts_(b, "\n<tool_response>\n");
@@ -225,7 +231,7 @@ static qhx_status render(const json_t *req, sbuf *b) {
         }
     }
     /* add_generation_prompt defaults to true: a chat prompt is rendered to be answered */
-    if (!agp || json_is_true(agp)) {
+    if (!cont && (!agp || json_is_true(agp))) {
         puts_(b, "<|im_start|>assistant\n");
         puts_(b, json_is_false(think) ? "<think>\n\n</think>\n\n" : "<think>\n");
     }
