@@ -102,6 +102,11 @@ qhx_status pc_store_open(qhx_model *m, const char *dir, uint64_t budget, pc_stor
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) return qhx_fail(QHX_ERR_IO, "%s: %s", dir, strerror(errno));
     DIR *d = opendir(dir);
     if (!d) return qhx_fail(QHX_ERR_IO, "%s: %s", dir, strerror(errno));
+    if (access(dir, W_OK | X_OK)) { /* found now, not as every write fails unseen */
+        const int e = errno;
+        closedir(d);
+        return qhx_fail(QHX_ERR_IO, "%s: cannot write there: %s", dir, strerror(e));
+    }
     pc_store *st = calloc(1, sizeof *st);
     if (!st || !(st->dir = strdup(dir))) {
         free(st);
