@@ -189,6 +189,18 @@ node -e 'const fs=require("fs"), J=f=>JSON.parse(fs.readFileSync(f)), a=J(proces
   const ok=JSON.stringify(a.choices[0].message)===JSON.stringify(b.choices[0].message) && typeof m.content==="string" && !m.tool_calls
     && ["stop","length"].includes(c.choices[0].finish_reason) && text===m.content && calls===0 && fin===c.choices[0].finish_reason;
   process.exit(ok?0:1)' "$tmp/notools" "$tmp/none" "$tmp/withtools" "$tmp/withtools.sse" && ok || bad "tools: none/auto replies: $(head -c 300 "$tmp/withtools")"
+# forced calls cut short by max_tokens (the model calls again and again): the whole calls come
+# out, the unfinished one neither as a call nor as text, whole and streamed alike
+cq='"messages":[{"role":"user","content":"Weather in Jerusalem?"}],"max_tokens":120,"temperature":0,"tool_choice":"required","tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string","enum":["Jerusalem","Babylon"]}},"required":["city"]}}}]'
+curl -s "$(post chat/completions)" -d "{$cq}" >"$tmp/cut"
+curl -s -N "$(post chat/completions)" -d "{$cq,\"stream\":true}" >"$tmp/cut.sse"
+node -e 'const fs=require("fs"), c=JSON.parse(fs.readFileSync(process.argv[1])).choices[0];
+  let text="", calls=[], fin=null;
+  for (const l of fs.readFileSync(process.argv[2],"utf8").split("\n")) if (l.startsWith("data: {")) { const d=JSON.parse(l.slice(6)).choices[0];
+    if (!d) continue; text+=d.delta.content||""; for (const t of d.delta.tool_calls||[]) if (t.function.name) calls.push(t.function.name); fin=d.finish_reason||fin; }
+  const m=c.message, n=(m.tool_calls||[]).length;
+  process.exit(c.finish_reason==="length" && n>=1 && !(m.content||"").includes("<") && text===(m.content||"") && calls.length===n && fin==="length" ? 0 : 1)' \
+  "$tmp/cut" "$tmp/cut.sse" && ok || bad "forced calls cut by max_tokens: $(head -c 400 "$tmp/cut")"
 curl_status 400 "messages[0].content[1]" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:,"}}]}]}'
 # ... and what cannot change a reply, or asks for the default, is accepted
 curl_status 200 "" "$(post chat/completions)" -d '{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_tokens":2,"logprobs":false,"logit_bias":{},"user":"u","metadata":{},"store":false,"response_format":{"type":"text"},"tool_choice":"auto","parallel_tool_calls":true}'

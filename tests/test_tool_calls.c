@@ -31,24 +31,29 @@ static void on_call(void *user, const char *name, json_t *args) {
 
 static json_t *tools;
 
-static void read_in_pieces(const char *text, size_t piece, seen *x) {
+static void read_in_pieces(const char *text, size_t piece, int final, seen *x) {
     memset(x, 0, sizeof *x);
     tc_stream st = {0};
     const size_t n = strlen(text);
-    for (size_t end = piece ? piece : n; end < n; end += piece) tc_scan(&st, text, end, 0, tools, on_text, on_call, x);
-    tc_scan(&st, text, n, 1, tools, on_text, on_call, x);
+    for (size_t end = piece ? piece : n; end < n; end += piece) tc_scan(&st, text, end, TC_RUNNING, tools, on_text, on_call, x);
+    tc_scan(&st, text, n, final, tools, on_text, on_call, x);
 }
 
-static void expect(const char *what, const char *text, const char *want_text, const char *want_calls) {
+/* the text and calls read from a reply that ended as `final` says, whole and in pieces of 1-39 */
+static void expect_as(const char *what, int final, const char *text, const char *want_text, const char *want_calls) {
     seen whole, part;
-    read_in_pieces(text, 0, &whole);
+    read_in_pieces(text, 0, final, &whole);
     CHECK(!strcmp(whole.text, want_text), "%s: text '%s', want '%s'", what, whole.text, want_text);
     CHECK(!strcmp(whole.calls, want_calls), "%s: calls '%s', want '%s'", what, whole.calls, want_calls);
     for (size_t piece = 1; piece < 40; piece++) {
-        read_in_pieces(text, piece, &part);
+        read_in_pieces(text, piece, final, &part);
         CHECK(!strcmp(part.text, whole.text) && !strcmp(part.calls, whole.calls), "%s in pieces of %zu: '%s' / '%s'", what, piece,
               part.text, part.calls);
     }
+}
+
+static void expect(const char *what, const char *text, const char *want_text, const char *want_calls) {
+    expect_as(what, TC_END, text, want_text, want_calls);
 }
 
 int main(void) {
@@ -89,6 +94,17 @@ int main(void) {
     expect("a function tag with a space in its name line", "<function=a b\n>x</function>", "<function=a b\n>x</function>", "");
     expect("text after a call stays text",
            "<tool_call>\n<function=f>\n</function>\n</tool_call>\nDone.", "Done.", "f{}");
+    /* cut short by max_tokens mid-call: the whole calls and the text before stay, the unfinished
+     * call is dropped (ended by the model, the same text is text: it never became a call) */
+    const char *cut_mid = "Two.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>\n"
+                          "<tool_call>\n<function=get_weather>\n<parameter=city>\nBa";
+    expect_as("cut mid-call", TC_CUT, cut_mid, "Two.", "get_weather{\"city\":\"Oslo\"}");
+    expect_as("cut at a call's opener", TC_CUT, "Look: <tool_call>\n<func", "Look:", "");
+    expect_as("cut in plain text", TC_CUT, "In the beginning <tool", "In the beginning <tool", "");
+    expect_as("cut after a whole call", TC_CUT, "<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>",
+              "", "get_weather{\"days\":2}");
+    expect("ended mid-call by the model", "Look: <tool_call>\n<function=get_weather>\n<parameter=city>\nBa",
+           "Look: <tool_call>\n<function=get_weather>\n<parameter=city>\nBa", "");
     json_decref(tools);
     return tl_finish("tool_calls");
 }

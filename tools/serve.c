@@ -218,11 +218,12 @@ static void on_call(void *user, const char *name, json_t *args) {
     if (jb->rq->one_call) jb->tool_stop = 1;
 }
 
-/* The channels read so far for calls (final: the reply is complete, or its reasoning is); a call
- * the model writes inside its reasoning is a call too (vLLM #39056 leaves it in the reasoning). */
+/* The channels read so far for calls (final: TC_END or TC_CUT as the reply is complete or cut
+ * short; the reasoning is complete once the answer has begun); a call the model writes inside
+ * its reasoning is a call too (vLLM #39056 leaves it in the reasoning). */
 static void read_calls(job *jb, int final) {
     const json_t *tools = jb->rq->tools;
-    tc_scan(&jb->tc_reasoning, jb->reasoning ? jb->reasoning : "", jb->n_reasoning, final || jb->n_content > 0, tools,
+    tc_scan(&jb->tc_reasoning, jb->reasoning ? jb->reasoning : "", jb->n_reasoning, jb->n_content > 0 ? TC_END : final, tools,
             shown_reasoning, on_call, jb);
     tc_scan(&jb->tc_content, jb->content ? jb->content : "", jb->n_content, final, tools, shown_content, on_call, jb);
 }
@@ -281,7 +282,7 @@ static int serve_on_token(int32_t tok, const char *text, size_t len, void *user)
         if (grow(jb, len)) jb->failed = 1;
         else if (jb->rq->chat) think_split_feed(&jb->ts, text, len, jb->reasoning, &jb->n_reasoning, jb->content, &jb->n_content);
         else memcpy(jb->content + jb->n_content, text, len), jb->n_content += len;
-        if (!jb->failed && jb->rq->tools) read_calls(jb, 0);
+        if (!jb->failed && jb->rq->tools) read_calls(jb, TC_RUNNING);
         if (!jb->failed && jb->rq->stream) {
             json_t *choice = jb->rq->chat ? chat_delta(jb, c0)
                                           : json_pack("{s:s%, s:i, s:n, s:n}", "text", jb->content + c0, jb->n_content - c0,
@@ -365,7 +366,7 @@ static qhx_status run_job(job *jb, qhx_generate_result *res) {
     }
     if (!st) st = qhx_generate(s, jb->rq->ids + at, jb->rq->n_ids - at, &jb->rq->gen, serve_on_token, jb, res);
     if (st == QHX_ERR_CANCELLED && jb->tool_stop && !jb->failed) st = QHX_OK, res->finish = QHX_FINISH_STOP;
-    if (!st && jb->rq->tools) read_calls(jb, 1);
+    if (!st && jb->rq->tools) read_calls(jb, res->finish == QHX_FINISH_LENGTH ? TC_CUT : TC_END);
     sched_step_done(sv, &jb->decoding); /* the others' passes no longer wait for this slot */
     res->n_prompt = jb->rq->n_ids;
     jb->reply_cacheable = !st && jb->rq->history && !jb->failed && sv->cache_budget;

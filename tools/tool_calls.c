@@ -187,6 +187,11 @@ void tc_scan(tc_stream *st, const char *text, size_t len, int final, const json_
             emit(st, text, p, o, 0, 0, on_text, user);
             return;
         }
+        if (rc == INCOMPLETE && final == TC_CUT) { /* cut short mid-call: the text before it, then nothing */
+            emit(st, text, p, o, 1, 1, on_text, user);
+            st->shown = len;
+            return;
+        }
         if (rc != COMPLETE) { /* not a call after all: its first byte is text */
             emit(st, text, p, o + 1, 0, 1, on_text, user);
             p = o + 1;

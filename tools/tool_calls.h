@@ -32,8 +32,11 @@ typedef void (*tc_call_fn)(void *user, const char *name, json_t *args);
 /* Reads text[0, len), everything one channel (reasoning or answer) has generated so far, on from
  * where the last call left off: on_text gets the text outside calls that can no longer turn into
  * one, on_call each complete call. Until final, a call still being written, or text that could be
- * the start of one ("<tool_c"), is held back; final releases what never became a call as text.
+ * the start of one ("<tool_c"), is held back. final TC_END (the model ended the channel) releases
+ * what never became a call as text; TC_CUT (max_tokens cut it) drops a call still being written,
+ * which is neither text nor a call a client could run (finish_reason "length" says so).
  * tools: the request's tools (for the schemas), or NULL. */
+enum { TC_RUNNING = 0, TC_END = 1, TC_CUT = 2 };
 void tc_scan(tc_stream *st, const char *text, size_t len, int final, const json_t *tools, tc_text_fn on_text, tc_call_fn on_call,
              void *user);
 
