@@ -99,7 +99,8 @@ static int ends_with(const char *s, const char *tail) {
 qhx_status pc_store_open(qhx_model *m, const char *dir, uint64_t budget, pc_store **out) {
     *out = NULL;
     if (!m || !dir || !*dir) return qhx_fail(QHX_ERR_ARG, "prefix cache: a directory needs a model and a path");
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return qhx_fail(QHX_ERR_IO, "%s: %s", dir, strerror(errno));
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) /* the files hold prompts: the owner's alone */
+        return qhx_fail(QHX_ERR_IO, "%s: %s", dir, strerror(errno));
     DIR *d = opendir(dir);
     if (!d) return qhx_fail(QHX_ERR_IO, "%s: %s", dir, strerror(errno));
     if (access(dir, W_OK | X_OK)) { /* found now, not as every write fails unseen */

@@ -418,18 +418,20 @@ kill -INT "$server_pid"; wait "$server_pid"
 
 # the prefix cache: a cached server (speculative decoding on too), an uncached one and one with a
 # budget of almost nothing give the same answers (tests/oracle/prefix_cache_client.js); the tiny one
-# must have evicted
+# must have evicted, and resumed from the state files it keeps in a directory (two slots at once)
 start_server "$tmp/logc" --parallel 4 --draft ngram && cport=$port && cpid=$server_pid &&
     start_server "$tmp/logn" --parallel 4 --cache-mb 0 && nport=$port && npid=$server_pid &&
-    start_server "$tmp/logt" --parallel 2 --cache-mb 1 && tport=$port && tpid=$server_pid ||
+    start_server "$tmp/logt" --parallel 2 --cache-mb 1 --cache-dir "$tmp/tinydir" --cache-dir-mb 64 && tport=$port && tpid=$server_pid ||
     { echo "server: $pass passed, $((fail + 1)) failed"; exit 1; }
 out=$(node tests/oracle/prefix_cache_client.js "http://127.0.0.1:$cport" "http://127.0.0.1:$nport" "http://127.0.0.1:$tport")
 echo "$out" | grep -v '^ok '
 p=$(sed -nE 's/^prefix-cache: ([0-9]+) passed, ([0-9]+) failed$/\1/p' <<<"$out"); f=$(sed -nE 's/^prefix-cache: ([0-9]+) passed, ([0-9]+) failed$/\2/p' <<<"$out")
 pass=$((pass + ${p:-0})); fail=$((fail + ${f:-1}))
 # the same conversations through a server drafting with the MTP head (q35-kjv-mtp: q35-kjv's trunk,
-# so the same answers as the uncached plain server)
-model=models/q35-kjv-mtp start_server "$tmp/logm" --parallel 4 --draft mtp && mport=$port && mpid=$server_pid ||
+# so the same answers as the uncached plain server), and the tiny one restarted on its directory
+kill -INT "$tpid"; wait "$tpid"; cp "$tmp/logt" "$tmp/logt1"
+model=models/q35-kjv-mtp start_server "$tmp/logm" --parallel 4 --draft mtp && mport=$port && mpid=$server_pid &&
+    start_server "$tmp/logt" --parallel 2 --cache-mb 1 --cache-dir "$tmp/tinydir" --cache-dir-mb 64 && tport=$port && tpid=$server_pid ||
     { echo "server: $pass passed, $((fail + 1)) failed"; exit 1; }
 out=$(node tests/oracle/prefix_cache_client.js "http://127.0.0.1:$mport" "http://127.0.0.1:$nport" "http://127.0.0.1:$tport")
 echo "$out" | grep -v '^ok ' | sed 's/^/mtp: /'
@@ -439,7 +441,9 @@ kill -INT "$mpid"; wait "$mpid"
 for p in $cpid $npid $tpid; do kill -INT "$p"; wait "$p"; done
 grep -E "prefix cache: [1-9][0-9]* hits" "$tmp/logc" && ok || bad "cached server: $(tail -1 "$tmp/logc")"
 grep -E "prefix cache: 0 hits, [0-9]+ misses, 0 evictions, 0 snapshots" "$tmp/logn" && ok || bad "uncached server: $(tail -1 "$tmp/logn")"
-grep -E "prefix cache: [0-9]+ hits, [0-9]+ misses, [1-9][0-9]* evictions" "$tmp/logt" && ok || bad "tiny budget did not evict: $(tail -1 "$tmp/logt")"
+grep -E "prefix cache: [0-9]+ hits, [0-9]+ misses, [1-9][0-9]* evictions" "$tmp/logt1" && ok || bad "tiny budget did not evict: $(tail -1 "$tmp/logt1")"
+grep -E "prefix cache in .*: [0-9]+ resumed from files, [1-9][0-9]* written" "$tmp/logt1" && ok || bad "tiny budget, files: $(tail -1 "$tmp/logt1")"
+grep -E "prefix cache in .*: [1-9][0-9]* resumed from files" "$tmp/logt" && ok || bad "tiny budget restarted, from files: $(tail -1 "$tmp/logt")"
 
 # flags
 expect_err 2 "--host" "$qhx" serve models/q35-kjv --host localhost:80
