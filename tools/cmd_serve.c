@@ -20,8 +20,9 @@ static const char serve_help[] =
     "POST /v1/chat/completions (stream, max_tokens, temperature, top_p, top_k, min_p, seed, stop,\n"
     "presence/frequency/repetition penalties, logit_bias, logprobs, ignore_eos, tools and tool_calls,\n"
     "response_format, chat_template_kwargs.enable_thinking, thinking_budget) and POST /v1/responses\n"
-    "(the Responses API); POST /v1/messages and /v1/messages/count_tokens (Anthropic's Messages\n"
-    "API); llama-server's grammar (GBNF) and json_schema fields in both completions;\n"
+    "(the Responses API: previous_response_id, GET and DELETE /v1/responses/ID reach the responses\n"
+    "it stores); POST /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API);\n"
+    "llama-server's grammar (GBNF) and json_schema fields in both completions;\n"
     "POST /tokenize and /detokenize as llama-server has them; GET /metrics (Prometheus text). A\n"
     "request field it does not implement is a 400 naming it. Listens on loopback unless --host says\n"
     "otherwise; --port 0 picks a free port. The address it listens on is printed on stderr, then a\n"
@@ -88,6 +89,7 @@ int cmd_serve(int argc, char **argv) {
     sv.cache_budget = (uint64_t)o.cache_mb << 20;
     if (qhx_prefix_cache_new(sv.m, sv.cache_budget, &sv.cache)) { api_error(); goto done; }
     if (open_cache_dir(sv.cache, &o)) goto done;
+    if (!(sv.responses = rstore_new(RSTORE_BYTES))) { die("out of memory"); goto done; }
     for (int i = 0; i < sv.n_slots; i++)
         if (qhx_session_new(sv.m, &sv.slot[i])) { api_error(); goto done; }
     sv.posted = calloc((size_t)sv.n_slots, sizeof *sv.posted);
@@ -160,6 +162,7 @@ int cmd_serve(int argc, char **argv) {
 done:
     if (watching) deadline_stop(&sv); /* after the daemon: its connections are gone */
     qhx_prefix_cache_free(sv.cache);
+    rstore_free(sv.responses);
     for (int i = 0; sv.slot && i < sv.n_slots; i++) qhx_session_free(sv.slot[i]);
     free(sv.slot);
     free(sv.slot_busy);

@@ -75,7 +75,7 @@ enum MHD_Result send_error(server *sv, struct MHD_Connection *c, unsigned status
 /* A generation that failed on what the request asked for (past the context, a grammar too
  * ambiguous to constrain) is the client's to fix: 400; anything else is the server's. */
 static unsigned failure_status(qhx_status st) { return st == QHX_ERR_ARG || st == QHX_ERR_RANGE ? 400 : 500; }
-static const char *error_type(unsigned status) { return status == 400 ? "invalid_request_error" : "server_error"; }
+static const char *error_type(unsigned status) { return status < 500 ? "invalid_request_error" : "server_error"; }
 
 /* ---- generation ---- */
 
@@ -621,7 +621,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     const int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (!strcmp(method, "OPTIONS") && sv->cors) { /* a browser's preflight */
         struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
         MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
         MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
         return serve_queue(sv, c, MHD_HTTP_NO_CONTENT, r);
@@ -648,6 +648,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                                    sv->model_id, "object", "model", "created", 0, "owned_by", "qhexrt", "context_length",
                                    sv->mi.max_context, "type", "model", "display_name", sv->model_id, "created_at", "1970-01-01T00:00:00Z",
                                    "has_more", 0, "first_id", sv->model_id, "last_id", sv->model_id));
+    }
+    if (!strncmp(url, "/v1/responses/", 14) && url[14]) { /* a stored response */
+        const int del = !strcmp(method, "DELETE");
+        if (!get && !del) return send_error(sv, c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", NULL, NULL, "use GET or DELETE %s", url);
+        json_t *r = del ? NULL : rstore_get(sv->responses, url + 14, 0);
+        if (del ? !rstore_delete(sv->responses, url + 14) : !r)
+            return send_error(sv, c, MHD_HTTP_NOT_FOUND, "invalid_request_error", NULL, "not_found",
+                              "Response with id '%.100s' not found (not stored here, deleted, or forgotten).", url + 14);
+        return send_json(sv, c, MHD_HTTP_OK, del ? json_pack("{s:s, s:s, s:b}", "id", url + 14, "object", "response", "deleted", 1) : r);
     }
     static const char *const apis[] = {"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages",
                                        "/v1/messages/count_tokens"};

@@ -12,6 +12,8 @@
 
 #define MAX_CONNECTIONS 128 /* libmicrohttpd's limit: a thread each */
 
+typedef struct resp_store resp_store;
+
 typedef struct {
     struct MHD_Connection *c;   /* NULL: a free entry */
     int fd;
@@ -41,6 +43,7 @@ typedef struct {
     float *batch_logits;        /* [n_slots][vocab] */
     const char *api_key;        /* --api-key: every route but /health wants "Authorization: Bearer KEY" */
     const char *cors;           /* --cors: the origin browsers may call from (or "*") */
+    resp_store *responses;      /* the Responses API's stored responses (tools/serve_store.c) */
     struct {                    /* deadlines for what clients send (tools/serve_deadline.c), under their own lock */
         double timeout;         /* --timeout: seconds for a request's headers, as many for its body */
         pthread_mutex_t lock;
@@ -76,6 +79,8 @@ typedef struct {
     qhx_grammar *grammar;       /* response_format json_object/json_schema, or a forced tool call */
     json_t *namespaced;         /* responses: {"NS.name": "NS"} for each tool of a namespace */
     int encrypted_reasoning;    /* responses: include "reasoning.encrypted_content"; messages: thinking display "omitted" */
+    json_t *resp_items;         /* responses: the conversation as input items (the previous response's, then this
+                                 * input), to store with the reply's output; NULL with store: false */
     qhx_generate_opts gen;
     char *stop[QHX_MAX_STOP];
     char id[48];
@@ -111,6 +116,17 @@ request *parse_responses(server *sv, const char *body, size_t len, refusal *why)
 /* An Anthropic Messages API body, the same way (tools/serve_messages.c) */
 request *parse_messages(server *sv, const char *body, size_t len, refusal *why);
 void request_free(request *rq);
+
+/* Stored responses (tools/serve_store.c): the Responses API's, each its conversation as input
+ * items and its response object, the least recently used forgotten past `budget` bytes.
+ * rstore_put takes both; rstore_get gives a copy of an entry's items (items nonzero) or response,
+ * or NULL; rstore_delete says whether there was one. */
+resp_store *rstore_new(size_t budget);
+void rstore_free(resp_store *st);
+void rstore_put(resp_store *st, const char *id, json_t *items, json_t *response);
+json_t *rstore_get(resp_store *st, const char *id, int items);
+int rstore_delete(resp_store *st, const char *id);
+#define RSTORE_BYTES ((size_t)64 << 20)
 
 /* Scheduling (tools/serve_sched.c). queue_enter: a place in the queue (-1: full, 503); slot_take:
  * waits there for a free slot (-1: stopping, or the client behind fd, -1 for none, has gone);

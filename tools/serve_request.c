@@ -18,6 +18,7 @@ void request_free(request *rq) {
     json_decref(rq->history);
     json_decref(rq->tools);
     json_decref(rq->namespaced);
+    json_decref(rq->resp_items);
     free(rq->bias_ids);
     free(rq->bias);
     free(rq->close_ids);

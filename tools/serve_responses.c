@@ -15,7 +15,7 @@
 static const char *const fields[] = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "stream", "tools",
                                      "tool_choice", "parallel_tool_calls", "text", "store", "metadata", "user", "include",
                                      "truncation", "service_tier", "top_logprobs", "seed", "reasoning", "prompt_cache_key",
-                                     "client_metadata", "safety_identifier", NULL};
+                                     "client_metadata", "safety_identifier", "previous_response_id", NULL};
 
 /* Tools OpenAI runs on its side: this server has none of them, so the model is not offered them
  * (and so never calls one), as a model without them would answer. */
@@ -168,7 +168,7 @@ static json_t *chat_tools(const json_t *tools, json_t *namespaced, char *err, si
 }
 
 request *parse_responses(server *sv, const char *body, size_t len, refusal *why) {
-    json_t *j = serve_load_object(body, len, fields, " (previous responses are not stored)", why), *chat = NULL, *msgs = NULL;
+    json_t *j = serve_load_object(body, len, fields, "", why), *chat = NULL, *msgs = NULL, *input = NULL;
     if (!j) return NULL;
     json_t *namespaced = json_object(), *v;
     char *err = why->message;
@@ -199,10 +199,29 @@ request *parse_responses(server *sv, const char *body, size_t len, refusal *why)
         snprintf(err, cap, "'reasoning' must be {\"effort\": ..., \"summary\": ...}");
         goto fail;
     }
+    /* the conversation: a stored response's items (its instructions are not carried over), then
+     * this input, as items */
+    const json_t *prev = json_object_get(j, "previous_response_id"), *in = json_object_get(j, "input"), *store = json_object_get(j, "store");
+    if (prev && !json_is_null(prev)) {
+        param = "previous_response_id";
+        if (!json_is_string(prev)) { snprintf(err, cap, "'previous_response_id' must be a string"); goto fail; }
+        if (!(input = rstore_get(sv->responses, json_string_value(prev), 1))) {
+            why->status = 404, why->code = "previous_response_not_found";
+            snprintf(err, cap, "Previous response with id '%.100s' not found (not stored here, deleted, or forgotten).", json_string_value(prev));
+            goto fail;
+        }
+    }
+    if (!input) input = json_array();
+    if (json_is_string(in)) json_array_append_new(input, json_pack("{s:s, s:O}", "role", "user", "content", in));
+    else if (json_is_array(in)) json_array_extend(input, (json_t *)in);
     param = "input";
+    if ((in && !json_is_string(in) && !json_is_array(in)) || !json_array_size(input)) {
+        snprintf(err, cap, "'input' must be a string or a non-empty array of items");
+        goto fail;
+    }
     const json_t *instr = json_object_get(j, "instructions");
     if (instr && !json_is_null(instr) && !json_is_string(instr)) { param = "instructions"; snprintf(err, cap, "'instructions' must be a string"); goto fail; }
-    if (!(msgs = messages(instr, json_object_get(j, "input"), err, cap))) goto fail;
+    if (!(msgs = messages(instr, input, err, cap))) goto fail;
     chat = json_pack("{s:O}", "messages", msgs);
     const json_t *tools = json_object_get(j, "tools");
     if (tools && !json_is_null(tools)) {
@@ -232,9 +251,11 @@ request *parse_responses(server *sv, const char *body, size_t len, refusal *why)
         json_object_set(chat, "top_logprobs", json_object_get(j, "top_logprobs"));
         json_object_set_new(chat, "logprobs", json_true());
     }
+    const int keep = !json_is_false(store);
     json_decref(j), json_decref(msgs);
     request *rq = parse_body(sv, chat, 1, why); /* the chat request it amounts to, not written out and read back */
     if (!rq) { /* name the Responses API's fields */
+        json_decref(input);
         if (why->param && !strcmp(why->param, "max_tokens")) why->param = "max_output_tokens";
         if (why->param && !strcmp(why->param, "messages")) why->param = "input";
         if (why->param && !strcmp(why->param, "response_format")) why->param = "text";
@@ -244,13 +265,15 @@ request *parse_responses(server *sv, const char *body, size_t len, refusal *why)
     }
     rq->shape = &responses_shape;
     rq->encrypted_reasoning = encrypted;
+    if (keep) rq->resp_items = input; /* stored with the output once the reply is done */
+    else json_decref(input);
     if (json_object_size(namespaced)) rq->namespaced = namespaced;
     else json_decref(namespaced);
     memcpy(rq->id, "resp", 4); /* "resp-..." for "chatcmpl-..." */
     memmove(rq->id + 4, rq->id + 8, strlen(rq->id + 8) + 1);
     return rq;
 fail:
-    json_decref(j), json_decref(chat), json_decref(msgs), json_decref(namespaced);
+    json_decref(j), json_decref(chat), json_decref(msgs), json_decref(namespaced), json_decref(input);
     why->param = param;
     return NULL;
 }
@@ -409,11 +432,24 @@ static int send_response_events(job *jb, json_t *choice, int final) {
 
 static int open_stream(job *jb) { return send_sse(jb, "response.created", json_pack("{s:o}", "response", response_object(jb, NULL, 0))); }
 
-static int close_stream(job *jb, const qhx_generate_result *res) {
-    const int cut = res->finish != QHX_FINISH_STOP;
-    return send_sse(jb, cut ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", response_object(jb, res, 1)));
+/* the finished response (returned), stored unless the request said store: false: its
+ * conversation's items, its output after them */
+static json_t *finished(job *jb, const qhx_generate_result *res) {
+    json_t *o = response_object(jb, res, 1);
+    if (jb->rq->resp_items && !jb->failed) {
+        json_t *items = jb->rq->resp_items;
+        jb->rq->resp_items = NULL;
+        json_array_extend(items, json_object_get(o, "output"));
+        rstore_put(jb->sv->responses, jb->rq->id, items, json_deep_copy(o));
+    }
+    return o;
 }
 
-static json_t *whole(job *jb, const qhx_generate_result *res) { return response_object(jb, res, 1); }
+static int close_stream(job *jb, const qhx_generate_result *res) {
+    const int cut = res->finish != QHX_FINISH_STOP;
+    return send_sse(jb, cut ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", finished(jb, res)));
+}
+
+static json_t *whole(job *jb, const qhx_generate_result *res) { return finished(jb, res); }
 
 const reply_shape responses_shape = {open_stream, send_response_events, close_stream, whole};

@@ -193,6 +193,44 @@ const streamed = text => {
   const both = await post("/v1/chat/completions", chatOf({ reasoning_effort: "low", chat_template_kwargs: { enable_thinking: true } }));
   check(both.status === 400 && JSON.parse(both.body).error.param === "reasoning_effort", "reasoning_effort beside enable_thinking: a 400", both.body);
 
+  // 7. stored responses (store is true unless said): previous_response_id continues the
+  // conversation as if its items were handed back (the earlier instructions not carried over),
+  // streamed ones too; GET and DELETE reach a stored response; store: false, unknown and deleted
+  // ids are a 404 naming previous_response_id
+  {
+    const fetchAt = async (path, method = "GET") => { const r = await fetch(kjv + path, { method }); return { status: r.status, body: await r.text() }; };
+    const t1 = { model: "kjv", instructions: "Answer from the scriptures.", input: question, temperature: 0, max_output_tokens: 16 };
+    const p1 = JSON.parse((await post("/v1/responses", t1)).body);
+    const t2 = { ...t1, instructions: "Be brief.", input: [{ role: "user", content: "And Moses?" }] };
+    const p2 = JSON.parse((await post("/v1/responses", { ...t2, previous_response_id: p1.id })).body);
+    const q2 = JSON.parse((await post("/v1/responses", { ...t2, store: false, input: [{ role: "user", content: question }, ...p1.output, ...t2.input] })).body);
+    check(p2.output && norm(p2.output) === norm(q2.output) && p2.usage.input_tokens === q2.usage.input_tokens,
+          "previous_response_id: the answer of the items handed back, under the new instructions", [p2.output, q2.output]);
+    const same = JSON.parse((await post("/v1/responses", { ...t1, input: "And Moses?", previous_response_id: p1.id })).body);
+    check(same.usage.input_tokens_details.cached_tokens > p1.usage.input_tokens, "previous_response_id: resumed from the prefix cache past the first turn", [same.usage, p1.usage]);
+    const p3 = await sdk.responses.create({ ...t1, input: "And Aaron?", previous_response_id: p2.id });
+    const q3 = JSON.parse((await post("/v1/responses", { ...t1, store: false,
+      input: [{ role: "user", content: question }, ...p1.output, ...t2.input, ...p2.output, { role: "user", content: "And Aaron?" }] })).body);
+    check(norm(p3.output) === norm(q3.output), "a chain of two through the openai SDK: the whole conversation's answer", [p3.output, q3.output]);
+    const ps = streamed((await post("/v1/responses", { ...t1, stream: true })).body).completed;
+    const pc = JSON.parse((await post("/v1/responses", { ...t2, previous_response_id: ps && ps.id })).body);
+    check(ps && norm(pc.output) === norm(p2.output), "a streamed response is stored too", [pc.output, p2.output]);
+    const pgot = await fetchAt("/v1/responses/" + p1.id), pg = pgot.status === 200 && JSON.parse(pgot.body);
+    const pr = await sdk.responses.retrieve(p2.id);
+    check(pg && pg.id === p1.id && norm(pg.output) === norm(p1.output) && pr.id === p2.id && norm(pr.output) === norm(p2.output),
+          "GET /v1/responses/ID (and the SDK's retrieve) give the stored response", [pgot.body.slice(0, 200)]);
+    const nostore = JSON.parse((await post("/v1/responses", { ...t1, store: false })).body);
+    const pdel = await fetchAt("/v1/responses/" + p1.id, "DELETE"), pdd = await fetchAt("/v1/responses/" + p1.id, "DELETE");
+    check(pdel.status === 200 && JSON.parse(pdel.body).deleted === true && pdd.status === 404, "DELETE, then DELETE again: 200, 404", [pdel.body, pdd.body]);
+    for (const [id, what] of [[nostore.id, "stored with store: false"], ["resp-nothing", "unknown"], [p1.id, "deleted"]]) {
+      const x = await post("/v1/responses", { ...t2, previous_response_id: id }), e = x.status === 404 && JSON.parse(x.body).error;
+      check(e && e.param === "previous_response_id" && e.code === "previous_response_not_found" && e.type === "invalid_request_error",
+            `previous_response_id of a response ${what}: a 404 naming it`, x.body);
+    }
+    check((await fetchAt("/v1/responses/" + nostore.id)).status === 404, "a store: false response cannot be got", "");
+    check((await post("/v1/responses", { ...t2, previous_response_id: 5 })).status === 400, "previous_response_id not a string: a 400", "");
+  }
+
   console.log(`agent-responses: ${pass} passed, ${fail} failed`);
   process.exit(fail ? 1 : 0);
 })().catch(e => { console.log("FAIL", e.stack); console.log(`agent-responses: ${pass} passed, ${fail + 1} failed`); process.exit(1); });
