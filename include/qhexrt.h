@@ -452,10 +452,12 @@ typedef struct {
     int entries;
     unsigned long hits, misses, evictions;
     /* the directory (all zero without one): its budget, bytes and files; prompts resumed from a
-     * file, files written, files deleted (for the budget, or damaged) */
+     * file, files written, files deleted (for the budget, or damaged); .qhxstate files found at
+     * set_dir that this model cannot take (another model, kernel set or KV form), left alone */
     uint64_t dir_budget, dir_bytes;
     int dir_files;
     unsigned long dir_hits, dir_writes, dir_deleted;
+    int dir_others;
 } qhx_prefix_cache_stats;
 void qhx_prefix_cache_get_stats_sized(qhx_prefix_cache *pc, qhx_prefix_cache_stats *st, size_t st_size);
 static inline void qhx_prefix_cache_get_stats(qhx_prefix_cache *pc, qhx_prefix_cache_stats *st) {

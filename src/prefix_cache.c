@@ -107,7 +107,7 @@ void qhx_prefix_cache_get_stats_sized(qhx_prefix_cache *pc, qhx_prefix_cache_sta
     if (pc->store) {
         pc_store_stats ss;
         pc_store_get_stats(pc->store, &ss);
-        full.dir_budget = ss.budget, full.dir_bytes = ss.bytes, full.dir_files = ss.files;
+        full.dir_budget = ss.budget, full.dir_bytes = ss.bytes, full.dir_files = ss.files, full.dir_others = ss.others;
         full.dir_hits = ss.hits, full.dir_writes = ss.writes, full.dir_deleted = ss.deleted;
     }
     memcpy(st, &full, size < sizeof full ? size : sizeof full);

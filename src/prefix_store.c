@@ -41,6 +41,7 @@ struct pc_store {
     int n;
     size_t cap;
     uint64_t budget, bytes;
+    int others; /* state files at open this model cannot take */
     unsigned long clock, hits, writes, deleted;
 };
 
@@ -121,9 +122,12 @@ qhx_status pc_store_open(qhx_model *m, const char *dir, uint64_t budget, pc_stor
         struct stat sb;
         file_entry f = {.path = path};
         if (path && stale_tmp(de->d_name)) unlink(path);
-        if (!path || !ends_with(de->d_name, SUFFIX) || stat(path, &sb) || !S_ISREG(sb.st_mode) ||
-            qhx_state_file_peek(m, path, &f.tokens, &f.pos) || f.pos <= 0 ||
-            qhx_reserve(&st->e, &st->cap, (size_t)st->n + 1, sizeof *st->e)) {
+        if (!path || !ends_with(de->d_name, SUFFIX) || stat(path, &sb) || !S_ISREG(sb.st_mode)) {
+            entry_free(&f);
+            continue;
+        }
+        if (qhx_state_file_peek(m, path, &f.tokens, &f.pos) || f.pos <= 0 || qhx_reserve(&st->e, &st->cap, (size_t)st->n + 1, sizeof *st->e)) {
+            st->others += !f.tokens; /* another model's, kernel set's or KV form's, or no state file */
             entry_free(&f);
             continue;
         }
@@ -249,6 +253,6 @@ int pc_store_get(pc_store *st, const int32_t *ids, const int *splits, int n, int
 
 void pc_store_get_stats(pc_store *st, pc_store_stats *out) {
     pthread_mutex_lock(&st->lock);
-    *out = (pc_store_stats){st->budget, st->bytes, st->n, st->hits, st->writes, st->deleted};
+    *out = (pc_store_stats){st->budget, st->bytes, st->n, st->others, st->hits, st->writes, st->deleted};
     pthread_mutex_unlock(&st->lock);
 }

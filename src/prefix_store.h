@@ -24,7 +24,7 @@ int pc_store_get(pc_store *st, const int32_t *ids, const int *splits, int n, int
 
 typedef struct {
     uint64_t budget, bytes;
-    int files;
+    int files, others; /* others: state files at open this model cannot take, left alone */
     unsigned long hits, writes, deleted;
 } pc_store_stats;
 void pc_store_get_stats(pc_store *st, pc_store_stats *out);

@@ -150,7 +150,7 @@ static void test_dir(chat_ctx *c, qhx_model *m, qhx_runtime *rt) {
     qhx_prefix_cache_new(m, (uint64_t)1 << 30, &pc);
     CHECK(qhx_prefix_cache_set_dir(pc, dir, (uint64_t)1 << 30) == QHX_OK, "set_dir again: %s", qhx_last_error());
     qhx_prefix_cache_get_stats(pc, &st);
-    CHECK(st.dir_files == written, "reopened: %d files indexed of %d", st.dir_files, written);
+    CHECK(st.dir_files == written && st.dir_others == 2, "reopened: %d files indexed of %d, %d others", st.dir_files, written, st.dir_others);
     json_decref(converse(c, pc, "from files", cached, lens));
     qhx_prefix_cache_get_stats(pc, &st);
     CHECK(cached[0] > 0 && st.dir_hits >= 1, "the first turn after a restart resumed %d tokens, %lu from files", cached[0], st.dir_hits);

@@ -130,8 +130,11 @@ int cmd_serve(int argc, char **argv) {
     if (o.cache_dir) {
         qhx_prefix_cache_stats ds;
         qhx_prefix_cache_get_stats(sv.cache, &ds);
-        fprintf(stderr, "qhx serve: prefix cache in %s: %d state files of this model, %.1f MB of %lld\n", o.cache_dir, ds.dir_files,
+        fprintf(stderr, "qhx serve: prefix cache in %s: %d state files of this model, %.1f MB of %lld", o.cache_dir, ds.dir_files,
                 ds.dir_bytes / 1048576.0, o.cache_dir_mb);
+        if (ds.dir_others)
+            fprintf(stderr, "; %d other state files (another model, kernel set or --kv) left alone", ds.dir_others);
+        fputc('\n', stderr);
     }
     const int loopback = v6 ? !strcmp(o.host, "::1") : !strncmp(o.host, "127.", 4);
     if (!loopback && !sv.api_key)
