@@ -246,7 +246,8 @@ client_defaults 4096
 client_defaults 100 --n-predict 100
 
 # batched decode: 1, 2, 4 and 8 concurrent requests each equal to the same request alone, with the
-# prefix cache on and off, with --draft ngram, and with --draft mtp on the model with the head
+# prefix cache on (its state files written by 8 slots at once) and off, with --draft ngram, and with
+# --draft mtp on the model with the head
 batch_clients() { # LABEL ARGS...
     local label=$1; shift
     start_server "$tmp/logb" --parallel 8 "$@" || { bad "server $label"; return; }
@@ -257,7 +258,7 @@ batch_clients() { # LABEL ARGS...
     pass=$((pass + ${p:-0})); fail=$((fail + ${f:-1}))
     kill -INT "$server_pid"; wait "$server_pid"
 }
-batch_clients cache
+batch_clients cache --cache-dir "$tmp/batchdir"
 batch_clients ngram --draft ngram
 if [[ -z ${QHX_TEST_QUICK:-} ]]; then # the sanitizer tier runs the two above
     batch_clients no-cache --cache-mb 0
