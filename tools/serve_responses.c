@@ -437,10 +437,10 @@ static int open_stream(job *jb) { return send_sse(jb, "response.created", json_p
 static json_t *finished(job *jb, const qhx_generate_result *res) {
     json_t *o = response_object(jb, res, 1);
     if (jb->rq->resp_items && !jb->failed) {
-        json_t *items = jb->rq->resp_items;
+        json_t *items = jb->rq->resp_items, *stored = json_deep_copy(o); /* shares nothing with what is sent */
         jb->rq->resp_items = NULL;
-        json_array_extend(items, json_object_get(o, "output"));
-        rstore_put(jb->sv->responses, jb->rq->id, items, json_deep_copy(o));
+        json_array_extend(items, json_object_get(stored, "output"));
+        rstore_put(jb->sv->responses, jb->rq->id, items, stored);
     }
     return o;
 }
