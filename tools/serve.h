@@ -101,9 +101,9 @@ request *parse_request(server *sv, const char *body, size_t len, int chat, refus
 /* The same from a parsed body, which it takes */
 request *parse_body(server *sv, json_t *body, int chat, refusal *why);
 /* For the other APIs' parsers: whether k is in the NULL-ended list; a body as a JSON object whose
- * fields are all in `fields` (else NULL, and why: bad JSON, or the field, named, with `hint`) */
+ * fields are all in `fields` (else NULL, and why: bad JSON, or the field, named) */
 int serve_listed(const char *const *list, const char *k);
-json_t *serve_load_object(const char *body, size_t len, const char *const *fields, const char *hint, refusal *why);
+json_t *serve_load_object(const char *body, size_t len, const char *const *fields, refusal *why);
 /* a + sep + b as one string (a taken; a NULL or empty a is b alone) */
 json_t *serve_join(json_t *a, const char *sep, const json_t *b);
 /* A string, or parts whose type is one of `types`, as one string (their texts joined by sep);

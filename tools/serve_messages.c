@@ -182,7 +182,7 @@ static const char *options(const json_t *j, json_t *chat, int *omitted, char *er
 }
 
 request *parse_messages(server *sv, const char *body, size_t len, refusal *why) {
-    json_t *j = serve_load_object(body, len, fields, "", why), *chat = NULL;
+    json_t *j = serve_load_object(body, len, fields, why), *chat = NULL;
     if (!j) return NULL;
     json_t *msgs = json_array();
     char *err = why->message;

@@ -192,38 +192,38 @@ json_t *serve_parts_text(const json_t *c, const char *const *types, const char *
     return s ? s : json_string("");
 }
 
-json_t *serve_load_object(const char *body, size_t len, const char *const *fields, const char *hint, refusal *why) {
-    json_error_t jerr;
-    json_t *j = json_loadb(body, len, 0, &jerr);
+/* The first field of body in neither list (b may be NULL), kept in why->param_name and refused in
+ * why's message; NULL when all are known. */
+static const char *unknown_field(json_t *body, const char *const *a, const char *const *b, refusal *why) {
     const char *k;
     json_t *v;
+    json_object_foreach(body, k, v) {
+        if (serve_listed(a, k) || (b && serve_listed(b, k))) continue;
+        snprintf(why->param_name, sizeof why->param_name, "%s", k); /* k dies with the body */
+        snprintf(why->message, sizeof why->message, "'%.100s' is not a field this server implements", k);
+        return why->param_name;
+    }
+    return NULL;
+}
+
+json_t *serve_load_object(const char *body, size_t len, const char *const *fields, refusal *why) {
+    json_error_t jerr;
+    json_t *j = json_loadb(body, len, 0, &jerr);
     *why = (refusal){.status = 400};
     if (!j || !json_is_object(j)) {
         snprintf(why->message, sizeof why->message, j ? "request body must be a JSON object" : "request body is not valid JSON: %s (line %d, column %d)",
                  jerr.text, jerr.line, jerr.column);
         return json_decref(j), NULL;
     }
-    json_object_foreach(j, k, v) {
-        if (serve_listed(fields, k)) continue;
-        snprintf(why->param_name, sizeof why->param_name, "%s", k); /* k dies with the body */
-        why->param = why->param_name;
-        snprintf(why->message, sizeof why->message, "'%.100s' is not a field this server implements%s", k, hint);
-        return json_decref(j), NULL;
-    }
+    if ((why->param = unknown_field(j, fields, NULL, why))) return json_decref(j), NULL;
     return j;
 }
 
 static const char *unsupported(json_t *body, int chat, refusal *why) {
     char *err = why->message;
     const size_t cap = sizeof why->message;
-    const char *k;
-    json_t *v;
-    json_object_foreach(body, k, v) {
-        if (!serve_listed(any_fields, k) && !serve_listed(chat ? chat_fields : completion_fields, k)) {
-            snprintf(why->param_name, sizeof why->param_name, "%s", k); /* k dies with the body */
-            return snprintf(err, cap, "'%.100s' is not a field this server implements", k), why->param_name;
-        }
-    }
+    const char *bad = unknown_field(body, any_fields, chat ? chat_fields : completion_fields, why);
+    if (bad) return bad;
 #define OFF(key, cond, what)                                                                                          \
     do {                                                                                                              \
         json_t *x = json_object_get(body, key);                                                                       \

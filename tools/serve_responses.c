@@ -60,12 +60,11 @@ static json_t *assistant_turn(json_t *msgs) {
     return last;
 }
 
-/* the input items as chat messages. System and developer messages before the first other one
- * are the system message (the template takes one, first); a later one is a user turn. Function
- * calls and reasoning join the assistant turn they belong to. */
+/* the input items (an array, checked non-empty) as chat messages. System and developer messages
+ * before the first other one are the system message (the template takes one, first); a later one
+ * is a user turn. Function calls and reasoning join the assistant turn they belong to. */
 static json_t *messages(const json_t *instr, const json_t *input, char *err, size_t cap) {
     json_t *msgs = json_array(), *system = json_is_string(instr) ? json_incref((json_t *)instr) : NULL, *thought = NULL;
-    if (json_is_string(input)) json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", input));
     size_t i;
     const json_t *it;
     json_array_foreach(input, i, it) {
@@ -119,10 +118,6 @@ static json_t *messages(const json_t *instr, const json_t *input, char *err, siz
             json_decref(thought), thought = NULL;
         }
     }
-    if (!json_is_string(input) && !json_array_size(input)) {
-        snprintf(err, cap, "'input' must be a string or a non-empty array of items");
-        goto fail;
-    }
     json_decref(thought);
     if (system) json_array_insert_new(msgs, 0, json_pack("{s:s, s:o}", "role", "system", "content", system));
     return msgs;
@@ -168,7 +163,7 @@ static json_t *chat_tools(const json_t *tools, json_t *namespaced, char *err, si
 }
 
 request *parse_responses(server *sv, const char *body, size_t len, refusal *why) {
-    json_t *j = serve_load_object(body, len, fields, "", why), *chat = NULL, *msgs = NULL, *input = NULL;
+    json_t *j = serve_load_object(body, len, fields, why), *chat = NULL, *msgs = NULL, *input = NULL;
     if (!j) return NULL;
     json_t *namespaced = json_object(), *v;
     char *err = why->message;

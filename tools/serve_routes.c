@@ -71,11 +71,8 @@ static enum MHD_Result metrics(server *sv, struct MHD_Connection *c) {
 static const char *unknown_field(json_t *body, const char *const *known) {
     const char *k;
     json_t *v;
-    json_object_foreach(body, k, v) {
-        int ok = 0;
-        for (const char *const *p = known; *p && !ok; p++) ok = !strcmp(*p, k);
-        if (!ok) return k;
-    }
+    json_object_foreach(body, k, v)
+        if (!serve_listed(known, k)) return k;
     return NULL;
 }
 
